@@ -1,0 +1,9 @@
+"""vecpool: a fast, faithful drop-in for ``gymnasium.vector.AsyncVectorEnv``."""
+
+from __future__ import annotations
+
+import logging
+
+__version__ = "0.1.0"
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
