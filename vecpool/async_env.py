@@ -1,0 +1,1182 @@
+"""Parent side of vecpool's vector env: :class:`AsyncVectorEnv`."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import inspect
+import multiprocessing
+import pickle
+import signal
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from copy import deepcopy
+from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as wait_for
+from typing import Any
+
+import cloudpickle
+import numpy as np
+import numpy.typing as npt
+from gymnasium import Env, Space, logger
+from gymnasium.error import CustomSpaceError as GymCustomSpaceError
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.async_vector_env import AsyncState, _async_worker
+from gymnasium.vector.utils import (
+    CloudpickleWrapper,
+    batch_differing_spaces,
+    batch_space,
+    clear_mpi_env_vars,
+    concatenate,
+    create_empty_array,
+    create_shared_memory,
+    iterate,
+    read_from_shared_memory,
+)
+
+from vecpool.errors import (
+    AlreadyPendingCallError,
+    ClosedEnvironmentError,
+    NoAsyncCallError,
+    RemoteTraceback,
+    VecPoolError,
+    WorkerCrashedError,
+)
+from vecpool.shared import (
+    Layout,
+    SharedBlock,
+    copy_tree,
+    flatten_batch,
+    is_native,
+    make_views,
+)
+from vecpool.worker import (
+    STEP,
+    Command,
+    ErrorRecord,
+    Reply,
+    WorkerConfig,
+    run_worker,
+)
+
+__all__ = ["AsyncState", "AsyncVectorEnv"]
+
+_RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
+_LIVE_ENVS: weakref.WeakSet[AsyncVectorEnv] = weakref.WeakSet()
+
+
+class _EnvFns:
+    """Picklable (by cloudpickle) list of env constructors for one worker."""
+
+    def __init__(self, env_fns: list[Callable[[], Env[Any, Any]]]) -> None:
+        self.env_fns = env_fns
+
+    def __call__(self) -> list[Callable[[], Env[Any, Any]]]:
+        return self.env_fns
+
+    def __getstate__(self) -> bytes:
+        return bytes(cloudpickle.dumps(self.env_fns))
+
+    def __setstate__(self, state: bytes) -> None:
+        self.env_fns = pickle.loads(state)  # noqa: S301 - written by our own parent
+
+
+class _Link:
+    """Parent-side handle of one vecpool worker process."""
+
+    def __init__(
+        self,
+        index: int,
+        env_indices: range,
+        process: multiprocessing.process.BaseProcess,
+        conn: Connection,
+    ) -> None:
+        self.index = index
+        self.env_indices = env_indices
+        self.process = process
+        self.conn = conn
+        self.stale = 0  # replies still owed for calls that timed out
+
+    def send_step(self, actions: list[Any] | None) -> None:
+        if actions is None:
+            self.conn.send_bytes(STEP)
+        else:
+            self.send(Command.STEP, actions)
+
+    def send_reset(
+        self, seeds: list[Any], options: dict[str, Any] | None, flags: list[bool]
+    ) -> None:
+        self.send(Command.RESET, (seeds, options, flags))
+
+    def send_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.send(Command.CALL, (name, args, kwargs))
+
+    def send_set_attr(self, name: str, values: list[Any]) -> None:
+        self.send(Command.SET_ATTR, (name, values))
+
+    def send_close(self) -> None:
+        self.send(Command.CLOSE, None)
+
+    def send(self, command: Command, payload: Any) -> None:  # noqa: ANN401
+        try:
+            data = pickle.dumps((command, payload), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - e.g. a lambda in `call` arguments
+            data = bytes(
+                cloudpickle.dumps((command, payload), protocol=pickle.HIGHEST_PROTOCOL)
+            )
+        self.conn.send_bytes(data)
+
+    def recv(self) -> Reply | None:
+        data = self.conn.recv_bytes()
+        if not data:
+            return None
+        reply: Reply = pickle.loads(data)  # noqa: S301 - from our own worker
+        return reply
+
+
+class _GymLink(_Link):
+    """Handle of a worker that speaks Gymnasium's protocol (a custom ``worker=``)."""
+
+    def __init__(
+        self,
+        index: int,
+        env_indices: range,
+        process: multiprocessing.process.BaseProcess,
+        conn: Connection,
+        error_queue: Any,  # noqa: ANN401 - a multiprocessing Queue
+        by_pipe: bool,
+    ) -> None:
+        super().__init__(index, env_indices, process, conn)
+        self.error_queue = error_queue
+        self.by_pipe = by_pipe
+        self.pending: deque[str] = deque()
+
+    def _send_gym(self, kind: str, message: tuple[str, Any]) -> None:
+        self.conn.send(message)
+        self.pending.append(kind)
+
+    def send_step(self, actions: list[Any] | None) -> None:
+        assert actions is not None
+        self._send_gym("step", ("step", actions[0]))
+
+    def send_reset(
+        self, seeds: list[Any], options: dict[str, Any] | None, flags: list[bool]
+    ) -> None:
+        if flags[0]:
+            self._send_gym("reset", ("reset", {"seed": seeds[0], "options": options}))
+        else:
+            self._send_gym("reset", ("reset-noop", None))
+
+    def send_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self._send_gym("call", ("_call", (name, args, kwargs)))
+
+    def send_set_attr(self, name: str, values: list[Any]) -> None:
+        self._send_gym("none", ("_setattr", (name, values[0])))
+
+    def send_close(self) -> None:
+        self._send_gym("none", ("close", None))
+
+    def send_check_spaces(self, data: tuple[Any, Any, Any]) -> None:
+        self._send_gym("call", ("_check_spaces", data))
+
+    def recv(self) -> Reply | None:
+        kind = self.pending.popleft() if self.pending else "none"
+        data, success = self.conn.recv()
+        index = self.env_indices[0]
+        if not success:
+            env_index, exc_type, value, trace = self.error_queue.get()
+            return Reply(
+                errors=[ErrorRecord(env_index, None, exc_type, str(value), trace)]
+            )
+        if kind == "step":
+            obs, reward, terminated, truncated, info = data
+            return Reply(
+                infos=[(index, info)] if info else None,
+                observations=[obs] if self.by_pipe else None,
+                step_values=[(index, reward, terminated, truncated)],
+            )
+        if kind == "reset":
+            obs, info = data
+            return Reply(
+                infos=[(index, info)] if info else None,
+                observations=[obs] if self.by_pipe else None,
+            )
+        if kind == "call":
+            return Reply(results=[data])
+        return None
+
+
+def _split(num_envs: int, num_workers: int) -> list[range]:
+    """Contiguous slices of ``range(num_envs)``, sizes differing by at most one."""
+    base, extra = divmod(num_envs, num_workers)
+    slices, start = [], 0
+    for worker in range(num_workers):
+        stop = start + base + (1 if worker < extra else 0)
+        slices.append(range(start, stop))
+        start = stop
+    return slices
+
+
+def _shutdown(
+    processes: list[multiprocessing.process.BaseProcess], conns: list[Connection]
+) -> None:
+    """Terminate and reap worker processes; close pipes. Safe to call twice."""
+    for process in processes:
+        with contextlib.suppress(Exception):
+            if process.is_alive():
+                process.terminate()
+    deadline = time.monotonic() + 2.0
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join(1.0)
+    for conn in conns:
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
+@atexit.register
+def _close_all_at_exit() -> None:
+    """Close every live vector env before ``multiprocessing`` joins its children.
+
+    Registered after ``multiprocessing.util`` (imported above), so it runs first:
+    otherwise non-daemonic workers waiting for commands would block interpreter exit.
+    """
+    for env in list(_LIVE_ENVS):
+        with contextlib.suppress(Exception):
+            env.close(terminate=True)
+
+
+def _describe_exit(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "an unknown exit code"
+    if exitcode < 0:
+        try:
+            return f"exit code {exitcode} ({signal.Signals(-exitcode).name})"
+        except ValueError:
+            return f"exit code {exitcode}"
+    return f"exit code {exitcode}"
+
+
+class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
+    """Vectorized environment that runs sub-environments in worker processes.
+
+    A drop-in replacement for :class:`gymnasium.vector.AsyncVectorEnv`: same
+    constructor, methods, errors and results. Underneath, each worker process hosts a
+    contiguous slice of the sub-environments, and every per-step array (actions,
+    observations, rewards, terminations, truncations) lives in one shared-memory
+    block, so a step costs one tiny message per worker and no pickling unless an env
+    returns a non-empty info.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> import vecpool
+        >>> envs = vecpool.AsyncVectorEnv(
+        ...     [lambda: gym.make("CartPole-v1") for _ in range(4)], num_workers=2
+        ... )
+        >>> observations, infos = envs.reset(seed=42)
+        >>> observations.shape
+        (4, 4)
+        >>> _ = envs.action_space.seed(123)
+        >>> observations, rewards, terminations, truncations, infos = envs.step(
+        ...     envs.action_space.sample()
+        ... )
+        >>> rewards
+        array([1., 1., 1., 1.])
+        >>> envs.close()
+    """
+
+    env_fns: Sequence[Callable[[], Env[Any, Any]]]
+    shared_memory: bool
+    copy: bool
+    context: str | None
+    daemon: bool
+    worker: Callable[..., None] | None
+    observation_mode: str | Space[Any] | tuple[Space[Any], Space[Any]]
+    autoreset_mode: AutoresetMode
+    max_concurrency: int | None
+    num_workers: int
+    num_envs: int
+    metadata: dict[str, Any]
+    render_mode: str | None
+    single_action_space: Space[Any]
+    action_space: Space[Any]
+    single_observation_space: Space[Any]
+    observation_space: Space[Any]
+    observations: Any
+    processes: list[multiprocessing.process.BaseProcess]
+    parent_pipes: list[Connection]
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], Env[Any, Any]]],
+        shared_memory: bool = True,
+        copy: bool = True,
+        context: str | None = None,
+        daemon: bool = True,
+        worker: Callable[..., None] | None = None,
+        observation_mode: str | Space[Any] | tuple[Space[Any], Space[Any]] = "same",
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        max_concurrency: int | None = None,
+        *,
+        num_workers: int | None = None,
+    ) -> None:
+        """Start the workers and create the sub-environments.
+
+        Args:
+            env_fns: Functions that create the environments.
+            shared_memory: If ``True``, observations come back through shared memory;
+                if ``False``, they are pickled through the pipes.
+            copy: If ``True``, :meth:`reset` and :meth:`step` return copies of the
+                observations; if ``False``, views that the next call overwrites.
+            context: ``multiprocessing`` start method (``"fork"``, ``"forkserver"``,
+                ``"spawn"``); ``None`` uses the default.
+            daemon: If ``True``, workers are daemonic (they cannot start children).
+            worker: A custom worker with Gymnasium's 8-argument signature. It keeps
+                Gymnasium's one-env-per-process protocol (``num_workers`` must then be
+                ``None`` or ``num_envs``).
+            observation_mode: ``"same"``, ``"different"`` or a tuple
+                ``(observation_space, single_observation_space)``.
+            autoreset_mode: The autoreset mode (see ``gymnasium.vector.AutoresetMode``).
+            max_concurrency: At most this many sub-environments execute ``reset`` or
+                ``step`` at once; ``None`` for no limit.
+            num_workers: Number of worker processes; the envs are split into that many
+                contiguous slices. Default: ``min(num_envs, os.cpu_count(),
+                max_concurrency or num_envs)``.
+
+        Raises:
+            ValueError: On an invalid argument (named in the message), or a custom
+                observation space with ``shared_memory=True``.
+            RuntimeError: If the sub-environments' spaces do not match.
+        """
+        self.env_fns = env_fns
+        self.shared_memory = shared_memory
+        self.copy = copy
+        self.context = context
+        self.daemon = daemon
+        self.worker = worker
+        self.observation_mode = observation_mode
+        self.autoreset_mode = (
+            autoreset_mode
+            if isinstance(autoreset_mode, AutoresetMode)
+            else AutoresetMode(autoreset_mode)
+        )
+        if max_concurrency is not None:
+            if not isinstance(max_concurrency, (int, np.integer)):
+                msg = (
+                    "`max_concurrency` must be an integer or None, got "
+                    f"{type(max_concurrency)}."
+                )
+                raise ValueError(msg)
+            if max_concurrency < 1:
+                msg = (
+                    "`max_concurrency` must be a positive or None, got "
+                    f"{max_concurrency}."
+                )
+                raise ValueError(msg)
+        self.max_concurrency = max_concurrency
+        if worker is not None:
+            try:
+                inspect.signature(worker).bind(*(None,) * 8)
+            except TypeError as e:
+                msg = (
+                    "A custom `worker` must accept 8 arguments. Got the signature "
+                    f"{inspect.signature(worker)} which should match "
+                    f"{inspect.signature(_async_worker)}."
+                )
+                raise ValueError(msg) from e
+
+        self.num_envs = len(env_fns)
+        if self.num_envs == 0:
+            msg = "`env_fns` is empty: pass at least one function that creates an env."
+            raise ValueError(msg)
+        self.num_workers = self._resolve_num_workers(num_workers)
+
+        self._state = AsyncState.DEFAULT
+        self._broken: WorkerCrashedError | None = None
+        self.processes, self.parent_pipes, self._links = [], [], []
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+
+        dummy_env = env_fns[0]()
+        self.metadata = dict(dummy_env.metadata)
+        self.metadata["autoreset_mode"] = self.autoreset_mode
+        self.render_mode = dummy_env.render_mode
+        self.single_action_space = dummy_env.action_space
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        try:
+            self._init_observation_spaces(dummy_env)
+        finally:
+            dummy_env.close()
+            del dummy_env
+
+        ctx = multiprocessing.get_context(context)
+        self._setup_buffers(ctx)
+        _LIVE_ENVS.add(self)
+        try:
+            self._start_workers(ctx)
+            self._check_spaces()
+        except BaseException:
+            self.close(terminate=True)
+            raise
+
+    # -- construction ------------------------------------------------------------------
+
+    def _resolve_num_workers(self, num_workers: int | None) -> int:
+        if self.worker is not None:
+            if num_workers not in (None, self.num_envs):
+                msg = (
+                    f"`num_workers={num_workers}` cannot be combined with a custom "
+                    "`worker`, which hosts one env per process: leave `num_workers` "
+                    f"unset or set it to num_envs={self.num_envs}."
+                )
+                raise ValueError(msg)
+            return self.num_envs
+        if num_workers is None:
+            import os
+
+            return max(
+                1,
+                min(
+                    self.num_envs,
+                    os.cpu_count() or 1,
+                    self.max_concurrency or self.num_envs,
+                ),
+            )
+        if (
+            isinstance(num_workers, bool)
+            or not isinstance(num_workers, (int, np.integer))
+            or not 1 <= num_workers <= self.num_envs
+        ):
+            msg = (
+                f"`num_workers` must be an integer between 1 and num_envs={self.num_envs}"
+                f" (or None for the default), got {num_workers!r}."
+            )
+            raise ValueError(msg)
+        return int(num_workers)
+
+    def _init_observation_spaces(self, dummy_env: Env[Any, Any]) -> None:
+        mode = self.observation_mode
+        if isinstance(mode, tuple) and len(mode) == 2:
+            if not isinstance(mode[0], Space) or not isinstance(mode[1], Space):
+                msg = (
+                    "Expected both elements of observation_mode to be Spaces, got "
+                    f"{type(mode[0])} and {type(mode[1])}"
+                )
+                raise TypeError(msg)
+            self.observation_space, self.single_observation_space = mode
+        elif mode == "same":
+            self.single_observation_space = dummy_env.observation_space
+            self.observation_space = batch_space(
+                self.single_observation_space, self.num_envs
+            )
+        elif mode == "different":
+            env_spaces = []
+            for env_fn in self.env_fns:
+                env = env_fn()
+                env_spaces.append(env.observation_space)
+                env.close()
+            self.single_observation_space = env_spaces[0]
+            self.observation_space = batch_differing_spaces(env_spaces)
+        else:
+            msg = (
+                "Invalid `observation_mode`, expected: 'same' or 'different' or tuple "
+                f"of single and batch observation space, actual got {mode}"
+            )
+            raise ValueError(msg)
+
+    def _setup_buffers(self, ctx: Any) -> None:  # noqa: ANN401 - a multiprocessing context
+        space = self.single_observation_space
+        self._gym_obs_memory: Any = None
+        if not self.shared_memory:
+            self._obs_transport = "pipe"
+        elif self.worker is None and is_native(space):
+            self._obs_transport = "native"
+        else:
+            self._obs_transport = "gym"
+            try:
+                self._gym_obs_memory = create_shared_memory(
+                    space, n=self.num_envs, ctx=ctx
+                )
+            except GymCustomSpaceError as e:
+                msg = (
+                    "Using `AsyncVector(..., shared_memory=True)` caused an error, you "
+                    "can disable this feature with `shared_memory=False` however this "
+                    "is slower."
+                )
+                raise ValueError(msg) from e
+        native_actions = self.worker is None and is_native(self.single_action_space)
+        self._layout = Layout.build(
+            self.num_envs,
+            self.single_action_space if native_actions else None,
+            space if self._obs_transport == "native" else None,
+        )
+        self._block = SharedBlock(self._layout.size, ctx)
+        self._action_views = [self._block.view(f) for f in self._layout.actions]
+        self._rewards = self._block.view(self._layout.rewards)
+        self._terminations = self._block.view(self._layout.terminations)
+        self._truncations = self._block.view(self._layout.truncations)
+        self._env_obs: list[Any] = [None] * self.num_envs
+        if self._obs_transport == "native":
+            self.observations = make_views(
+                space, [self._block.view(f) for f in self._layout.observations]
+            )
+        elif self._obs_transport == "gym":
+            self.observations = read_from_shared_memory(
+                space, self._gym_obs_memory, n=self.num_envs
+            )
+        else:
+            self.observations = create_empty_array(space, n=self.num_envs, fn=np.zeros)
+
+    def _start_workers(self, ctx: Any) -> None:  # noqa: ANN401 - a multiprocessing context
+        semaphore = None
+        if self.max_concurrency is not None and self.max_concurrency < self.num_workers:
+            semaphore = ctx.BoundedSemaphore(self.max_concurrency)
+        error_queue = ctx.Queue() if self.worker is not None else None
+        self.error_queue = error_queue
+        # Registered before the first start: a failure half-way still reaps everything.
+        self._finalizer = weakref.finalize(
+            self, _shutdown, self.processes, self.parent_pipes
+        )
+        with clear_mpi_env_vars():
+            for index, env_indices in enumerate(_split(self.num_envs, self.num_workers)):
+                parent_conn, child_conn = ctx.Pipe()
+                if self.worker is not None:
+                    args: tuple[Any, ...] = (
+                        index,
+                        CloudpickleWrapper(self.env_fns[index]),
+                        child_conn,
+                        parent_conn,
+                        self._gym_obs_memory,
+                        error_queue,
+                        self.autoreset_mode,
+                        semaphore,
+                    )
+                    target = self.worker
+                else:
+                    config = WorkerConfig(
+                        index=index,
+                        start=env_indices.start,
+                        env_fns=_EnvFns([self.env_fns[i] for i in env_indices]),
+                        block=self._block,
+                        layout=self._layout,
+                        action_space=self.single_action_space,
+                        observation_space=self.single_observation_space,
+                        obs_transport=self._obs_transport,
+                        gym_obs_memory=self._gym_obs_memory,
+                        autoreset_mode=self.autoreset_mode,
+                        observation_mode=self.observation_mode,
+                        check_spaces=(
+                            self.single_observation_space,
+                            self.single_action_space,
+                        ),
+                        semaphore=semaphore,
+                    )
+                    args, target = (child_conn, parent_conn, config), run_worker
+                process = ctx.Process(
+                    target=target, name=f"Worker<{type(self).__name__}>-{index}", args=args
+                )
+                process.daemon = self.daemon
+                self.processes.append(process)
+                self.parent_pipes.append(parent_conn)
+                try:
+                    process.start()
+                finally:
+                    child_conn.close()
+                link: _Link
+                if self.worker is not None:
+                    link = _GymLink(
+                        index,
+                        env_indices,
+                        process,
+                        parent_conn,
+                        error_queue,
+                        self._obs_transport == "pipe",
+                    )
+                else:
+                    link = _Link(index, env_indices, process, parent_conn)
+                self._links.append(link)
+
+    def _check_spaces(self) -> None:
+        for link in self._links:
+            if isinstance(link, _GymLink):
+                link.send_check_spaces(
+                    (
+                        self.observation_mode,
+                        self.single_observation_space,
+                        self.single_action_space,
+                    )
+                )
+        replies = self._gather("__init__", None)
+        self._raise_if_errors(replies)
+        checks = [check for reply in replies if reply for check in reply.results or []]
+        same_observation_spaces, same_action_spaces = zip(*checks, strict=True)
+        if not all(same_observation_spaces):
+            if self.observation_mode == "same":
+                msg = (
+                    "AsyncVectorEnv(..., observation_mode='same') however some of the "
+                    "sub-environments observation spaces are not equivalent. If this is "
+                    "intentional, use `observation_mode='different'` instead."
+                )
+            else:
+                msg = (
+                    "AsyncVectorEnv(..., observation_mode='different' or custom space) "
+                    "however the sub-environment's observation spaces do not share a "
+                    "common shape and dtype."
+                )
+            raise RuntimeError(msg)
+        if not all(same_action_spaces):
+            msg = (
+                "Some environments have an action space different from "
+                f"`{self.single_action_space}`. In order to batch actions, the action "
+                "spaces from all environments must be equal."
+            )
+            raise RuntimeError(msg)
+
+    # -- seeding -----------------------------------------------------------------------
+
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
+        """Returns a tuple of np_random seeds for all the wrapped envs."""
+        return self.get_attr("np_random_seed")
+
+    @property
+    def np_random(self) -> tuple[np.random.Generator, ...]:  # type: ignore[override]
+        """Returns the tuple of the numpy random number generators for the wrapped envs."""
+        return self.get_attr("np_random")
+
+    # -- reset -------------------------------------------------------------------------
+
+    def reset(
+        self,
+        *,
+        seed: int | list[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset all (or, with ``options["reset_mask"]``, some) sub-environments.
+
+        Args:
+            seed: ``None``, an int (env ``i`` gets ``seed + i``) or one seed per env.
+            options: Passed to every env's ``reset``; a ``"reset_mask"`` key (a bool
+                array of shape ``(num_envs,)``) resets only the masked envs. The dict
+                is not modified.
+
+        Returns:
+            The batched observations and infos.
+        """
+        self.reset_async(seed=seed, options=options)
+        return self.reset_wait()
+
+    def reset_async(
+        self,
+        seed: int | list[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        """Send ``reset`` to every worker; collect the results with :meth:`reset_wait`.
+
+        Args:
+            seed: ``None``, an int (env ``i`` gets ``seed + i``) or one seed per env.
+            options: Reset options; see :meth:`reset`.
+
+        Raises:
+            ClosedEnvironmentError: If the vector env was closed.
+            AlreadyPendingCallError: If another call is pending.
+            ValueError: If the seed list or the reset mask has the wrong length.
+            TypeError: If the reset mask is not a bool numpy array.
+        """
+        self._assert_is_running()
+        if seed is None:
+            seeds: list[Any] = [None for _ in range(self.num_envs)]
+        elif isinstance(seed, int):
+            seeds = [seed + i for i in range(self.num_envs)]
+        else:
+            seeds = list(seed)
+        if len(seeds) != self.num_envs:
+            msg = (
+                "If seeds are passed as a list the length must match "
+                f"num_envs={self.num_envs} but got length={len(seeds)}."
+            )
+            raise ValueError(msg)
+        if self._state != AsyncState.DEFAULT:
+            msg = (
+                "Calling `reset_async` while waiting for a pending call to "
+                f"`{self._state.value}` to complete"
+            )
+            raise AlreadyPendingCallError(msg, str(self._state.value))
+
+        flags = [True] * self.num_envs
+        if options is not None and "reset_mask" in options:
+            options = dict(options)  # never mutate the caller's dict
+            flags = self._check_reset_mask(options.pop("reset_mask"))
+        for link in self._links:
+            part = slice(link.env_indices.start, link.env_indices.stop)
+            link.send_reset(seeds[part], options, flags[part])
+        self._state = AsyncState.WAITING_RESET
+
+    def _check_reset_mask(self, reset_mask: Any) -> list[bool]:  # noqa: ANN401
+        if not isinstance(reset_mask, np.ndarray):
+            msg = f"`options['reset_mask']` must be a numpy array, got {type(reset_mask)}"
+            raise TypeError(msg)
+        if reset_mask.shape != (self.num_envs,):
+            msg = (
+                f"`options['reset_mask']` must have shape `({self.num_envs},)`, got "
+                f"{reset_mask.shape}"
+            )
+            raise ValueError(msg)
+        if reset_mask.dtype != np.bool_:
+            msg = (
+                "`options['reset_mask']` must have `dtype=np.bool_`, got "
+                f"{reset_mask.dtype}"
+            )
+            raise TypeError(msg)
+        if not np.any(reset_mask):
+            msg = (
+                "`options['reset_mask']` must contain a boolean array with at least one "
+                f"True value, got reset_mask={reset_mask}"
+            )
+            raise ValueError(msg)
+        return [bool(flag) for flag in reset_mask]
+
+    def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
+        """Wait for the resets sent by :meth:`reset_async`.
+
+        Args:
+            timeout: Seconds to wait; ``None`` waits as long as the workers live.
+
+        Returns:
+            The batched observations and infos.
+
+        Raises:
+            ClosedEnvironmentError: If the vector env was closed.
+            NoAsyncCallError: If :meth:`reset_async` was not called first.
+            multiprocessing.TimeoutError: If the timeout expired.
+            WorkerCrashedError: If a worker died.
+        """
+        self._assert_is_running()
+        if self._state != AsyncState.WAITING_RESET:
+            msg = "Calling `reset_wait` without any prior call to `reset_async`."
+            raise NoAsyncCallError(msg, AsyncState.WAITING_RESET.value)
+        replies = self._gather("reset", timeout)
+        infos = self._collect(replies)
+        self._state = AsyncState.DEFAULT
+        return self._read_observations(), infos
+
+    # -- step --------------------------------------------------------------------------
+
+    def step(
+        self, actions: Any  # noqa: ANN401 - an element of action_space
+    ) -> tuple[
+        Any,
+        npt.NDArray[np.float64],
+        npt.NDArray[np.bool_],
+        npt.NDArray[np.bool_],
+        dict[str, Any],
+    ]:
+        """Step every sub-environment with its action.
+
+        Args:
+            actions: An element of :attr:`action_space` (one action per env).
+
+        Returns:
+            Batched ``(observations, rewards, terminations, truncations, infos)``.
+        """
+        self.step_async(actions)
+        return self.step_wait()
+
+    def step_async(self, actions: Any) -> None:  # noqa: ANN401 - element of action_space
+        """Check the actions, place them in shared memory and wake the workers.
+
+        Args:
+            actions: An element of :attr:`action_space` (one action per env).
+
+        Raises:
+            ClosedEnvironmentError: If the vector env was closed.
+            AlreadyPendingCallError: If another call is pending.
+            ValueError: If the actions do not hold one action of the right shape per
+                env; nothing is sent then.
+        """
+        self._assert_is_running()
+        if self._state != AsyncState.DEFAULT:
+            msg = (
+                "Calling `step_async` while waiting for a pending call to "
+                f"`{self._state.value}` to complete."
+            )
+            raise AlreadyPendingCallError(msg, str(self._state.value))
+        per_env = self._place_actions(actions)
+        for link in self._links:
+            link.send_step(
+                None
+                if per_env is None
+                else per_env[link.env_indices.start : link.env_indices.stop]
+            )
+        self._state = AsyncState.WAITING_STEP
+
+    def _place_actions(self, actions: Any) -> list[Any] | None:  # noqa: ANN401
+        """Write actions into shared memory, or return them per env for the pipes.
+
+        Actions go through shared memory when their dtype is the action space's (or a
+        wider integer type); other dtypes travel unchanged through the pipes, so each
+        env receives exactly what Gymnasium would hand it.
+        """
+        if self._action_views:
+            arrays = flatten_batch(self.single_action_space, actions, self.num_envs)
+            if all(
+                array.dtype == view.dtype
+                or (
+                    array.dtype.kind in "biu"
+                    and view.dtype.kind in "iu"
+                    and np.can_cast(array.dtype, view.dtype, "safe")
+                )
+                for array, view in zip(arrays, self._action_views, strict=True)
+            ):
+                for array, view in zip(arrays, self._action_views, strict=True):
+                    np.copyto(view, array, casting="unsafe")
+                return None
+        per_env = list(iterate(self.action_space, actions))
+        if len(per_env) != self.num_envs:
+            msg = (
+                f"`actions` must hold one action per sub-environment "
+                f"(num_envs={self.num_envs}), got {len(per_env)}."
+            )
+            raise ValueError(msg)
+        return per_env
+
+    def step_wait(
+        self, timeout: float | None = None
+    ) -> tuple[
+        Any,
+        npt.NDArray[np.float64],
+        npt.NDArray[np.bool_],
+        npt.NDArray[np.bool_],
+        dict[str, Any],
+    ]:
+        """Wait for the steps sent by :meth:`step_async`.
+
+        Args:
+            timeout: Seconds to wait; ``None`` waits as long as the workers live.
+
+        Returns:
+            Batched ``(observations, rewards, terminations, truncations, infos)``.
+
+        Raises:
+            ClosedEnvironmentError: If the vector env was closed.
+            NoAsyncCallError: If :meth:`step_async` was not called first.
+            multiprocessing.TimeoutError: If the timeout expired.
+            WorkerCrashedError: If a worker died.
+        """
+        self._assert_is_running()
+        if self._state != AsyncState.WAITING_STEP:
+            msg = "Calling `step_wait` without any prior call to `step_async`."
+            raise NoAsyncCallError(msg, AsyncState.WAITING_STEP.value)
+        replies = self._gather("step", timeout)
+        infos = self._collect(replies)
+        self._state = AsyncState.DEFAULT
+        return (
+            self._read_observations(),
+            self._rewards.copy(),
+            self._terminations.copy(),
+            self._truncations.copy(),
+            infos,
+        )
+
+    # -- call / attributes -------------------------------------------------------------
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call a method (or read an attribute) of every sub-environment.
+
+        Args:
+            name: Name of the method or attribute.
+            *args: Positional arguments of the call.
+            **kwargs: Keyword arguments of the call.
+
+        Returns:
+            One result per sub-environment.
+        """
+        self.call_async(name, *args, **kwargs)
+        return self.call_wait()
+
+    def render(self) -> tuple[Any, ...] | None:
+        """Returns a list of rendered frames from the environments."""
+        return self.call("render")
+
+    def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
+        """Send a method call to every sub-environment.
+
+        Args:
+            name: Name of the method or attribute.
+            *args: Positional arguments of the call.
+            **kwargs: Keyword arguments of the call.
+
+        Raises:
+            ClosedEnvironmentError: If the vector env was closed.
+            AlreadyPendingCallError: If another call is pending.
+            ValueError: If ``name`` is one of ``reset``, ``step``, ``close``.
+        """
+        self._assert_is_running()
+        if self._state != AsyncState.DEFAULT:
+            msg = (
+                "Calling `call_async` while waiting for a pending call to "
+                f"`{self._state.value}` to complete."
+            )
+            raise AlreadyPendingCallError(msg, str(self._state.value))
+        if name in _RESERVED_CALLS:
+            msg = (
+                f"Trying to call function `{name}` with `call`, use `{name}` directly "
+                "instead."
+            )
+            raise ValueError(msg)
+        for link in self._links:
+            link.send_call(name, args, kwargs)
+        self._state = AsyncState.WAITING_CALL
+
+    def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
+        """Wait for the calls sent by :meth:`call_async`.
+
+        Args:
+            timeout: Seconds to wait; ``None`` waits as long as the workers live.
+
+        Returns:
+            One result per sub-environment.
+
+        Raises:
+            NoAsyncCallError: If :meth:`call_async` was not called first.
+            multiprocessing.TimeoutError: If the timeout expired.
+        """
+        self._assert_is_running()
+        if self._state != AsyncState.WAITING_CALL:
+            msg = "Calling `call_wait` without any prior call to `call_async`."
+            raise NoAsyncCallError(msg, AsyncState.WAITING_CALL.value)
+        replies = self._gather("call", timeout)
+        self._raise_if_errors(replies)
+        self._state = AsyncState.DEFAULT
+        return tuple(
+            result for reply in replies if reply for result in reply.results or []
+        )
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Get an attribute from every sub-environment.
+
+        Args:
+            name: Name of the attribute.
+
+        Returns:
+            One value per sub-environment.
+        """
+        return self.call(name)
+
+    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | object) -> None:
+        """Set an attribute of every sub-environment.
+
+        Args:
+            name: Name of the attribute.
+            values: One value per env (a list or tuple of length ``num_envs``), or a
+                single value for all.
+
+        Raises:
+            ValueError: If a list/tuple of values has the wrong length.
+            AlreadyPendingCallError: If another call is pending.
+        """
+        self._assert_is_running()
+        if not isinstance(values, (list, tuple)):
+            values = [values for _ in range(self.num_envs)]
+        if len(values) != self.num_envs:
+            msg = (
+                "Values must be a list or tuple with length equal to the number of "
+                f"environments. Got `{len(values)}` values for {self.num_envs} "
+                "environments."
+            )
+            raise ValueError(msg)
+        if self._state != AsyncState.DEFAULT:
+            msg = (
+                "Calling `set_attr` while waiting for a pending call to "
+                f"`{self._state.value}` to complete."
+            )
+            raise AlreadyPendingCallError(msg, str(self._state.value))
+        values = list(values)
+        for link in self._links:
+            link.send_set_attr(
+                name, values[link.env_indices.start : link.env_indices.stop]
+            )
+        self._raise_if_errors(self._gather("set_attr", None))
+
+    # -- close -------------------------------------------------------------------------
+
+    def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
+        """Close the sub-environments and release the workers and shared memory.
+
+        Args:
+            timeout: Seconds to wait for a pending call and for the envs to close;
+                after that the workers are terminated. ``None`` waits.
+            terminate: If ``True``, terminate the workers at once.
+        """
+        _LIVE_ENVS.discard(self)
+        timeout = 0 if terminate else timeout
+        if self._state != AsyncState.DEFAULT:
+            logger.warn(
+                "Calling `close` while waiting for a pending call to "
+                f"`{self._state.value}` to complete."
+            )
+            try:
+                getattr(self, f"{self._state.value}_wait")(timeout)
+            except multiprocessing.TimeoutError:
+                terminate = True
+            except Exception:  # noqa: BLE001 - closing anyway; the error was logged
+                terminate = terminate or self._broken is not None
+        self._state = AsyncState.DEFAULT
+        if not terminate and self._broken is None:
+            try:
+                for link in self._links:
+                    link.send_close()
+                self._gather("close", timeout)
+            except Exception:  # noqa: BLE001 - fall back to terminating the workers
+                terminate = True
+        for process in self.processes:
+            if not terminate:
+                process.join(timeout)
+        if self._finalizer is not None:
+            self._finalizer()  # terminates whatever is left, reaps, closes pipes
+        self._block = None  # type: ignore[assignment]
+
+    def _assert_is_running(self) -> None:
+        if self.closed:
+            msg = f"Trying to operate on `{type(self).__name__}`, after a call to `close()`."
+            raise ClosedEnvironmentError(msg)
+        if self._broken is not None:
+            error = self._broken
+            msg = f"{error.args[0]} (raised earlier; this vector env is unusable)"
+            raise WorkerCrashedError(msg, error.worker, error.env_indices, error.exitcode)
+
+    def __del__(self) -> None:
+        """On garbage collection, terminate the workers if not closed."""
+        if not getattr(self, "closed", True) and hasattr(self, "_state"):
+            with contextlib.suppress(Exception):
+                self.close(terminate=True)
+
+    # -- waiting and results -----------------------------------------------------------
+
+    def _gather(self, what: str, timeout: float | None) -> list[Reply | None]:
+        """Wait for one reply from every worker, on all of them at once.
+
+        Dead workers are noticed through their process sentinels, and replies owed
+        for earlier calls that timed out are discarded.
+        """
+        replies: list[Reply | None] = [None] * len(self._links)
+        waiting: dict[Any, _Link] = {link.conn: link for link in self._links}
+        sentinels = {link.process.sentinel: link for link in self._links}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while waiting:
+            remaining = (
+                None if deadline is None else max(0.0, deadline - time.monotonic())
+            )
+            ready = wait_for(
+                [*waiting, *(link.process.sentinel for link in waiting.values())],
+                remaining,
+            )
+            if not ready:
+                for link in waiting.values():
+                    link.stale += 1
+                self._state = AsyncState.DEFAULT
+                msg = f"The call to `{what}_wait` has timed out after {timeout} second(s)."
+                raise multiprocessing.TimeoutError(msg)
+            for obj in ready:
+                link = waiting.get(obj)  # type: ignore[assignment]
+                if link is None:
+                    link = sentinels[obj]  # type: ignore[index]
+                    if link.conn in waiting and not link.conn.poll():
+                        self._crashed(link, what)
+                    continue
+                try:
+                    reply = link.recv()
+                except (EOFError, OSError):
+                    self._crashed(link, what)
+                if link.stale:
+                    link.stale -= 1
+                    continue
+                replies[link.index] = reply
+                del waiting[obj]
+        return replies
+
+    def _crashed(self, link: _Link, what: str) -> None:
+        link.process.join(1.0)
+        envs = link.env_indices
+        hosted = (
+            f"env {envs.start}" if len(envs) == 1 else f"envs {envs.start}-{envs.stop - 1}"
+        )
+        msg = (
+            f"Worker {link.index} (hosting {hosted}) died with "
+            f"{_describe_exit(link.process.exitcode)} while running `{what}`. Its "
+            "sub-environments are lost: call `close()` and create a new vector env."
+        )
+        error = WorkerCrashedError(
+            msg, link.index, tuple(envs), link.process.exitcode
+        )
+        self._broken = error
+        self._state = AsyncState.DEFAULT
+        raise error
+
+    def _raise_if_errors(self, replies: Iterable[Reply | None]) -> None:
+        errors = [
+            error for reply in replies if reply and reply.errors for error in reply.errors
+        ]
+        if not errors:
+            return
+        for error in errors:
+            logger.error(
+                f"Received the following error from Worker-{error.env_index} - "
+                "Shutting it down"
+            )
+            logger.error("%s", error.traceback)
+        logger.error("Raising the last exception back to the main process.")
+        self._state = AsyncState.DEFAULT
+        last = errors[-1]
+        exception = _rebuild_exception(last)
+        raise exception from RemoteTraceback(last.traceback)
+
+    def _collect(self, replies: list[Reply | None]) -> dict[str, Any]:
+        """Raise env errors, then merge infos and pipe-borne values in env order."""
+        self._raise_if_errors(replies)
+        infos: dict[str, Any] = {}
+        for link, reply in zip(self._links, replies, strict=True):
+            if reply is None:
+                continue
+            if reply.observations is not None:
+                self._env_obs[link.env_indices.start : link.env_indices.stop] = (
+                    reply.observations
+                )
+            if reply.step_values is not None:
+                for index, reward, terminated, truncated in reply.step_values:
+                    self._rewards[index] = reward
+                    self._terminations[index] = terminated
+                    self._truncations[index] = truncated
+            if reply.infos is not None:
+                for index, info in reply.infos:
+                    infos = self._add_info(infos, info, index)
+        return infos
+
+    def _read_observations(self) -> Any:  # noqa: ANN401 - batch of observation_space
+        if self._obs_transport == "pipe":
+            self.observations = concatenate(
+                self.single_observation_space, self._env_obs, self.observations
+            )
+            return deepcopy(self.observations) if self.copy else self.observations
+        if self._obs_transport == "native":
+            return copy_tree(self.observations) if self.copy else self.observations
+        return deepcopy(self.observations) if self.copy else self.observations
+
+
+def _rebuild_exception(error: ErrorRecord) -> BaseException:
+    """The exception a worker reported: the original object if it travelled, else its
+    type rebuilt from the message, else a :class:`VecPoolError` naming the type.
+    """
+    if error.exception is not None:
+        with contextlib.suppress(Exception):
+            exception: BaseException = pickle.loads(error.exception)  # noqa: S301
+            return exception
+    if error.exc_type is not None:
+        with contextlib.suppress(Exception):
+            return error.exc_type(error.message)
+    return VecPoolError(f"{error.message} (raised in sub-environment {error.env_index})")
+

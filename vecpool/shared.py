@@ -1,0 +1,363 @@
+"""Shared buffers: one block per vector env, laid out from the spaces, viewed as numpy.
+
+The parent allocates a single :class:`SharedBlock` (a ``multiprocessing`` heap buffer,
+backed by an already-unlinked file, so no name in ``/dev/shm`` can outlive the
+processes). Every per-step array lives in it as a numpy view: actions, observations
+(one view per leaf of a Dict/Tuple space), rewards, terminations and truncations.
+Workers receive the block and its :class:`Layout` once, at start, and rebuild the same
+views. Nothing here is allocated per step.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+__all__ = [
+    "Field",
+    "Layout",
+    "SharedBlock",
+    "copy_tree",
+    "flatten_batch",
+    "is_native",
+    "leaves",
+    "make_reader",
+    "make_views",
+    "make_writer",
+]
+
+_ALIGN = 64  # one cache line: keeps every array aligned and away from its neighbour
+
+NATIVE_LEAVES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
+def is_native(space: spaces.Space[Any]) -> bool:
+    """Whether ``space`` has a vecpool shared-memory layout.
+
+    Box, Discrete, MultiDiscrete and MultiBinary, and Dict/Tuple nests of them, do.
+    Other spaces (Text, OneOf, Graph, Sequence, custom) do not.
+
+    Args:
+        space: A single-environment space.
+
+    Returns:
+        ``True`` if :func:`leaves` can lay the space out.
+    """
+    if isinstance(space, NATIVE_LEAVES):
+        return space.shape is not None and space.dtype is not None
+    if isinstance(space, spaces.Dict):
+        return all(is_native(sub) for sub in space.spaces.values())
+    if isinstance(space, spaces.Tuple):
+        return all(is_native(sub) for sub in space.spaces)
+    return False
+
+
+def leaves(space: spaces.Space[Any]) -> list[tuple[np.dtype[Any], tuple[int, ...]]]:
+    """List the ``(dtype, shape)`` of each array leaf of a native space, depth first.
+
+    Args:
+        space: A space for which :func:`is_native` holds.
+
+    Returns:
+        One entry per leaf, in the order Dict keys / Tuple items are iterated.
+    """
+    if isinstance(space, NATIVE_LEAVES):
+        assert space.dtype is not None
+        return [(np.dtype(space.dtype), tuple(space.shape))]
+    if isinstance(space, spaces.Dict):
+        return [leaf for sub in space.spaces.values() for leaf in leaves(sub)]
+    if isinstance(space, spaces.Tuple):
+        return [leaf for sub in space.spaces for leaf in leaves(sub)]
+    msg = f"Space {space!r} has no vecpool shared-memory layout."
+    raise TypeError(msg)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One array in the block: byte offset, dtype and full shape (leading ``n``)."""
+
+    offset: int
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the array in bytes."""
+        return int(np.dtype(self.dtype).itemsize * math.prod(self.shape))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each per-step array lives in a :class:`SharedBlock`.
+
+    Attributes:
+        actions: One field per action leaf (empty when actions travel by pipe).
+        observations: One field per observation leaf (empty when observations
+            travel by pipe or by Gymnasium's own shared memory).
+        rewards: ``float64[n]``.
+        terminations: ``bool[n]``.
+        truncations: ``bool[n]``.
+        size: Total bytes.
+    """
+
+    actions: tuple[Field, ...]
+    observations: tuple[Field, ...]
+    rewards: Field
+    terminations: Field
+    truncations: Field
+    size: int
+
+    @classmethod
+    def build(
+        cls,
+        num_envs: int,
+        action_space: spaces.Space[Any] | None,
+        observation_space: spaces.Space[Any] | None,
+    ) -> Layout:
+        """Lay out the block for ``num_envs`` envs.
+
+        Args:
+            num_envs: Number of sub-environments.
+            action_space: Single action space to place in shared memory, or ``None``.
+            observation_space: Single observation space to place, or ``None``.
+
+        Returns:
+            The layout, every field aligned to 64 bytes.
+        """
+        offset = 0
+
+        def place(dtype: np.dtype[Any], shape: tuple[int, ...]) -> Field:
+            nonlocal offset
+            field = Field(offset, dtype.str, (num_envs, *shape))
+            offset += -(-max(field.nbytes, 1) // _ALIGN) * _ALIGN
+            return field
+
+        actions = tuple(
+            place(dtype, shape)
+            for dtype, shape in (leaves(action_space) if action_space else [])
+        )
+        observations = tuple(
+            place(dtype, shape)
+            for dtype, shape in (leaves(observation_space) if observation_space else [])
+        )
+        rewards = place(np.dtype(np.float64), ())
+        terminations = place(np.dtype(np.bool_), ())
+        truncations = place(np.dtype(np.bool_), ())
+        return cls(actions, observations, rewards, terminations, truncations, offset)
+
+
+class SharedBlock:
+    """A block of shared memory holding every per-step array of one vector env.
+
+    It is a ``multiprocessing`` heap buffer: an anonymous, already-unlinked file
+    mapping, inherited by (or passed to) worker processes at start. It is released
+    when the last process holding it drops it; there is no name to unlink.
+    """
+
+    def __init__(self, size: int, ctx: ModuleType | Any) -> None:
+        """Allocate ``size`` bytes (at least one) from ``ctx``'s shared heap.
+
+        Args:
+            size: Number of bytes.
+            ctx: A ``multiprocessing`` context (or the module).
+        """
+        self.size = max(size, 1)
+        self.raw = ctx.RawArray(ctypes.c_uint8, self.size)
+
+    def view(self, field: Field) -> np.ndarray[Any, Any]:
+        """A numpy view of one field of the block.
+
+        Args:
+            field: A field of this block's layout.
+
+        Returns:
+            A writable array of ``field.shape`` and ``field.dtype`` sharing the block.
+        """
+        count = math.prod(field.shape)
+        array = np.frombuffer(
+            self.raw, dtype=np.dtype(field.dtype), count=count, offset=field.offset
+        )
+        return array.reshape(field.shape)
+
+
+def make_views(
+    space: spaces.Space[Any], arrays: list[np.ndarray[Any, Any]]
+) -> Any:  # noqa: ANN401 - mirrors the nesting of an arbitrary space
+    """Nest leaf arrays back into the structure Gymnasium batches ``space`` into.
+
+    Dict spaces become ``dict``, Tuple spaces ``tuple`` and leaves arrays, exactly as
+    ``gymnasium.vector.utils.read_from_shared_memory`` returns them.
+
+    Args:
+        space: The single space the leaves were laid out from.
+        arrays: The leaf arrays in :func:`leaves` order; consumed from the front.
+
+    Returns:
+        The nested batch structure.
+    """
+    iterator = iter(arrays)
+
+    def build(sub: spaces.Space[Any]) -> Any:  # noqa: ANN401 - any nesting
+        if isinstance(sub, spaces.Dict):
+            return {key: build(value) for key, value in sub.spaces.items()}
+        if isinstance(sub, spaces.Tuple):
+            return tuple(build(value) for value in sub.spaces)
+        return next(iterator)
+
+    return build(space)
+
+
+def copy_tree(batch: Any) -> Any:  # noqa: ANN401 - any nesting of arrays
+    """Copy a nested batch of arrays (dict / tuple / ndarray); other leaves as-is.
+
+    Args:
+        batch: A batch as returned by :func:`make_views`.
+
+    Returns:
+        The same structure holding fresh copies of every array.
+    """
+    if isinstance(batch, np.ndarray):
+        return batch.copy()
+    if isinstance(batch, dict):
+        return {key: copy_tree(value) for key, value in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(copy_tree(value) for value in batch)
+    return batch
+
+
+Writer = Callable[[int, Any], None]
+Reader = Callable[[int], Any]
+
+
+def make_writer(space: spaces.Space[Any], arrays: list[np.ndarray[Any, Any]]) -> Writer:
+    """Compile a function that writes one env's value into row ``i`` of leaf arrays.
+
+    Built once per worker, so the per-step cost is one assignment per leaf.
+
+    Args:
+        space: The single space of the values.
+        arrays: Leaf arrays in :func:`leaves` order.
+
+    Returns:
+        ``write(i, value)``.
+    """
+    iterator = iter(arrays)
+
+    def build(sub: spaces.Space[Any]) -> Writer:
+        if isinstance(sub, spaces.Dict):
+            items = [(key, build(value)) for key, value in sub.spaces.items()]
+
+            def write_dict(index: int, value: Any) -> None:  # noqa: ANN401
+                for key, writer in items:
+                    writer(index, value[key])
+
+            return write_dict
+        if isinstance(sub, spaces.Tuple):
+            writers = [build(value) for value in sub.spaces]
+
+            def write_tuple(index: int, value: Any) -> None:  # noqa: ANN401
+                for writer, item in zip(writers, value, strict=True):
+                    writer(index, item)
+
+            return write_tuple
+        array = next(iterator)
+
+        def write_leaf(index: int, value: Any) -> None:  # noqa: ANN401
+            array[index] = value
+
+        return write_leaf
+
+    return build(space)
+
+
+def make_reader(space: spaces.Space[Any], arrays: list[np.ndarray[Any, Any]]) -> Reader:
+    """Compile a function that reads env ``i``'s value out of leaf arrays.
+
+    Array leaves are copied (an env may keep its action); scalar leaves come out as
+    numpy scalars, as ``gymnasium.vector.utils.iterate`` yields them.
+
+    Args:
+        space: The single space of the values.
+        arrays: Leaf arrays in :func:`leaves` order.
+
+    Returns:
+        ``read(i)``.
+    """
+    iterator = iter(arrays)
+
+    def build(sub: spaces.Space[Any]) -> Reader:
+        if isinstance(sub, spaces.Dict):
+            items = [(key, build(value)) for key, value in sub.spaces.items()]
+            return lambda index: {key: reader(index) for key, reader in items}
+        if isinstance(sub, spaces.Tuple):
+            readers = [build(value) for value in sub.spaces]
+            return lambda index: tuple(reader(index) for reader in readers)
+        array = next(iterator)
+        if array.ndim == 1:
+            return array.__getitem__
+        return lambda index: array[index].copy()
+
+    return build(space)
+
+
+def flatten_batch(
+    space: spaces.Space[Any], batch: Any, num_envs: int, name: str = "actions"
+) -> list[np.ndarray[Any, Any]]:
+    """Split a batch (as Gymnasium batches ``space``) into leaf arrays, checking shapes.
+
+    Args:
+        space: The single space.
+        batch: The batched value (arrays, lists, dicts, tuples).
+        num_envs: The expected leading dimension.
+        name: What to call the batch in error messages.
+
+    Returns:
+        One array per leaf, in :func:`leaves` order, each ``(num_envs, *leaf_shape)``.
+
+    Raises:
+        ValueError: If the structure or a shape does not match, naming the expected one.
+    """
+    out: list[np.ndarray[Any, Any]] = []
+
+    def walk(sub: spaces.Space[Any], value: Any, path: str) -> None:  # noqa: ANN401
+        if isinstance(sub, spaces.Dict):
+            if not isinstance(value, Mapping) or set(value) != set(sub.spaces):
+                keys = list(value) if isinstance(value, Mapping) else type(value)
+                msg = (
+                    f"`{path}` must be a dict with keys {list(sub.spaces)} "
+                    f"(one batch per key), got {keys}."
+                )
+                raise ValueError(msg)
+            for key, item in sub.spaces.items():
+                walk(item, value[key], f"{path}[{key!r}]")
+            return
+        if isinstance(sub, spaces.Tuple):
+            if not isinstance(value, (tuple, list)) or len(value) != len(sub.spaces):
+                msg = (
+                    f"`{path}` must be a tuple of {len(sub.spaces)} batches, "
+                    f"got {type(value).__name__}"
+                    f"{f' of length {len(value)}' if hasattr(value, '__len__') else ''}."
+                )
+                raise ValueError(msg)
+            for index, item in enumerate(sub.spaces):
+                walk(item, value[index], f"{path}[{index}]")
+            return
+        array = np.asarray(value)
+        expected = (num_envs, *sub.shape)
+        if array.shape != expected:
+            msg = (
+                f"`{path}` must have shape {expected} (num_envs={num_envs}, then the "
+                f"single action space's shape {tuple(sub.shape)}), got {array.shape}."
+            )
+            raise ValueError(msg)
+        out.append(array)
+
+    walk(space, batch, name)
+    return out

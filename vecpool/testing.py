@@ -1,0 +1,658 @@
+"""Picklable toy environments and conformance helpers for testing vector envs.
+
+Everything here is importable by name, so ``spawn`` and ``forkserver`` workers can
+rebuild the environments (classes defined inside test modules cannot be imported by
+child processes when pytest runs with ``--import-mode=importlib``). Build env fns with
+:func:`functools.partial` or :func:`make_env_fns`::
+
+    >>> import functools
+    >>> from vecpool.testing import CountingEnv, make_env_fns
+    >>> env_fns = make_env_fns(3, obs_kind="dict", max_steps=10)
+    >>> env = env_fns[0]()
+    >>> obs, info = env.reset(seed=1)
+    >>> sorted(obs)
+    ['count', 'position']
+    >>> fn = functools.partial(CountingEnv, obs_kind="image")
+    >>> fn().observation_space.shape
+    (8, 8, 3)
+
+Every environment is deterministic given its seed and actions: all randomness comes
+from ``self.np_random``. Two vector implementations fed the same env fns, seeds and
+actions must therefore return identical results, which :func:`assert_same_rollout`
+checks step by step.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Literal, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+import numpy.typing as npt
+from gymnasium import spaces
+from gymnasium.utils.env_checker import data_equivalence
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+__all__ = [
+    "ACTION_KINDS",
+    "OBS_KINDS",
+    "CountingEnv",
+    "CustomExceptionEnv",
+    "DeliberateError",
+    "DeliberateErrorWithArgs",
+    "ExitingEnv",
+    "RaisingEnv",
+    "SlowEnv",
+    "UnpicklableInfoEnv",
+    "assert_same_data",
+    "assert_same_rollout",
+    "make_env_fns",
+]
+
+ObsKind = Literal["box", "discrete", "dict", "tuple", "image"]
+ActionKind = Literal["discrete", "box"]
+StepResult = tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]
+
+OBS_KINDS: tuple[ObsKind, ...] = ("box", "discrete", "dict", "tuple", "image")
+"""Every observation kind :class:`CountingEnv` supports."""
+
+ACTION_KINDS: tuple[ActionKind, ...] = ("discrete", "box")
+"""Every action kind :class:`CountingEnv` supports."""
+
+_BOUND = 10.0
+_NUM_COUNTS = 16
+_IMAGE_SHAPE = (8, 8, 3)
+_IMAGE_RAMP = np.arange(192, dtype=np.int64).reshape(_IMAGE_SHAPE)
+
+
+class DeliberateError(Exception):
+    """A plain exception type raised on purpose by the toy environments."""
+
+
+class DeliberateErrorWithArgs(Exception):
+    """An exception whose ``__init__`` needs extra arguments.
+
+    It deliberately does not define ``__reduce__``: ``pickle`` rebuilds exceptions
+    as ``cls(*self.args)``, and ``self.args`` only holds the message, so unpickling
+    fails with :class:`TypeError`. Vector envs must still report it sensibly.
+
+    Attributes:
+        code: An arbitrary error code.
+        detail: Arbitrary extra text.
+    """
+
+    def __init__(self, message: str, code: int, detail: str) -> None:
+        """Store the message and the extra fields."""
+        super().__init__(message)
+        self.code = code
+        self.detail = detail
+
+
+def _observation_space(obs_kind: str) -> spaces.Space[Any]:
+    box = spaces.Box(-_BOUND, _BOUND, shape=(3,), dtype=np.float32)
+    if obs_kind == "box":
+        return box
+    if obs_kind == "discrete":
+        return spaces.Discrete(_NUM_COUNTS)
+    if obs_kind == "dict":
+        return spaces.Dict({"position": box, "count": spaces.Discrete(_NUM_COUNTS)})
+    if obs_kind == "tuple":
+        return spaces.Tuple((box, spaces.Discrete(_NUM_COUNTS)))
+    if obs_kind == "image":
+        return spaces.Box(0, 255, shape=_IMAGE_SHAPE, dtype=np.uint8)
+    msg = f"Unknown `obs_kind` {obs_kind!r}; expected one of {OBS_KINDS}."
+    raise ValueError(msg)
+
+
+def _action_space(action_kind: str) -> spaces.Space[Any]:
+    if action_kind == "discrete":
+        return spaces.Discrete(3)
+    if action_kind == "box":
+        return spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+    msg = f"Unknown `action_kind` {action_kind!r}; expected one of {ACTION_KINDS}."
+    raise ValueError(msg)
+
+
+class CountingEnv(gym.Env[Any, Any]):
+    """A seeded random walk whose episodes end at varying lengths.
+
+    The state is a 3-D position and the step count of the episode. Each step moves
+    the position by the action plus noise from ``self.np_random``; the reward depends
+    on the action and the position; ``terminated`` is drawn with probability
+    ``terminate_prob`` and ``truncated`` is set after ``max_steps`` steps.
+
+    Step infos are ``{"step_count": int, "extra": float64 array of shape (2,)}`` on
+    every ``info_every``-th call to :meth:`step` (counted over the env's lifetime)
+    and ``{}`` otherwise. Reset infos are ``{"reset_count": int, "start": float64
+    array of shape (3,)}`` on every ``reset_info_every``-th reset, plus
+    ``"option_keys"`` (the sorted, comma-joined keys of ``options``) whenever
+    ``options`` is non-empty, and ``{}`` otherwise.
+
+    Attributes:
+        steps_taken: Number of calls to :meth:`step` over the env's lifetime.
+        resets_taken: Number of calls to :meth:`reset` over the env's lifetime.
+        episode_steps: Steps taken in the current episode.
+        reward_scale: Multiplies every reward; settable through ``set_attr``.
+
+    Example:
+        >>> env = CountingEnv(obs_kind="box", max_steps=5)
+        >>> obs, info = env.reset(seed=0)
+        >>> obs.shape, obs.dtype
+        ((3,), dtype('float32'))
+        >>> _ = env.step(2)
+        >>> env.steps_taken
+        1
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {  # type: ignore[misc]
+        "render_modes": ["rgb_array"],
+        "render_fps": 30,
+    }
+
+    def __init__(
+        self,
+        obs_kind: ObsKind = "box",
+        action_kind: ActionKind = "discrete",
+        max_steps: int = 20,
+        info_every: int = 3,
+        reset_info_every: int = 2,
+        terminate_prob: float = 0.05,
+        render_mode: str | None = None,
+    ) -> None:
+        """Build the env.
+
+        Args:
+            obs_kind: One of :data:`OBS_KINDS`.
+            action_kind: ``"discrete"`` (``Discrete(3)``) or ``"box"`` (float32
+                ``Box(-1, 1, (2,))``).
+            max_steps: Episode length at which ``truncated`` becomes True.
+            info_every: Period of non-empty step infos; 0 disables them.
+            reset_info_every: Period of non-empty reset infos; 0 disables them.
+            terminate_prob: Probability that a step terminates the episode.
+            render_mode: ``None`` or ``"rgb_array"``.
+
+        Raises:
+            ValueError: If a kind, ``max_steps`` or ``render_mode`` is invalid.
+        """
+        if max_steps < 1:
+            msg = f"`max_steps` must be at least 1, got {max_steps}."
+            raise ValueError(msg)
+        if render_mode not in (None, "rgb_array"):
+            msg = f"`render_mode` must be None or 'rgb_array', got {render_mode!r}."
+            raise ValueError(msg)
+        self.obs_kind = obs_kind
+        self.action_kind = action_kind
+        self.observation_space = _observation_space(obs_kind)
+        self.action_space = _action_space(action_kind)
+        self.max_steps = max_steps
+        self.info_every = info_every
+        self.reset_info_every = reset_info_every
+        self.terminate_prob = terminate_prob
+        self.render_mode = render_mode
+        self.reward_scale = 1.0
+        self.steps_taken = 0
+        self.resets_taken = 0
+        self.episode_steps = 0
+        self.position: npt.NDArray[np.float64] = np.zeros(3, dtype=np.float64)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Start an episode at a random position.
+
+        Args:
+            seed: Seeds ``self.np_random`` when given.
+            options: Any mapping; its keys are echoed in the info.
+
+        Returns:
+            The first observation and the reset info.
+        """
+        super().reset(seed=seed)
+        self.resets_taken += 1
+        self.episode_steps = 0
+        self.position = self.np_random.uniform(-1.0, 1.0, size=3)
+        info: dict[str, Any] = {}
+        if self.reset_info_every and self.resets_taken % self.reset_info_every == 0:
+            info["reset_count"] = self.resets_taken
+            info["start"] = self.position.copy()
+        if options:
+            info["option_keys"] = ",".join(sorted(options))
+        return self._observe(), info
+
+    def step(self, action: Any) -> StepResult:
+        """Move by the action plus noise.
+
+        Args:
+            action: An element of :attr:`action_space`.
+
+        Returns:
+            ``(obs, reward, terminated, truncated, info)``.
+        """
+        self.steps_taken += 1
+        self.episode_steps += 1
+        push = self._action_value(action)
+        noise = self.np_random.normal(0.0, 0.1, size=3)
+        self.position = np.clip(self.position + 0.1 * push + noise, -_BOUND, _BOUND)
+        reward = self.reward_scale * (
+            push * float(self.position[0]) - 0.01 * self.episode_steps
+        )
+        terminated = bool(self.np_random.random() < self.terminate_prob)
+        truncated = self.episode_steps >= self.max_steps
+        info: dict[str, Any] = {}
+        if self.info_every and self.steps_taken % self.info_every == 0:
+            info["step_count"] = self.episode_steps
+            info["extra"] = np.array([reward, push], dtype=np.float64)
+        return self._observe(), float(reward), terminated, truncated, info
+
+    def render(self) -> npt.NDArray[np.uint8] | None:
+        """Return an image of the state when ``render_mode="rgb_array"``.
+
+        Returns:
+            A uint8 array of shape ``(8, 8, 3)``, or ``None`` without a render mode.
+        """
+        if self.render_mode is None:
+            return None
+        return self._image()
+
+    def get_state(self) -> dict[str, Any]:
+        """Return a deep copy of the full state, including the RNG state.
+
+        Returns:
+            A picklable dict accepted by :meth:`set_state`.
+        """
+        return {
+            "position": self.position.copy(),
+            "episode_steps": self.episode_steps,
+            "steps_taken": self.steps_taken,
+            "resets_taken": self.resets_taken,
+            "reward_scale": self.reward_scale,
+            "rng": copy.deepcopy(self.np_random.bit_generator.state),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore a state returned by :meth:`get_state`.
+
+        Args:
+            state: The dict from :meth:`get_state`.
+        """
+        self.position = np.array(state["position"], dtype=np.float64)
+        self.episode_steps = int(state["episode_steps"])
+        self.steps_taken = int(state["steps_taken"])
+        self.resets_taken = int(state["resets_taken"])
+        self.reward_scale = float(state["reward_scale"])
+        self.np_random.bit_generator.state = copy.deepcopy(state["rng"])
+
+    def get_pid(self) -> int:
+        """Return the id of the process hosting this env (for grouping tests)."""
+        return os.getpid()
+
+    def scaled(self, value: float, *, factor: float = 2.0) -> float:
+        """Return ``value * factor + steps_taken`` (for ``call`` argument tests)."""
+        return value * factor + self.steps_taken
+
+    def explode(self, message: str = "explode was called") -> None:
+        """Raise :class:`DeliberateError` (for ``call`` error tests).
+
+        Raises:
+            DeliberateError: Always.
+        """
+        raise DeliberateError(message)
+
+    def _action_value(self, action: Any) -> float:
+        if self.action_kind == "discrete":
+            return float(int(action) - 1)
+        return float(np.sum(np.asarray(action, dtype=np.float64)))
+
+    def _image(self) -> npt.NDArray[np.uint8]:
+        shift = int(np.floor(np.sum(self.position) * 50.0))
+        pixels = (_IMAGE_RAMP * (1 + self.episode_steps) + shift) % 256
+        return pixels.astype(np.uint8)
+
+    def _observe(self) -> Any:
+        box = self.position.astype(np.float32)
+        count = int(self.episode_steps % _NUM_COUNTS)
+        if self.obs_kind == "box":
+            return box
+        if self.obs_kind == "discrete":
+            return count
+        if self.obs_kind == "dict":
+            return {"position": box, "count": count}
+        if self.obs_kind == "tuple":
+            return (box, count)
+        return self._image()
+
+
+class RaisingEnv(CountingEnv):
+    """A :class:`CountingEnv` that raises once, in its ``at``-th step or reset.
+
+    The failing call raises from :meth:`explode`, so that name shows up in the
+    remote traceback. Calls after the failing one succeed again, so a vector env
+    that survives env exceptions can keep using it.
+
+    Example:
+        >>> env = RaisingEnv(raise_on="step", at=1)
+        >>> _ = env.reset(seed=0)
+        >>> env.step(0)
+        Traceback (most recent call last):
+        ...
+        ValueError: RaisingEnv failed on purpose in step #1
+    """
+
+    def __init__(
+        self,
+        raise_on: Literal["step", "reset"] = "step",
+        at: int = 1,
+        exc_type: type[Exception] = ValueError,
+        **kwargs: Any,
+    ) -> None:
+        """Build the env.
+
+        Args:
+            raise_on: ``"step"`` or ``"reset"``.
+            at: Raise in this call (1-based, counted over the env's lifetime).
+            exc_type: Exception type; called with the message as only argument.
+            **kwargs: Passed to :class:`CountingEnv`.
+
+        Raises:
+            ValueError: If ``raise_on`` is invalid.
+        """
+        if raise_on not in ("step", "reset"):
+            msg = f"`raise_on` must be 'step' or 'reset', got {raise_on!r}."
+            raise ValueError(msg)
+        super().__init__(**kwargs)
+        self.raise_on = raise_on
+        self.at = at
+        self.exc_type = exc_type
+
+    @staticmethod
+    def message_for(raise_on: str, at: int) -> str:
+        """Return the message the env raises with for ``raise_on`` and ``at``."""
+        return f"RaisingEnv failed on purpose in {raise_on} #{at}"
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset, raising if this is reset number ``at``."""
+        if self.raise_on == "reset" and self.resets_taken + 1 == self.at:
+            self.resets_taken += 1
+            self.explode(self.message_for("reset", self.at))
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: Any) -> StepResult:
+        """Step, raising if this is step number ``at``."""
+        if self.raise_on == "step" and self.steps_taken + 1 == self.at:
+            self.steps_taken += 1
+            self.explode(self.message_for("step", self.at))
+        return super().step(action)
+
+    def explode(self, message: str = "explode was called") -> None:
+        """Raise ``exc_type(message)``.
+
+        Raises:
+            Exception: Always, of type ``exc_type``.
+        """
+        raise self.exc_type(message)
+
+
+class ExitingEnv(CountingEnv):
+    """A :class:`CountingEnv` that calls ``os._exit`` in step ``at_step``.
+
+    Only use it inside a worker process: it kills whatever process steps it.
+    """
+
+    def __init__(self, at_step: int = 1, code: int = 3, **kwargs: Any) -> None:
+        """Build the env.
+
+        Args:
+            at_step: 1-based step (over the env's lifetime) that exits.
+            code: Exit code passed to :func:`os._exit`.
+            **kwargs: Passed to :class:`CountingEnv`.
+        """
+        super().__init__(**kwargs)
+        self.at_step = at_step
+        self.code = code
+
+    def step(self, action: Any) -> StepResult:
+        """Step, or exit the process in step ``at_step``."""
+        if self.steps_taken + 1 == self.at_step:
+            os._exit(self.code)
+        return super().step(action)
+
+
+class CustomExceptionEnv(CountingEnv):
+    """A :class:`CountingEnv` raising :class:`DeliberateErrorWithArgs` in step ``at``.
+
+    That exception cannot be rebuilt by ``pickle``, which exercises the fallback
+    path of a vector env's error reporting.
+    """
+
+    MESSAGE: ClassVar[str] = "CustomExceptionEnv failed on purpose"
+
+    def __init__(self, at: int = 1, **kwargs: Any) -> None:
+        """Build the env.
+
+        Args:
+            at: 1-based step (over the env's lifetime) that raises.
+            **kwargs: Passed to :class:`CountingEnv`.
+        """
+        super().__init__(**kwargs)
+        self.at = at
+
+    def step(self, action: Any) -> StepResult:
+        """Step, raising :class:`DeliberateErrorWithArgs` in step ``at``.
+
+        Raises:
+            DeliberateErrorWithArgs: In step ``at``.
+        """
+        if self.steps_taken + 1 == self.at:
+            self.steps_taken += 1
+            raise DeliberateErrorWithArgs(self.MESSAGE, 7, "extra detail")
+        return super().step(action)
+
+
+class UnpicklableInfoEnv(CountingEnv):
+    """A :class:`CountingEnv` with an unpicklable lock in the info of step ``at``.
+
+    Locks cannot be pickled, so sending that info to another process fails.
+    """
+
+    def __init__(self, at: int = 1, **kwargs: Any) -> None:
+        """Build the env.
+
+        Args:
+            at: 1-based step (over the env's lifetime) whose info holds the lock.
+            **kwargs: Passed to :class:`CountingEnv`.
+        """
+        super().__init__(**kwargs)
+        self.at = at
+
+    def step(self, action: Any) -> StepResult:
+        """Step; the info of step ``at`` holds an unpicklable lock."""
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.steps_taken == self.at:
+            info = {**info, "lock": threading.Lock()}
+        return obs, reward, terminated, truncated, info
+
+
+class SlowEnv(gym.Env[npt.NDArray[np.float32], npt.NDArray[np.float32]]):
+    """An env that sleeps in every step (and optionally in reset).
+
+    The observation is ``[episode_steps, u1, u2]`` with ``u1, u2`` drawn from
+    ``self.np_random``, so results after a reset depend only on the seed. The action
+    is a float32 array of shape ``(1,)`` in ``[0, 10]``: a positive value overrides
+    ``step_delay`` for that step (seconds). Episodes never end.
+
+    Attributes:
+        steps_taken: Number of calls to :meth:`step` over the env's lifetime.
+    """
+
+    def __init__(self, step_delay: float = 0.0, reset_delay: float = 0.0) -> None:
+        """Build the env.
+
+        Args:
+            step_delay: Seconds to sleep per step when the action is not positive.
+            reset_delay: Seconds to sleep per reset.
+        """
+        self.step_delay = step_delay
+        self.reset_delay = reset_delay
+        self.observation_space = spaces.Box(-1e6, 1e6, shape=(3,), dtype=np.float32)
+        self.action_space = spaces.Box(0.0, 10.0, shape=(1,), dtype=np.float32)
+        self.steps_taken = 0
+        self.episode_steps = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[npt.NDArray[np.float32], dict[str, Any]]:
+        """Sleep ``reset_delay`` seconds and start an episode."""
+        super().reset(seed=seed, options=options)
+        time.sleep(self.reset_delay)
+        self.episode_steps = 0
+        return self._observe(), {}
+
+    def step(
+        self, action: npt.NDArray[np.float32]
+    ) -> tuple[npt.NDArray[np.float32], SupportsFloat, bool, bool, dict[str, Any]]:
+        """Sleep, then advance the step count."""
+        requested = float(np.asarray(action).reshape(-1)[0])
+        delay = requested if requested > 0 else self.step_delay
+        time.sleep(delay)
+        self.steps_taken += 1
+        self.episode_steps += 1
+        return self._observe(), delay, False, False, {}
+
+    def sleep(self, seconds: float) -> float:
+        """Sleep ``seconds`` and return it (for ``call`` timeout tests)."""
+        time.sleep(seconds)
+        return seconds
+
+    def get_pid(self) -> int:
+        """Return the id of the process hosting this env."""
+        return os.getpid()
+
+    def _observe(self) -> npt.NDArray[np.float32]:
+        noise = self.np_random.uniform(-1.0, 1.0, size=2)
+        return np.array([self.episode_steps, *noise], dtype=np.float32)
+
+
+def make_env_fns(
+    n: int, *, env_cls: Callable[..., gym.Env[Any, Any]] = CountingEnv, **kwargs: Any
+) -> list[Callable[[], gym.Env[Any, Any]]]:
+    """Return ``n`` picklable env fns building ``env_cls(**kwargs)``.
+
+    Args:
+        n: Number of env fns.
+        env_cls: An env class (or factory) importable by name.
+        **kwargs: Keyword arguments for ``env_cls``.
+
+    Returns:
+        A list of :func:`functools.partial` objects.
+
+    Example:
+        >>> fns = make_env_fns(2, obs_kind="tuple")
+        >>> len(fns), type(fns[0]()).__name__
+        (2, 'CountingEnv')
+    """
+    return [functools.partial(env_cls, **kwargs) for _ in range(n)]
+
+
+def _describe(data: Any) -> str:
+    text = repr(data)
+    return text if len(text) <= 2000 else text[:2000] + "..."
+
+
+def assert_same_data(expected: Any, actual: Any, label: str = "data") -> None:
+    """Assert that two results are exactly equal, types included.
+
+    Uses :func:`gymnasium.utils.env_checker.data_equivalence` with ``exact=True``
+    (dict keys, tuple lengths, array shapes and dtypes, object arrays recursively).
+
+    Args:
+        expected: The reference value.
+        actual: The value under test.
+        label: What is compared, for the failure message.
+
+    Raises:
+        AssertionError: If the values differ.
+    """
+    if not data_equivalence(expected, actual, exact=True):
+        msg = (
+            f"{label} differs.\nexpected: {_describe(expected)}\n"
+            f"actual:   {_describe(actual)}"
+        )
+        raise AssertionError(msg)
+
+
+def assert_same_rollout(
+    reference: VectorEnv[Any, Any, Any],
+    candidate: VectorEnv[Any, Any, Any],
+    actions: Sequence[Any],
+    *,
+    seed: int = 0,
+    reset_seeds: Sequence[int | None] | None = None,
+    check_options_unchanged: bool = True,
+) -> int:
+    """Reset both vector envs with ``seed``, step them in lockstep and compare.
+
+    Observations, rewards, terminations, truncations and infos must be exactly equal
+    after the reset and every step. With ``AutoresetMode.DISABLED`` (read from
+    ``reference.metadata["autoreset_mode"]``), envs that ended are reset after each
+    step with ``reset(options={"reset_mask": mask})`` on both, those results are
+    compared too, and the ``options`` dict given to ``candidate`` must be left
+    unchanged (when ``check_options_unchanged``).
+
+    Args:
+        reference: The trusted implementation, e.g. ``gymnasium.vector.SyncVectorEnv``.
+        candidate: The implementation under test.
+        actions: Batched actions, one per step.
+        seed: Seed of the first reset.
+        reset_seeds: For DISABLED mode, the seed of the masked reset after step
+            ``t`` is ``reset_seeds[t % len(reset_seeds)]`` (default: always ``None``).
+        check_options_unchanged: Check that ``candidate`` does not mutate ``options``.
+
+    Returns:
+        The number of sub-environment episodes that ended during the rollout.
+
+    Raises:
+        AssertionError: On the first difference.
+    """
+    mode = reference.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+    assert_same_data(
+        mode, candidate.metadata.get("autoreset_mode"), "metadata['autoreset_mode']"
+    )
+    expected_reset = reference.reset(seed=seed)
+    actual_reset = candidate.reset(seed=seed)
+    assert_same_data(expected_reset, actual_reset, f"reset(seed={seed})")
+    ended = 0
+    for step_index, action in enumerate(actions):
+        expected = reference.step(action)
+        actual = candidate.step(action)
+        names = ("observations", "rewards", "terminations", "truncations", "infos")
+        for name, want, got in zip(names, expected, actual, strict=True):
+            assert_same_data(want, got, f"step {step_index}: {name}")
+        done = np.logical_or(expected[2], expected[3])
+        ended += int(np.count_nonzero(done))
+        if mode == AutoresetMode.DISABLED and done.any():
+            reset_seed = None
+            if reset_seeds:
+                reset_seed = reset_seeds[step_index % len(reset_seeds)]
+            mask = done.copy()
+            reference_options: dict[str, Any] = {"reset_mask": mask.copy()}
+            candidate_options: dict[str, Any] = {"reset_mask": mask.copy()}
+            expected_reset = reference.reset(seed=reset_seed, options=reference_options)
+            actual_reset = candidate.reset(seed=reset_seed, options=candidate_options)
+            assert_same_data(
+                expected_reset,
+                actual_reset,
+                f"step {step_index}: reset(seed={reset_seed}, reset_mask={mask})",
+            )
+            if check_options_unchanged:
+                assert_same_data(
+                    {"reset_mask": mask}, candidate_options, "options after reset"
+                )
+    return ended

@@ -1,0 +1,408 @@
+"""Child side: the worker loop that hosts a slice of sub-environments.
+
+This module is what ``spawn``/``forkserver`` children import, so it stays light.
+
+Protocol (one duplex pipe per worker):
+
+* parent -> worker: ``b"s"`` (step, actions already in shared memory), or a pickled
+  ``(Command, payload)`` tuple for everything else.
+* worker -> parent: ``b""`` when a command succeeded with nothing to report (the hot
+  path: every info empty, observations in shared memory), otherwise a pickled
+  :class:`Reply`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import pickle
+import signal
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, NamedTuple
+
+from gymnasium.spaces.utils import is_space_dtype_shape_equiv
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import write_to_shared_memory
+
+from vecpool.shared import Layout, SharedBlock, make_reader, make_writer
+
+__all__ = ["STEP", "Command", "ErrorRecord", "Reply", "WorkerConfig", "run_worker"]
+
+STEP = b"s"
+"""The one-byte step command: actions are in shared memory."""
+
+
+class Command(enum.IntEnum):
+    """Commands the parent sends as ``(Command, payload)``."""
+
+    STEP = 1  # payload: list of per-env actions (actions that cannot go in shared memory)
+    RESET = 2  # payload: (list of seeds or None, options, list of reset flags)
+    CALL = 3  # payload: (name, args, kwargs)
+    SET_ATTR = 4  # payload: (name, list of per-env values)
+    CLOSE = 5  # payload: None
+
+
+class ErrorRecord(NamedTuple):
+    """An exception raised by one sub-environment, ready to cross the pipe.
+
+    Attributes:
+        env_index: Global index of the sub-environment.
+        exception: The pickled exception, or ``None`` if it does not round-trip.
+        exc_type: The exception type, or ``None`` if the type itself cannot be pickled.
+        message: ``str(exception)``.
+        traceback: The formatted remote traceback.
+    """
+
+    env_index: int
+    exception: bytes | None
+    exc_type: type[BaseException] | None
+    message: str
+    traceback: str
+
+
+class Reply(NamedTuple):
+    """What a worker sends back when there is more to say than "done".
+
+    Attributes:
+        infos: ``(env_index, info)`` for every non-empty info.
+        observations: Every hosted env's observation, when observations go by pipe.
+        results: Per-env results of ``call`` (or of the start-up space check).
+        errors: Exceptions raised by sub-environments.
+        step_values: ``(env_index, reward, terminated, truncated)``; only used by
+            Gymnasium-protocol workers (custom ``worker=``), whose values arrive by pipe.
+    """
+
+    infos: list[tuple[int, dict[str, Any]]] | None = None
+    observations: list[Any] | None = None
+    results: list[Any] | None = None
+    errors: list[ErrorRecord] | None = None
+    step_values: list[tuple[int, Any, Any, Any]] | None = None
+
+
+@dataclass
+class WorkerConfig:
+    """Everything a worker needs, handed over once at process start.
+
+    Attributes:
+        index: Worker index.
+        start: Global index of the first hosted env.
+        env_fns: A picklable callable returning the list of env constructors.
+        block: The shared block (rewards, flags, and native actions/observations).
+        layout: Where each array lives in ``block``.
+        action_space: Single action space (to read actions from shared memory).
+        observation_space: Single observation space (to write observations).
+        obs_transport: ``"native"``, ``"gym"`` (Gymnasium's shared memory) or ``"pipe"``.
+        gym_obs_memory: Gymnasium shared-memory object when ``obs_transport == "gym"``.
+        autoreset_mode: The autoreset mode.
+        observation_mode: ``"same"``, ``"different"`` or a space tuple (space check).
+        check_spaces: ``(single_observation_space, single_action_space)`` to check.
+        semaphore: Optional semaphore limiting concurrent env execution.
+    """
+
+    index: int
+    start: int
+    env_fns: Callable[[], list[Callable[[], Any]]]
+    block: SharedBlock
+    layout: Layout
+    action_space: Any
+    observation_space: Any
+    obs_transport: str
+    gym_obs_memory: Any
+    autoreset_mode: AutoresetMode
+    observation_mode: Any
+    check_spaces: tuple[Any, Any]
+    semaphore: Any = None
+
+
+def pack_error(env_index: int, exc: BaseException) -> ErrorRecord:
+    """Capture an exception (called inside its ``except`` block).
+
+    Args:
+        env_index: Global index of the env that raised.
+        exc: The exception.
+
+    Returns:
+        A picklable record; the exception itself travels if it survives a round trip.
+    """
+    trace = traceback.format_exc()
+    try:
+        data: bytes | None = pickle.dumps(exc)
+        pickle.loads(data)  # noqa: S301 - our own bytes; checks the round trip
+    except Exception:  # noqa: BLE001 - any pickling failure falls back to type + text
+        data = None
+    exc_type: type[BaseException] | None = type(exc)
+    try:
+        pickle.dumps(exc_type)
+    except Exception:  # noqa: BLE001 - a local class: only the text can travel
+        exc_type = None
+    return ErrorRecord(env_index, data, exc_type, str(exc), trace)
+
+
+def encode(reply: Reply) -> bytes:
+    """Pickle a reply (falling back to cloudpickle for locally defined objects).
+
+    Args:
+        reply: The reply.
+
+    Returns:
+        The bytes to send.
+    """
+    try:
+        return pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - e.g. a lambda in an info; try harder
+        import cloudpickle
+
+        return bytes(cloudpickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+class _Host:
+    """The envs of one worker and the views they read and write."""
+
+    def __init__(self, config: WorkerConfig, envs: list[Any]) -> None:
+        self.config = config
+        self.envs = envs
+        self.start = config.start
+        self.indices = range(config.start, config.start + len(envs))
+        block, layout = config.block, config.layout
+        self.rewards = block.view(layout.rewards)
+        self.terminations = block.view(layout.terminations)
+        self.truncations = block.view(layout.truncations)
+        self.read_action = (
+            make_reader(config.action_space, [block.view(f) for f in layout.actions])
+            if layout.actions
+            else None
+        )
+        self.write_obs: Callable[[int, Any], None] | None = None
+        if config.obs_transport == "native":
+            self.write_obs = make_writer(
+                config.observation_space, [block.view(f) for f in layout.observations]
+            )
+        elif config.obs_transport == "gym":
+            space, memory = config.observation_space, config.gym_obs_memory
+
+            def write_gym(index: int, value: Any) -> None:  # noqa: ANN401
+                write_to_shared_memory(space, index, value, memory)
+
+            self.write_obs = write_gym
+        self.by_pipe = config.obs_transport == "pipe"
+        self.last_obs: list[Any] = [None] * len(envs)
+        self.autoreset = [False] * len(envs)
+        self.mode = config.autoreset_mode
+        self.semaphore = config.semaphore
+
+    # -- commands ------------------------------------------------------------------
+
+    def step(self, actions: list[Any] | None) -> bytes:
+        infos: list[tuple[int, dict[str, Any]]] = []
+        errors: list[ErrorRecord] = []
+        read_action = self.read_action
+        write_obs = self.write_obs
+        rewards, terminations, truncations = (
+            self.rewards,
+            self.terminations,
+            self.truncations,
+        )
+        mode = self.mode
+        if self.semaphore is not None:
+            self.semaphore.acquire()
+        try:
+            for local, env in enumerate(self.envs):
+                index = self.start + local
+                try:
+                    if mode is AutoresetMode.NEXT_STEP and self.autoreset[local]:
+                        obs, info = env.reset()
+                        reward, terminated, truncated = 0.0, False, False
+                    else:
+                        action = (
+                            actions[local]
+                            if actions is not None
+                            else read_action(index)  # type: ignore[misc]
+                        )
+                        obs, reward, terminated, truncated, info = env.step(action)
+                        if mode is AutoresetMode.SAME_STEP and (terminated or truncated):
+                            reset_obs, reset_info = env.reset()
+                            info = {"final_info": info, "final_obs": obs, **reset_info}
+                            obs = reset_obs
+                    if mode is AutoresetMode.NEXT_STEP:
+                        self.autoreset[local] = bool(terminated or truncated)
+                    if write_obs is not None:
+                        write_obs(index, obs)
+                    else:
+                        self.last_obs[local] = obs
+                    rewards[index] = reward
+                    terminations[index] = terminated
+                    truncations[index] = truncated
+                    if info:
+                        infos.append((index, info))
+                except Exception as exc:  # noqa: BLE001 - reported to the parent
+                    errors.append(pack_error(index, exc))
+        finally:
+            if self.semaphore is not None:
+                self.semaphore.release()
+        if not infos and not errors and not self.by_pipe:
+            return b""
+        return encode(
+            Reply(
+                infos=infos or None,
+                observations=self.last_obs if self.by_pipe else None,
+                errors=errors or None,
+            )
+        )
+
+    def reset(
+        self, seeds: list[Any], options: dict[str, Any] | None, flags: list[bool]
+    ) -> bytes:
+        infos: list[tuple[int, dict[str, Any]]] = []
+        errors: list[ErrorRecord] = []
+        if self.semaphore is not None:
+            self.semaphore.acquire()
+        try:
+            for local, env in enumerate(self.envs):
+                if not flags[local]:
+                    continue
+                index = self.start + local
+                try:
+                    obs, info = env.reset(seed=seeds[local], options=options)
+                    self.autoreset[local] = False
+                    if self.write_obs is not None:
+                        self.write_obs(index, obs)
+                    else:
+                        self.last_obs[local] = obs
+                    if info:
+                        infos.append((index, info))
+                except Exception as exc:  # noqa: BLE001 - reported to the parent
+                    errors.append(pack_error(index, exc))
+        finally:
+            if self.semaphore is not None:
+                self.semaphore.release()
+        if not infos and not errors and not self.by_pipe:
+            return b""
+        return encode(
+            Reply(
+                infos=infos or None,
+                observations=self.last_obs if self.by_pipe else None,
+                errors=errors or None,
+            )
+        )
+
+    def call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+        results: list[Any] = []
+        errors: list[ErrorRecord] = []
+        for local, env in enumerate(self.envs):
+            try:
+                attr = env.get_wrapper_attr(name)
+                results.append(attr(*args, **kwargs) if callable(attr) else attr)
+            except Exception as exc:  # noqa: BLE001 - reported to the parent
+                results.append(None)
+                errors.append(pack_error(self.start + local, exc))
+        return encode(Reply(results=results, errors=errors or None))
+
+    def set_attr(self, name: str, values: list[Any]) -> bytes:
+        errors: list[ErrorRecord] = []
+        for local, env in enumerate(self.envs):
+            try:
+                env.set_wrapper_attr(name, values[local])
+            except Exception as exc:  # noqa: BLE001 - reported to the parent
+                errors.append(pack_error(self.start + local, exc))
+        return encode(Reply(errors=errors)) if errors else b""
+
+    def check_spaces(self) -> bytes:
+        single_obs, single_action = self.config.check_spaces
+        same_obs_mode = self.config.observation_mode == "same"
+        results = [
+            (
+                single_obs == env.observation_space
+                if same_obs_mode
+                else is_space_dtype_shape_equiv(single_obs, env.observation_space),
+                single_action == env.action_space,
+            )
+            for env in self.envs
+        ]
+        return encode(Reply(results=results))
+
+    def close(self) -> None:
+        for env in self.envs:
+            with contextlib.suppress(Exception):
+                env.close()
+        self.envs = []
+
+
+def _dispatch(host: _Host, data: bytes) -> tuple[bytes, bool]:
+    """Run one pickled command; return the reply and whether to keep going."""
+    command, payload = pickle.loads(data)  # noqa: S301 - from our own parent
+    if command is Command.STEP:
+        return host.step(payload), True
+    if command is Command.RESET:
+        seeds, options, flags = payload
+        return host.reset(seeds, options, flags), True
+    if command is Command.CALL:
+        name, args, kwargs = payload
+        return host.call(name, args, kwargs), True
+    if command is Command.SET_ATTR:
+        name, values = payload
+        return host.set_attr(name, values), True
+    if command is Command.CLOSE:
+        host.close()
+        return b"", False
+    msg = f"Received unknown command `{command}`."
+    raise RuntimeError(msg)
+
+
+def run_worker(
+    conn: Connection, parent_conn: Connection | None, config: WorkerConfig
+) -> None:
+    """Entry point of a worker process.
+
+    Creates the hosted envs, reports the space check (or the construction error),
+    then serves commands until ``CLOSE`` or until the parent goes away.
+
+    Args:
+        conn: This worker's end of the pipe.
+        parent_conn: The parent's end, closed here so a dead parent is noticed.
+        config: The worker configuration.
+    """
+    # Ctrl-C goes to the whole process group; the parent decides how to shut down.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if parent_conn is not None:
+        parent_conn.close()
+    envs: list[Any] = []
+    try:
+        for local, env_fn in enumerate(config.env_fns()):
+            try:
+                envs.append(env_fn())
+            except Exception as exc:  # noqa: BLE001 - reported to the parent
+                conn.send_bytes(
+                    encode(Reply(errors=[pack_error(config.start + local, exc)]))
+                )
+                return
+        host = _Host(config, envs)
+        conn.send_bytes(host.check_spaces())
+        running = True
+        while running:
+            try:
+                data = conn.recv_bytes()
+            except (EOFError, OSError):
+                break  # the parent is gone: nothing left to serve
+            if data == STEP:
+                reply = host.step(None)
+            else:
+                try:
+                    reply, running = _dispatch(host, data)
+                except Exception as exc:  # noqa: BLE001 - protocol errors go back too
+                    reply = encode(Reply(errors=[pack_error(config.start, exc)]))
+            try:
+                conn.send_bytes(reply)
+            except (BrokenPipeError, OSError):
+                break
+    finally:
+        for env in envs:
+            with contextlib.suppress(Exception):
+                env.close()
+        with contextlib.suppress(Exception):
+            conn.close()
+        sys.stdout.flush()
+
