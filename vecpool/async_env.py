@@ -45,6 +45,7 @@ from vecpool.errors import (
     WorkerCrashedError,
 )
 from vecpool.shared import (
+    NATIVE_LEAVES,
     Layout,
     SharedBlock,
     copy_tree,
@@ -817,13 +818,20 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     def _place_actions(self, actions: Any) -> list[Any] | None:  # noqa: ANN401
         """Write actions into shared memory, or return them per env for the pipes.
 
-        Actions go through shared memory when their dtype is the action space's (or a
-        wider integer type); other dtypes travel unchanged through the pipes, so each
-        env receives exactly what Gymnasium would hand it.
+        A batch of exactly the batched action space's shape and dtype (or a wider
+        integer type) goes through shared memory. Anything else Gymnasium accepts
+        (other dtypes, lists of per-env actions, scalars broadcastable to the action
+        shape) travels unchanged through the pipes, so each env receives exactly what
+        Gymnasium would hand it. The count is always checked here, before sending.
         """
         if self._action_views:
-            arrays = flatten_batch(self.single_action_space, actions, self.num_envs)
-            if all(
+            try:
+                arrays: list[Any] | None = flatten_batch(
+                    self.single_action_space, actions, self.num_envs
+                )
+            except ValueError:
+                arrays = None
+            if arrays is not None and all(
                 array.dtype == view.dtype
                 or (
                     array.dtype.kind in "biu"
@@ -842,6 +850,19 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 f"(num_envs={self.num_envs}), got {len(per_env)}."
             )
             raise ValueError(msg)
+        shape = getattr(self.single_action_space, "shape", None)
+        if isinstance(self.single_action_space, NATIVE_LEAVES) and shape is not None:
+            for index, action in enumerate(per_env):
+                try:
+                    fits = np.broadcast_shapes(np.shape(action), shape) == shape
+                except ValueError:
+                    fits = False
+                if not fits:
+                    msg = (
+                        f"`actions[{index}]` has shape {np.shape(action)}, which does "
+                        f"not fit the single action space's shape {shape}."
+                    )
+                    raise ValueError(msg)
         return per_env
 
     def step_wait(
