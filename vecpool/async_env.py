@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from copy import deepcopy
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for
-from typing import Any
+from typing import Any, NoReturn
 
 import cloudpickle
 import numpy as np
@@ -81,7 +81,7 @@ class _EnvFns:
         return bytes(cloudpickle.dumps(self.env_fns))
 
     def __setstate__(self, state: bytes) -> None:
-        self.env_fns = pickle.loads(state)  # noqa: S301 - written by our own parent
+        self.env_fns = pickle.loads(state)
 
 
 class _Link:
@@ -111,7 +111,9 @@ class _Link:
     ) -> None:
         self.send(Command.RESET, (seeds, options, flags))
 
-    def send_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def send_call(
+        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
         self.send(Command.CALL, (name, args, kwargs))
 
     def send_set_attr(self, name: str, values: list[Any]) -> None:
@@ -120,7 +122,7 @@ class _Link:
     def send_close(self) -> None:
         self.send(Command.CLOSE, None)
 
-    def send(self, command: Command, payload: Any) -> None:  # noqa: ANN401
+    def send(self, command: Command, payload: Any) -> None:
         try:
             data = pickle.dumps((command, payload), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:  # noqa: BLE001 - e.g. a lambda in `call` arguments
@@ -133,7 +135,7 @@ class _Link:
         data = self.conn.recv_bytes()
         if not data:
             return None
-        reply: Reply = pickle.loads(data)  # noqa: S301 - from our own worker
+        reply: Reply = pickle.loads(data)
         return reply
 
 
@@ -146,7 +148,7 @@ class _GymLink(_Link):
         env_indices: range,
         process: multiprocessing.process.BaseProcess,
         conn: Connection,
-        error_queue: Any,  # noqa: ANN401 - a multiprocessing Queue
+        error_queue: Any,
         by_pipe: bool,
     ) -> None:
         super().__init__(index, env_indices, process, conn)
@@ -170,7 +172,9 @@ class _GymLink(_Link):
         else:
             self._send_gym("reset", ("reset-noop", None))
 
-    def send_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def send_call(
+        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
         self._send_gym("call", ("_call", (name, args, kwargs)))
 
     def send_set_attr(self, name: str, values: list[Any]) -> None:
@@ -250,6 +254,19 @@ def _close_all_at_exit() -> None:
     for env in list(_LIVE_ENVS):
         with contextlib.suppress(Exception):
             env.close(terminate=True)
+
+
+def _check_max_concurrency(value: object) -> int | None:
+    """Validate ``max_concurrency`` with Gymnasium's messages."""
+    if value is None:
+        return None
+    if not isinstance(value, (int, np.integer)):
+        msg = f"`max_concurrency` must be an integer or None, got {type(value)}."
+        raise ValueError(msg)
+    if value < 1:
+        msg = f"`max_concurrency` must be a positive or None, got {value}."
+        raise ValueError(msg)
+    return int(value)
 
 
 def _describe_exit(exitcode: int | None) -> str:
@@ -366,20 +383,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             if isinstance(autoreset_mode, AutoresetMode)
             else AutoresetMode(autoreset_mode)
         )
-        if max_concurrency is not None:
-            if not isinstance(max_concurrency, (int, np.integer)):
-                msg = (
-                    "`max_concurrency` must be an integer or None, got "
-                    f"{type(max_concurrency)}."
-                )
-                raise ValueError(msg)
-            if max_concurrency < 1:
-                msg = (
-                    "`max_concurrency` must be a positive or None, got "
-                    f"{max_concurrency}."
-                )
-                raise ValueError(msg)
-        self.max_concurrency = max_concurrency
+        self.max_concurrency = _check_max_concurrency(max_concurrency)
         if worker is not None:
             try:
                 inspect.signature(worker).bind(*(None,) * 8)
@@ -399,7 +403,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
 
         self._state = AsyncState.DEFAULT
         self._broken: WorkerCrashedError | None = None
-        self.processes, self.parent_pipes, self._links = [], [], []
+        self.processes = []
+        self.parent_pipes = []
+        self._links: list[_Link] = []
         self._finalizer: weakref.finalize[Any, Any] | None = None
 
         dummy_env = env_fns[0]()
@@ -426,7 +432,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
 
     # -- construction ------------------------------------------------------------------
 
-    def _resolve_num_workers(self, num_workers: int | None) -> int:
+    def _resolve_num_workers(self, num_workers: object) -> int:
         if self.worker is not None:
             if num_workers not in (None, self.num_envs):
                 msg = (
@@ -453,14 +459,15 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             or not 1 <= num_workers <= self.num_envs
         ):
             msg = (
-                f"`num_workers` must be an integer between 1 and num_envs={self.num_envs}"
-                f" (or None for the default), got {num_workers!r}."
+                "`num_workers` must be an integer between 1 and "
+                f"num_envs={self.num_envs} (or None for the default), "
+                f"got {num_workers!r}."
             )
             raise ValueError(msg)
         return int(num_workers)
 
     def _init_observation_spaces(self, dummy_env: Env[Any, Any]) -> None:
-        mode = self.observation_mode
+        mode: object = self.observation_mode
         if isinstance(mode, tuple) and len(mode) == 2:
             if not isinstance(mode[0], Space) or not isinstance(mode[1], Space):
                 msg = (
@@ -489,7 +496,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             )
             raise ValueError(msg)
 
-    def _setup_buffers(self, ctx: Any) -> None:  # noqa: ANN401 - a multiprocessing context
+    def _setup_buffers(self, ctx: Any) -> None:
         space = self.single_observation_space
         self._gym_obs_memory: Any = None
         if not self.shared_memory:
@@ -532,7 +539,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         else:
             self.observations = create_empty_array(space, n=self.num_envs, fn=np.zeros)
 
-    def _start_workers(self, ctx: Any) -> None:  # noqa: ANN401 - a multiprocessing context
+    def _start_workers(self, ctx: Any) -> None:
         semaphore = None
         if self.max_concurrency is not None and self.max_concurrency < self.num_workers:
             semaphore = ctx.BoundedSemaphore(self.max_concurrency)
@@ -543,7 +550,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             self, _shutdown, self.processes, self.parent_pipes
         )
         with clear_mpi_env_vars():
-            for index, env_indices in enumerate(_split(self.num_envs, self.num_workers)):
+            for index, env_indices in enumerate(
+                _split(self.num_envs, self.num_workers)
+            ):
                 parent_conn, child_conn = ctx.Pipe()
                 if self.worker is not None:
                     args: tuple[Any, ...] = (
@@ -578,7 +587,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                     )
                     args, target = (child_conn, parent_conn, config), run_worker
                 process = ctx.Process(
-                    target=target, name=f"Worker<{type(self).__name__}>-{index}", args=args
+                    target=target,
+                    name=f"Worker<{type(self).__name__}>-{index}",
+                    args=args,
                 )
                 process.daemon = self.daemon
                 self.processes.append(process)
@@ -618,9 +629,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         if not all(same_observation_spaces):
             if self.observation_mode == "same":
                 msg = (
-                    "AsyncVectorEnv(..., observation_mode='same') however some of the "
-                    "sub-environments observation spaces are not equivalent. If this is "
-                    "intentional, use `observation_mode='different'` instead."
+                    "AsyncVectorEnv(..., observation_mode='same') however some of "
+                    "the sub-environments observation spaces are not equivalent. If "
+                    "this is intentional, use `observation_mode='different'` instead."
                 )
             else:
                 msg = (
@@ -644,9 +655,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         """Returns a tuple of np_random seeds for all the wrapped envs."""
         return self.get_attr("np_random_seed")
 
-    @property
+    @property  # type: ignore[misc]  # read-only, as in Gymnasium's AsyncVectorEnv
     def np_random(self) -> tuple[np.random.Generator, ...]:  # type: ignore[override]
-        """Returns the tuple of the numpy random number generators for the wrapped envs."""
+        """Returns the tuple of the numpy random generators of the wrapped envs."""
         return self.get_attr("np_random")
 
     # -- reset -------------------------------------------------------------------------
@@ -717,9 +728,11 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             link.send_reset(seeds[part], options, flags[part])
         self._state = AsyncState.WAITING_RESET
 
-    def _check_reset_mask(self, reset_mask: Any) -> list[bool]:  # noqa: ANN401
+    def _check_reset_mask(self, reset_mask: Any) -> list[bool]:
         if not isinstance(reset_mask, np.ndarray):
-            msg = f"`options['reset_mask']` must be a numpy array, got {type(reset_mask)}"
+            msg = (
+                f"`options['reset_mask']` must be a numpy array, got {type(reset_mask)}"
+            )
             raise TypeError(msg)
         if reset_mask.shape != (self.num_envs,):
             msg = (
@@ -735,8 +748,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             raise TypeError(msg)
         if not np.any(reset_mask):
             msg = (
-                "`options['reset_mask']` must contain a boolean array with at least one "
-                f"True value, got reset_mask={reset_mask}"
+                "`options['reset_mask']` must contain a boolean array with at least "
+                f"one True value, got reset_mask={reset_mask}"
             )
             raise ValueError(msg)
         return [bool(flag) for flag in reset_mask]
@@ -768,7 +781,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     # -- step --------------------------------------------------------------------------
 
     def step(
-        self, actions: Any  # noqa: ANN401 - an element of action_space
+        self, actions: Any
     ) -> tuple[
         Any,
         npt.NDArray[np.float64],
@@ -787,7 +800,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self.step_async(actions)
         return self.step_wait()
 
-    def step_async(self, actions: Any) -> None:  # noqa: ANN401 - element of action_space
+    def step_async(self, actions: Any) -> None:
         """Check the actions, place them in shared memory and wake the workers.
 
         Args:
@@ -815,7 +828,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             )
         self._state = AsyncState.WAITING_STEP
 
-    def _place_actions(self, actions: Any) -> list[Any] | None:  # noqa: ANN401
+    def _place_actions(self, actions: Any) -> list[Any] | None:
         """Write actions into shared memory, or return them per env for the pipes.
 
         A batch of exactly the batched action space's shape and dtype (or a wider
@@ -1025,7 +1038,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
 
     # -- close -------------------------------------------------------------------------
 
-    def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
+    def close_extras(
+        self, timeout: float | None = None, terminate: bool = False
+    ) -> None:
         """Close the sub-environments and release the workers and shared memory.
 
         Args:
@@ -1063,12 +1078,15 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
 
     def _assert_is_running(self) -> None:
         if self.closed:
-            msg = f"Trying to operate on `{type(self).__name__}`, after a call to `close()`."
+            name = type(self).__name__
+            msg = f"Trying to operate on `{name}`, after a call to `close()`."
             raise ClosedEnvironmentError(msg)
         if self._broken is not None:
             error = self._broken
             msg = f"{error.args[0]} (raised earlier; this vector env is unusable)"
-            raise WorkerCrashedError(msg, error.worker, error.env_indices, error.exitcode)
+            raise WorkerCrashedError(
+                msg, error.worker, error.env_indices, error.exitcode
+            )
 
     def __del__(self) -> None:
         """On garbage collection, terminate the workers if not closed."""
@@ -1086,7 +1104,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         """
         replies: list[Reply | None] = [None] * len(self._links)
         waiting: dict[Any, _Link] = {link.conn: link for link in self._links}
-        sentinels = {link.process.sentinel: link for link in self._links}
+        sentinels: dict[Any, _Link] = {
+            link.process.sentinel: link for link in self._links
+        }
         deadline = None if timeout is None else time.monotonic() + timeout
         while waiting:
             remaining = (
@@ -1100,15 +1120,18 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 for link in waiting.values():
                     link.stale += 1
                 self._state = AsyncState.DEFAULT
-                msg = f"The call to `{what}_wait` has timed out after {timeout} second(s)."
+                msg = (
+                    f"The call to `{what}_wait` has timed out after {timeout} "
+                    "second(s)."
+                )
                 raise multiprocessing.TimeoutError(msg)
             for obj in ready:
-                link = waiting.get(obj)  # type: ignore[assignment]
-                if link is None:
-                    link = sentinels[obj]  # type: ignore[index]
-                    if link.conn in waiting and not link.conn.poll():
-                        self._crashed(link, what)
+                if obj not in waiting:
+                    dead = sentinels[obj]
+                    if dead.conn in waiting and not dead.conn.poll():
+                        self._crashed(dead, what)
                     continue
+                link = waiting[obj]
                 try:
                     reply = link.recv()
                 except (EOFError, OSError):
@@ -1120,27 +1143,30 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 del waiting[obj]
         return replies
 
-    def _crashed(self, link: _Link, what: str) -> None:
+    def _crashed(self, link: _Link, what: str) -> NoReturn:
         link.process.join(1.0)
         envs = link.env_indices
         hosted = (
-            f"env {envs.start}" if len(envs) == 1 else f"envs {envs.start}-{envs.stop - 1}"
+            f"env {envs.start}"
+            if len(envs) == 1
+            else f"envs {envs.start}-{envs.stop - 1}"
         )
         msg = (
             f"Worker {link.index} (hosting {hosted}) died with "
             f"{_describe_exit(link.process.exitcode)} while running `{what}`. Its "
             "sub-environments are lost: call `close()` and create a new vector env."
         )
-        error = WorkerCrashedError(
-            msg, link.index, tuple(envs), link.process.exitcode
-        )
+        error = WorkerCrashedError(msg, link.index, tuple(envs), link.process.exitcode)
         self._broken = error
         self._state = AsyncState.DEFAULT
         raise error
 
     def _raise_if_errors(self, replies: Iterable[Reply | None]) -> None:
         errors = [
-            error for reply in replies if reply and reply.errors for error in reply.errors
+            error
+            for reply in replies
+            if reply and reply.errors
+            for error in reply.errors
         ]
         if not errors:
             return
@@ -1177,7 +1203,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                     infos = self._add_info(infos, info, index)
         return infos
 
-    def _read_observations(self) -> Any:  # noqa: ANN401 - batch of observation_space
+    def _read_observations(self) -> Any:
         if self._obs_transport == "pipe":
             self.observations = concatenate(
                 self.single_observation_space, self._env_obs, self.observations
@@ -1189,15 +1215,18 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
 
 
 def _rebuild_exception(error: ErrorRecord) -> BaseException:
-    """The exception a worker reported: the original object if it travelled, else its
-    type rebuilt from the message, else a :class:`VecPoolError` naming the type.
+    """Rebuild the exception a worker reported.
+
+    The original object if it travelled, else its type rebuilt from the message, else
+    a :class:`VecPoolError` carrying the message.
     """
     if error.exception is not None:
         with contextlib.suppress(Exception):
-            exception: BaseException = pickle.loads(error.exception)  # noqa: S301
+            exception: BaseException = pickle.loads(error.exception)
             return exception
     if error.exc_type is not None:
         with contextlib.suppress(Exception):
             return error.exc_type(error.message)
-    return VecPoolError(f"{error.message} (raised in sub-environment {error.env_index})")
-
+    return VecPoolError(
+        f"{error.message} (raised in sub-environment {error.env_index})"
+    )

@@ -58,7 +58,11 @@ class WorkerCrashedError(VecPoolError):
     """
 
     def __init__(
-        self, message: str, worker: int, env_indices: tuple[int, ...], exitcode: int | None
+        self,
+        message: str,
+        worker: int,
+        env_indices: tuple[int, ...],
+        exitcode: int | None,
     ) -> None:
         """Build the error; ``message`` is the full human-readable text."""
         super().__init__(message)
@@ -76,7 +80,7 @@ class WorkerCrashedError(VecPoolError):
         )
 
 
-class RemoteTraceback(Exception):  # noqa: N818 - named like concurrent.futures' helper
+class RemoteTraceback(Exception):
     """Carries the formatted traceback of an exception raised in a worker.
 
     It is attached as ``__cause__`` of the re-raised exception, so the remote

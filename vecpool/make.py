@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import sys
 from collections.abc import Callable, Sequence
+from types import FrameType
 from typing import Any
 
 import gymnasium as gym
@@ -49,7 +50,7 @@ class _SingleEnvFactory:
 
 
 def make_vec(
-    id: str | EnvSpec,  # noqa: A002 - Gymnasium's parameter name
+    id: str | EnvSpec,
     num_envs: int = 1,
     vector_kwargs: dict[str, Any] | None = None,
     wrappers: Sequence[Callable[[Env[Any, Any]], Wrapper[Any, Any, Any, Any]]]
@@ -64,7 +65,9 @@ def make_vec(
 
     Example:
         >>> import vecpool
-        >>> envs = vecpool.make_vec("CartPole-v1", num_envs=4, vector_kwargs={"num_workers": 2})
+        >>> envs = vecpool.make_vec(
+        ...     "CartPole-v1", num_envs=4, vector_kwargs={"num_workers": 2}
+        ... )
         >>> envs
         AsyncVectorEnv(CartPole-v1, num_envs=4)
         >>> envs.close()
@@ -86,10 +89,11 @@ def make_vec(
     """
     vector_kwargs = {} if vector_kwargs is None else dict(vector_kwargs)
     wrappers = [] if wrappers is None else list(wrappers)
-    if isinstance(id, EnvSpec):
-        env_spec = id
-    elif isinstance(id, str):
-        env_spec = _find_spec(id)
+    given: object = id
+    if isinstance(given, EnvSpec):
+        env_spec = given
+    elif isinstance(given, str):
+        env_spec = _find_spec(given)
     else:
         msg = f"Invalid id type: {type(id)}. Expected `str` or `EnvSpec`"
         raise error.Error(msg)
@@ -180,7 +184,7 @@ class VectorEntryPoint:
 
 def _calling_spec() -> EnvSpec | None:
     """The ``EnvSpec`` that ``gym.make_vec`` is building, found in its frame."""
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(8):
         if frame is None:
             return None
@@ -227,8 +231,9 @@ def vector_entry_point(num_envs: int, **env_kwargs: Any) -> AsyncVectorEnv:
         msg = (
             "`vecpool.vector_entry_point` must be called by `gym.make_vec` for an env "
             "registered with both `entry_point=` and "
-            "`vector_entry_point='vecpool:vector_entry_point'`. To call it yourself, "
-            "use `vecpool.VectorEntryPoint(entry_point)(num_envs)` or `vecpool.make_vec`."
+            "`vector_entry_point='vecpool:vector_entry_point'`. To call it "
+            "yourself, use `vecpool.VectorEntryPoint(entry_point)(num_envs)` or "
+            "`vecpool.make_vec`."
         )
         raise TypeError(msg)
     return VectorEntryPoint(spec.entry_point)(num_envs, **env_kwargs)

@@ -70,6 +70,7 @@ def leaves(space: spaces.Space[Any]) -> list[tuple[np.dtype[Any], tuple[int, ...
     """
     if isinstance(space, NATIVE_LEAVES):
         assert space.dtype is not None
+        assert space.shape is not None
         return [(np.dtype(space.dtype), tuple(space.shape))]
     if isinstance(space, spaces.Dict):
         return [leaf for sub in space.spaces.values() for leaf in leaves(sub)]
@@ -187,9 +188,7 @@ class SharedBlock:
         return array.reshape(field.shape)
 
 
-def make_views(
-    space: spaces.Space[Any], arrays: list[np.ndarray[Any, Any]]
-) -> Any:  # noqa: ANN401 - mirrors the nesting of an arbitrary space
+def make_views(space: spaces.Space[Any], arrays: list[np.ndarray[Any, Any]]) -> Any:
     """Nest leaf arrays back into the structure Gymnasium batches ``space`` into.
 
     Dict spaces become ``dict``, Tuple spaces ``tuple`` and leaves arrays, exactly as
@@ -204,7 +203,7 @@ def make_views(
     """
     iterator = iter(arrays)
 
-    def build(sub: spaces.Space[Any]) -> Any:  # noqa: ANN401 - any nesting
+    def build(sub: spaces.Space[Any]) -> Any:
         if isinstance(sub, spaces.Dict):
             return {key: build(value) for key, value in sub.spaces.items()}
         if isinstance(sub, spaces.Tuple):
@@ -214,7 +213,7 @@ def make_views(
     return build(space)
 
 
-def copy_tree(batch: Any) -> Any:  # noqa: ANN401 - any nesting of arrays
+def copy_tree(batch: Any) -> Any:
     """Copy a nested batch of arrays (dict / tuple / ndarray); other leaves as-is.
 
     Args:
@@ -254,7 +253,7 @@ def make_writer(space: spaces.Space[Any], arrays: list[np.ndarray[Any, Any]]) ->
         if isinstance(sub, spaces.Dict):
             items = [(key, build(value)) for key, value in sub.spaces.items()]
 
-            def write_dict(index: int, value: Any) -> None:  # noqa: ANN401
+            def write_dict(index: int, value: Any) -> None:
                 for key, writer in items:
                     writer(index, value[key])
 
@@ -262,14 +261,14 @@ def make_writer(space: spaces.Space[Any], arrays: list[np.ndarray[Any, Any]]) ->
         if isinstance(sub, spaces.Tuple):
             writers = [build(value) for value in sub.spaces]
 
-            def write_tuple(index: int, value: Any) -> None:  # noqa: ANN401
+            def write_tuple(index: int, value: Any) -> None:
                 for writer, item in zip(writers, value, strict=True):
                     writer(index, item)
 
             return write_tuple
         array = next(iterator)
 
-        def write_leaf(index: int, value: Any) -> None:  # noqa: ANN401
+        def write_leaf(index: int, value: Any) -> None:
             array[index] = value
 
         return write_leaf
@@ -326,7 +325,7 @@ def flatten_batch(
     """
     out: list[np.ndarray[Any, Any]] = []
 
-    def walk(sub: spaces.Space[Any], value: Any, path: str) -> None:  # noqa: ANN401
+    def walk(sub: spaces.Space[Any], value: Any, path: str) -> None:
         if isinstance(sub, spaces.Dict):
             if not isinstance(value, Mapping) or set(value) != set(sub.spaces):
                 keys = list(value) if isinstance(value, Mapping) else type(value)
@@ -340,21 +339,22 @@ def flatten_batch(
             return
         if isinstance(sub, spaces.Tuple):
             if not isinstance(value, (tuple, list)) or len(value) != len(sub.spaces):
+                length = f" of length {len(value)}" if hasattr(value, "__len__") else ""
                 msg = (
                     f"`{path}` must be a tuple of {len(sub.spaces)} batches, "
-                    f"got {type(value).__name__}"
-                    f"{f' of length {len(value)}' if hasattr(value, '__len__') else ''}."
+                    f"got {type(value).__name__}{length}."
                 )
                 raise ValueError(msg)
             for index, item in enumerate(sub.spaces):
                 walk(item, value[index], f"{path}[{index}]")
             return
         array = np.asarray(value)
-        expected = (num_envs, *sub.shape)
+        shape = tuple(sub.shape or ())
+        expected = (num_envs, *shape)
         if array.shape != expected:
             msg = (
                 f"`{path}` must have shape {expected} (num_envs={num_envs}, then the "
-                f"single action space's shape {tuple(sub.shape)}), got {array.shape}."
+                f"single action space's shape {shape}), got {array.shape}."
             )
             raise ValueError(msg)
         out.append(array)

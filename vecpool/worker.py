@@ -39,7 +39,9 @@ STEP = b"s"
 class Command(enum.IntEnum):
     """Commands the parent sends as ``(Command, payload)``."""
 
-    STEP = 1  # payload: list of per-env actions (actions that cannot go in shared memory)
+    STEP = (
+        1  # payload: list of per-env actions (actions that cannot go in shared memory)
+    )
     RESET = 2  # payload: (list of seeds or None, options, list of reset flags)
     CALL = 3  # payload: (name, args, kwargs)
     SET_ATTR = 4  # payload: (name, list of per-env values)
@@ -73,7 +75,8 @@ class Reply(NamedTuple):
         results: Per-env results of ``call`` (or of the start-up space check).
         errors: Exceptions raised by sub-environments.
         step_values: ``(env_index, reward, terminated, truncated)``; only used by
-            Gymnasium-protocol workers (custom ``worker=``), whose values arrive by pipe.
+            Gymnasium-protocol workers (custom ``worker=``), whose values come by
+            pipe.
     """
 
     infos: list[tuple[int, dict[str, Any]]] | None = None
@@ -95,7 +98,8 @@ class WorkerConfig:
         layout: Where each array lives in ``block``.
         action_space: Single action space (to read actions from shared memory).
         observation_space: Single observation space (to write observations).
-        obs_transport: ``"native"``, ``"gym"`` (Gymnasium's shared memory) or ``"pipe"``.
+        obs_transport: ``"native"``, ``"gym"`` (Gymnasium's shared memory) or
+            ``"pipe"``.
         gym_obs_memory: Gymnasium shared-memory object when ``obs_transport == "gym"``.
         autoreset_mode: The autoreset mode.
         observation_mode: ``"same"``, ``"different"`` or a space tuple (space check).
@@ -129,9 +133,10 @@ def pack_error(env_index: int, exc: BaseException) -> ErrorRecord:
         A picklable record; the exception itself travels if it survives a round trip.
     """
     trace = traceback.format_exc()
+    data: bytes | None
     try:
-        data: bytes | None = pickle.dumps(exc)
-        pickle.loads(data)  # noqa: S301 - our own bytes; checks the round trip
+        data = pickle.dumps(exc)
+        pickle.loads(data)  # checks the round trip (custom __init__ args can fail)
     except Exception:  # noqa: BLE001 - any pickling failure falls back to type + text
         data = None
     exc_type: type[BaseException] | None = type(exc)
@@ -184,7 +189,7 @@ class _Host:
         elif config.obs_transport == "gym":
             space, memory = config.observation_space, config.gym_obs_memory
 
-            def write_gym(index: int, value: Any) -> None:  # noqa: ANN401
+            def write_gym(index: int, value: Any) -> None:
                 write_to_shared_memory(space, index, value, memory)
 
             self.write_obs = write_gym
@@ -223,7 +228,9 @@ class _Host:
                             else read_action(index)  # type: ignore[misc]
                         )
                         obs, reward, terminated, truncated, info = env.step(action)
-                        if mode is AutoresetMode.SAME_STEP and (terminated or truncated):
+                        if mode is AutoresetMode.SAME_STEP and (
+                            terminated or truncated
+                        ):
                             reset_obs, reset_info = env.reset()
                             info = {"final_info": info, "final_obs": obs, **reset_info}
                             obs = reset_obs
@@ -333,7 +340,7 @@ class _Host:
 
 def _dispatch(host: _Host, data: bytes) -> tuple[bytes, bool]:
     """Run one pickled command; return the reply and whether to keep going."""
-    command, payload = pickle.loads(data)  # noqa: S301 - from our own parent
+    command, payload = pickle.loads(data)
     if command is Command.STEP:
         return host.step(payload), True
     if command is Command.RESET:
@@ -405,4 +412,3 @@ def run_worker(
         with contextlib.suppress(Exception):
             conn.close()
         sys.stdout.flush()
-
