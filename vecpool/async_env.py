@@ -1062,16 +1062,20 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             except Exception:  # noqa: BLE001 - closing anyway; the error was logged
                 terminate = terminate or self._broken is not None
         self._state = AsyncState.DEFAULT
-        if not terminate and self._broken is None:
+        if not terminate:
+            # Workers still alive close their envs; a crashed one is simply reaped.
+            live = [link for link in self._links if link.process.is_alive()]
             try:
-                for link in self._links:
+                for link in live:
                     link.send_close()
-                self._gather("close", timeout)
+                self._gather("close", timeout, live)
             except Exception:  # noqa: BLE001 - fall back to terminating the workers
                 terminate = True
-        for process in self.processes:
-            if not terminate:
-                process.join(timeout)
+        if not terminate:
+            grace = 5.0 if timeout is None else timeout
+            deadline = time.monotonic() + grace
+            for process in self.processes:
+                process.join(max(0.0, deadline - time.monotonic()))
         if self._finalizer is not None:
             self._finalizer()  # terminates whatever is left, reaps, closes pipes
         self._block = None  # type: ignore[assignment]
@@ -1096,17 +1100,18 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
 
     # -- waiting and results -----------------------------------------------------------
 
-    def _gather(self, what: str, timeout: float | None) -> list[Reply | None]:
-        """Wait for one reply from every worker, on all of them at once.
+    def _gather(
+        self, what: str, timeout: float | None, links: list[_Link] | None = None
+    ) -> list[Reply | None]:
+        """Wait for one reply from every worker (or ``links``), on all at once.
 
         Dead workers are noticed through their process sentinels, and replies owed
         for earlier calls that timed out are discarded.
         """
         replies: list[Reply | None] = [None] * len(self._links)
-        waiting: dict[Any, _Link] = {link.conn: link for link in self._links}
-        sentinels: dict[Any, _Link] = {
-            link.process.sentinel: link for link in self._links
-        }
+        links = self._links if links is None else links
+        waiting: dict[Any, _Link] = {link.conn: link for link in links}
+        sentinels: dict[Any, _Link] = {link.process.sentinel: link for link in links}
         deadline = None if timeout is None else time.monotonic() + timeout
         while waiting:
             remaining = (
