@@ -1,0 +1,155 @@
+# /// script
+# requires-python = ">=3.10"
+# dependencies = ["nox>=2025.2.9"]
+# ///
+"""Nox sessions for vecpool: tests, lint, typecheck, docs, peer, bench, build."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import zipfile
+from pathlib import Path
+
+import nox
+
+nox.needs_version = ">=2025.2.9"  # nox.project.dependency_groups
+nox.options.default_venv_backend = "uv|virtualenv"  # virtualenv when uv is missing
+
+ROOT = Path(__file__).resolve().parent
+PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
+PYTHON_SOURCES = ["vecpool", "tests", "noxfile.py", "docs/conf.py"]
+
+# Every session reuses the interpreter that runs nox (`python=None`): CI has
+# a single python3. Pick another with e.g. `nox -s tests --force-python 3.12`.
+PYTHON = None
+
+GYM_TESTS_HELP = """\
+Gymnasium's own tests/ are not in its PyPI release, so `peer` needs a copy of its repo:
+  git clone --bare https://github.com/Farama-Foundation/Gymnasium.git /tmp/gym.git
+  GYM_GIT_DIR=/tmp/gym.git nox -s peer
+or point GYM_TESTS_SRC at a Gymnasium checkout (the directory containing tests/)"""
+
+
+def install_project(session: nox.Session, *extra: str) -> None:
+    """Install vecpool itself (a real wheel install, never editable) plus ``extra``."""
+    # uv may reuse a cached build of an unchanged version number; pip always rebuilds
+    # a local directory.
+    reinstall = (
+        ["--reinstall-package", "vecpool"] if session.venv_backend == "uv" else []
+    )
+    session.install(*reinstall, ".", *extra)
+
+
+def gym_tests_script() -> Path:
+    """Where the script that runs Gymnasium's vector tests against vecpool lives."""
+    configured = os.environ.get("VECPOOL_GYM_TESTS_SCRIPT")
+    if configured:
+        return Path(configured).expanduser().resolve()
+    return ROOT.parent / "shared" / "tools" / "run_gym_vector_tests.sh"
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Run the test suite against an installed (non-editable) vecpool."""
+    install_project(session, *nox.project.dependency_groups(PYPROJECT, "test"))
+    # the `pytest` script (not `python -m pytest`) keeps the checkout off sys.path
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """Check lint rules and formatting with ruff."""
+    session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
+    session.run("ruff", "check", *PYTHON_SOURCES)
+    session.run("ruff", "format", "--check", *PYTHON_SOURCES)
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """Type-check the package with ``mypy --strict`` (config in pyproject.toml)."""
+    install_project(session, *nox.project.dependency_groups(PYPROJECT, "typecheck"))
+    session.run("mypy", "--strict", "vecpool", *session.posargs)
+
+
+@nox.session(python=PYTHON, default=False)
+def docs(session: nox.Session) -> None:
+    """Build the HTML docs, failing on any warning or broken reference.
+
+    Set ``VECPOOL_DOCS_INTERSPHINX=1`` to link to Python/NumPy/Gymnasium docs (needs
+    internet access).
+    """
+    install_project(session, *nox.project.dependency_groups(PYPROJECT, "docs"))
+    out = ROOT / "docs" / "_build" / "html"
+    shutil.rmtree(out, ignore_errors=True)
+    session.run(
+        "sphinx-build", "-n", "-W", "--keep-going", "-b", "html", "docs", str(out)
+    )
+
+
+@nox.session(python=PYTHON, default=False)
+def peer(session: nox.Session) -> None:
+    """Run Gymnasium's own ``tests/vector`` suite with vecpool swapped in.
+
+    Needs ``GYM_GIT_DIR`` (a Gymnasium git dir) or ``GYM_TESTS_SRC`` (a checkout);
+    ``VECPOOL_GYM_TESTS_SCRIPT`` overrides where the runner script is looked up.
+    Positional arguments go to pytest, e.g. ``nox -s peer -- -k reset``.
+    """
+    script = gym_tests_script()
+    if not script.is_file():
+        session.skip(
+            f"runner script {script} not found; set VECPOOL_GYM_TESTS_SCRIPT to "
+            "the path of run_gym_vector_tests.sh"
+        )
+    if not (os.environ.get("GYM_GIT_DIR") or os.environ.get("GYM_TESTS_SRC")):
+        session.skip("neither GYM_GIT_DIR nor GYM_TESTS_SRC is set.\n" + GYM_TESTS_HELP)
+    install_project(session, "pytest", "pytest-timeout", "pygame")
+    python = shutil.which("python", path=session.bin)
+    if python is None:
+        session.error(f"no python executable in {session.bin}")
+    extra = ["--", *session.posargs] if session.posargs else []
+    session.run(
+        "bash",
+        str(script),
+        "vecpool:AsyncVectorEnv",
+        *extra,
+        env={"PYTHON": python},
+        external=True,
+    )
+
+
+@nox.session(python=PYTHON, default=False)
+def bench(session: nox.Session) -> None:
+    """Run ``python -m vecpool bench`` with the positional arguments."""
+    install_project(session)
+    session.run("python", "-m", "vecpool", "bench", *session.posargs)
+
+
+@nox.session(python=PYTHON, default=False)
+def build(session: nox.Session) -> None:
+    """Build the sdist and wheel, check their metadata and the wheel's contents."""
+    session.install("build", "twine")
+    dist = ROOT / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.run("python", "-m", "build", "--outdir", str(dist), str(ROOT))
+    artifacts = sorted(str(path) for path in dist.iterdir())
+    session.run("twine", "check", "--strict", *artifacts)
+
+    (wheel,) = dist.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    if "vecpool/py.typed" not in names:
+        session.error(f"{wheel.name} does not contain vecpool/py.typed")
+    strays = [
+        name
+        for name in names
+        if not name.startswith("vecpool/")
+        and not (name.startswith("vecpool-") and ".dist-info/" in name)
+    ]
+    if strays:
+        session.error(f"{wheel.name} contains files outside vecpool/: {strays}")
+    session.log(f"{wheel.name}: {len(names)} files, vecpool/py.typed present")
+
+
+if __name__ == "__main__":
+    nox.main()
