@@ -1,0 +1,152 @@
+"""vecpool.make_vec and the vector entry points, against gym.make_vec."""
+
+from __future__ import annotations
+
+import re
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import data_equivalence
+from gymnasium.vector import AutoresetMode
+from gymnasium.wrappers import TimeAwareObservation
+
+import vecpool
+
+
+def _rollout(envs, steps=60, seed=3):
+    obs, info = envs.reset(seed=seed)
+    results = [(obs, info)]
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        actions = rng.integers(0, 2, envs.num_envs)
+        results.append(envs.step(actions))
+    return results
+
+
+def test_make_vec_builds_vecpool_env_with_gymnasium_spec():
+    envs = vecpool.make_vec(
+        "CartPole-v1",
+        num_envs=3,
+        vector_kwargs={"num_workers": 2},
+        sutton_barto_reward=True,
+    )
+    try:
+        assert isinstance(envs, vecpool.AsyncVectorEnv)
+        assert envs.num_workers == 2
+        assert repr(envs) == "AsyncVectorEnv(CartPole-v1, num_envs=3)"
+        assert envs.spec is not None
+        assert envs.spec.id == "CartPole-v1"
+        assert envs.spec.kwargs == {
+            "sutton_barto_reward": True,
+            "num_envs": 3,
+            "vectorization_mode": "async",
+            "vector_kwargs": {"num_workers": 2},
+        }
+        assert envs.get_attr("_sutton_barto_reward") == (True, True, True)
+    finally:
+        envs.close()
+
+
+def test_make_vec_equals_gym_make_vec_results():
+    ours = vecpool.make_vec(
+        "CartPole-v1",
+        num_envs=4,
+        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+    )
+    theirs = gym.make_vec(
+        "CartPole-v1",
+        num_envs=4,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+    )
+    try:
+        assert ours.spec.kwargs["vector_kwargs"] == theirs.spec.kwargs["vector_kwargs"]
+        for mine, reference in zip(_rollout(ours), _rollout(theirs), strict=True):
+            assert data_equivalence(mine, reference, exact=True)
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_make_vec_applies_wrappers_and_accepts_a_spec():
+    envs = vecpool.make_vec(
+        gym.spec("CartPole-v1"), num_envs=2, wrappers=[TimeAwareObservation]
+    )
+    try:
+        assert envs.single_observation_space.shape == (5,)
+        assert envs.spec.kwargs["wrappers"] == [TimeAwareObservation]
+        obs, _ = envs.reset(seed=0)
+        assert obs.shape == (2, 5)
+    finally:
+        envs.close()
+
+
+def test_make_vec_rejects_bad_id_type():
+    with pytest.raises(
+        gym.error.Error, match=re.escape("Invalid id type: <class 'int'>")
+    ):
+        vecpool.make_vec(123)
+
+
+def test_vector_entry_point_object_via_gym_make_vec():
+    env_id = "VecpoolTestCartPoleObj-v1"
+    gym.register(
+        env_id,
+        entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv",
+        vector_entry_point=vecpool.VectorEntryPoint(
+            "gymnasium.envs.classic_control.cartpole:CartPoleEnv", num_workers=2
+        ),
+        max_episode_steps=20,
+    )
+    try:
+        envs = gym.make_vec(env_id, num_envs=4)
+        try:
+            assert isinstance(envs, vecpool.AsyncVectorEnv)
+            assert envs.num_workers == 2
+            assert envs.spec.id == env_id
+            assert envs.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
+            # max_episode_steps from the spec is honoured: every env truncates at 20
+            envs.reset(seed=0)
+            truncated_at = None
+            for step in range(1, 25):
+                _, _, terminations, truncations, _ = envs.step(
+                    np.zeros(4, dtype=np.int64)
+                )
+                if truncations.any() or terminations.any():
+                    truncated_at = step
+                    break
+            assert truncated_at is not None
+            assert truncated_at <= 20
+        finally:
+            envs.close()
+    finally:
+        del gym.registry[env_id]
+
+
+def test_vector_entry_point_string_via_gym_make_vec():
+    env_id = "VecpoolTestCartPoleStr-v1"
+    gym.register(
+        env_id,
+        entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv",
+        vector_entry_point="vecpool:vector_entry_point",
+        max_episode_steps=500,
+    )
+    try:
+        ours = gym.make_vec(env_id, num_envs=3)
+        reference = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync")
+        try:
+            assert isinstance(ours, vecpool.AsyncVectorEnv)
+            assert ours.spec.id == env_id
+            for mine, theirs in zip(_rollout(ours), _rollout(reference), strict=True):
+                assert data_equivalence(mine, theirs, exact=True)
+        finally:
+            ours.close()
+            reference.close()
+    finally:
+        del gym.registry[env_id]
+
+
+def test_vector_entry_point_string_called_directly_explains_itself():
+    with pytest.raises(TypeError, match=re.escape("must be called by `gym.make_vec`")):
+        vecpool.vector_entry_point(num_envs=2)
