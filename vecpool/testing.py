@@ -30,7 +30,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Literal, SupportsFloat
+from typing import Any, ClassVar, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -55,14 +55,12 @@ __all__ = [
     "make_env_fns",
 ]
 
-ObsKind = Literal["box", "discrete", "dict", "tuple", "image"]
-ActionKind = Literal["discrete", "box"]
 StepResult = tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]
 
-OBS_KINDS: tuple[ObsKind, ...] = ("box", "discrete", "dict", "tuple", "image")
+OBS_KINDS: tuple[str, ...] = ("box", "discrete", "dict", "tuple", "image")
 """Every observation kind :class:`CountingEnv` supports."""
 
-ACTION_KINDS: tuple[ActionKind, ...] = ("discrete", "box")
+ACTION_KINDS: tuple[str, ...] = ("discrete", "box")
 """Every action kind :class:`CountingEnv` supports."""
 
 _BOUND = 10.0
@@ -94,8 +92,8 @@ class DeliberateErrorWithArgs(Exception):
         self.detail = detail
 
 
-def _observation_space(obs_kind: str) -> spaces.Space[Any]:
-    box = spaces.Box(-_BOUND, _BOUND, shape=(3,), dtype=np.float32)
+def _observation_space(obs_kind: str, bound: float = _BOUND) -> spaces.Space[Any]:
+    box = spaces.Box(-bound, bound, shape=(3,), dtype=np.float32)
     if obs_kind == "box":
         return box
     if obs_kind == "discrete":
@@ -128,15 +126,18 @@ class CountingEnv(gym.Env[Any, Any]):
     ``terminate_prob`` and ``truncated`` is set after ``max_steps`` steps.
 
     Step infos are ``{"step_count": int, "extra": float64 array of shape (2,)}`` on
-    every ``info_every``-th call to :meth:`step` (counted over the env's lifetime)
-    and ``{}`` otherwise. Reset infos are ``{"reset_count": int, "start": float64
-    array of shape (3,)}`` on every ``reset_info_every``-th reset, plus
+    every ``info_every``-th step of an episode and ``{}`` otherwise. Reset infos are
+    ``{"reset_count": int, "start": float64 array of shape (3,)}`` when the start
+    position has a positive first coordinate (about half the resets), plus
     ``"option_keys"`` (the sorted, comma-joined keys of ``options``) whenever
-    ``options`` is non-empty, and ``{}`` otherwise.
+    ``options`` is non-empty, and ``{}`` otherwise. So every result depends only
+    on the seed and the actions, as :func:`gymnasium.utils.env_checker.check_env`
+    requires (``reset_count`` counts resets since the last seeded reset).
 
     Attributes:
         steps_taken: Number of calls to :meth:`step` over the env's lifetime.
         resets_taken: Number of calls to :meth:`reset` over the env's lifetime.
+        resets_since_seed: Resets since (and including) the last seeded one.
         episode_steps: Steps taken in the current episode.
         reward_scale: Multiplies every reward; settable through ``set_attr``.
 
@@ -157,13 +158,14 @@ class CountingEnv(gym.Env[Any, Any]):
 
     def __init__(
         self,
-        obs_kind: ObsKind = "box",
-        action_kind: ActionKind = "discrete",
+        obs_kind: str = "box",
+        action_kind: str = "discrete",
         max_steps: int = 20,
         info_every: int = 3,
-        reset_info_every: int = 2,
+        reset_info: bool = True,
         terminate_prob: float = 0.05,
         render_mode: str | None = None,
+        obs_bound: float = _BOUND,
     ) -> None:
         """Build the env.
 
@@ -172,10 +174,13 @@ class CountingEnv(gym.Env[Any, Any]):
             action_kind: ``"discrete"`` (``Discrete(3)``) or ``"box"`` (float32
                 ``Box(-1, 1, (2,))``).
             max_steps: Episode length at which ``truncated`` becomes True.
-            info_every: Period of non-empty step infos; 0 disables them.
-            reset_info_every: Period of non-empty reset infos; 0 disables them.
+            info_every: Period (in episode steps) of non-empty step infos; 0
+                disables them.
+            reset_info: Whether some reset infos are non-empty.
             terminate_prob: Probability that a step terminates the episode.
             render_mode: ``None`` or ``"rgb_array"``.
+            obs_bound: Bound of the position Box (for ``observation_mode="different"``
+                tests); positions are clipped to it.
 
         Raises:
             ValueError: If a kind, ``max_steps`` or ``render_mode`` is invalid.
@@ -188,16 +193,18 @@ class CountingEnv(gym.Env[Any, Any]):
             raise ValueError(msg)
         self.obs_kind = obs_kind
         self.action_kind = action_kind
-        self.observation_space = _observation_space(obs_kind)
+        self.obs_bound = obs_bound
+        self.observation_space = _observation_space(obs_kind, obs_bound)
         self.action_space = _action_space(action_kind)
         self.max_steps = max_steps
         self.info_every = info_every
-        self.reset_info_every = reset_info_every
+        self.reset_info = reset_info
         self.terminate_prob = terminate_prob
         self.render_mode = render_mode
         self.reward_scale = 1.0
         self.steps_taken = 0
         self.resets_taken = 0
+        self.resets_since_seed = 0
         self.episode_steps = 0
         self.position: npt.NDArray[np.float64] = np.zeros(3, dtype=np.float64)
 
@@ -215,11 +222,12 @@ class CountingEnv(gym.Env[Any, Any]):
         """
         super().reset(seed=seed)
         self.resets_taken += 1
+        self.resets_since_seed = 1 if seed is not None else self.resets_since_seed + 1
         self.episode_steps = 0
         self.position = self.np_random.uniform(-1.0, 1.0, size=3)
         info: dict[str, Any] = {}
-        if self.reset_info_every and self.resets_taken % self.reset_info_every == 0:
-            info["reset_count"] = self.resets_taken
+        if self.reset_info and self.position[0] > 0:
+            info["reset_count"] = self.resets_since_seed
             info["start"] = self.position.copy()
         if options:
             info["option_keys"] = ",".join(sorted(options))
@@ -238,14 +246,15 @@ class CountingEnv(gym.Env[Any, Any]):
         self.episode_steps += 1
         push = self._action_value(action)
         noise = self.np_random.normal(0.0, 0.1, size=3)
-        self.position = np.clip(self.position + 0.1 * push + noise, -_BOUND, _BOUND)
+        bound = self.obs_bound
+        self.position = np.clip(self.position + 0.1 * push + noise, -bound, bound)
         reward = self.reward_scale * (
             push * float(self.position[0]) - 0.01 * self.episode_steps
         )
         terminated = bool(self.np_random.random() < self.terminate_prob)
         truncated = self.episode_steps >= self.max_steps
         info: dict[str, Any] = {}
-        if self.info_every and self.steps_taken % self.info_every == 0:
+        if self.info_every and self.episode_steps % self.info_every == 0:
             info["step_count"] = self.episode_steps
             info["extra"] = np.array([reward, push], dtype=np.float64)
         return self._observe(), float(reward), terminated, truncated, info
@@ -271,6 +280,7 @@ class CountingEnv(gym.Env[Any, Any]):
             "episode_steps": self.episode_steps,
             "steps_taken": self.steps_taken,
             "resets_taken": self.resets_taken,
+            "resets_since_seed": self.resets_since_seed,
             "reward_scale": self.reward_scale,
             "rng": copy.deepcopy(self.np_random.bit_generator.state),
         }
@@ -285,6 +295,7 @@ class CountingEnv(gym.Env[Any, Any]):
         self.episode_steps = int(state["episode_steps"])
         self.steps_taken = int(state["steps_taken"])
         self.resets_taken = int(state["resets_taken"])
+        self.resets_since_seed = int(state["resets_since_seed"])
         self.reward_scale = float(state["reward_scale"])
         self.np_random.bit_generator.state = copy.deepcopy(state["rng"])
 
@@ -346,7 +357,7 @@ class RaisingEnv(CountingEnv):
 
     def __init__(
         self,
-        raise_on: Literal["step", "reset"] = "step",
+        raise_on: str = "step",
         at: int = 1,
         exc_type: type[Exception] = ValueError,
         **kwargs: Any,

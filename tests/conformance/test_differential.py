@@ -1,0 +1,525 @@
+"""Differential tests: vecpool.AsyncVectorEnv must match gymnasium's SyncVectorEnv.
+
+Same env fns, seeds and actions -> bitwise-identical observations, rewards, flags and
+infos, in every autoreset mode, with and without shared memory and copies, for any
+grouping of envs into worker processes.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import itertools
+import re
+import warnings
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import data_equivalence
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+
+import vecpool
+from vecpool.testing import (
+    ACTION_KINDS,
+    OBS_KINDS,
+    CountingEnv,
+    RaisingEnv,
+    assert_same_data,
+    assert_same_rollout,
+    make_env_fns,
+)
+
+MODES = list(AutoresetMode)
+# (num_envs, num_workers); None means the default grouping.
+GROUPINGS: list[tuple[int, int | None]] = [(4, 1), (4, 2), (4, 4), (5, 2), (3, None)]
+
+# A hung worker must fail fast, not eat the global 120 s timeout.
+pytestmark = pytest.mark.timeout(30)
+
+
+class Case(NamedTuple):
+    mode: AutoresetMode
+    shared_memory: bool
+    obs_kind: str
+    copy: bool
+    grouping: tuple[int, int | None]
+    action_kind: str
+
+    @property
+    def id(self) -> str:
+        num_envs, num_workers = self.grouping
+        return (
+            f"{self.mode.value}-shm{int(self.shared_memory)}-{self.obs_kind}-"
+            f"copy{int(self.copy)}-{num_envs}envs{num_workers}w-act_{self.action_kind}"
+        )
+
+
+def _pairwise_cases() -> list[Case]:
+    """Every (mode, shared_memory, obs_kind, copy) combination, plus all pairs.
+
+    The four axes most likely to interact (autoreset logic x buffer path x space
+    layout x copying) are taken in full; grouping and action kind are chosen
+    greedily so that every pair of values of any two axes appears in some case.
+    """
+    axes: list[list[Any]] = [
+        MODES,
+        [True, False],
+        list(OBS_KINDS),
+        [True, False],
+        GROUPINGS,
+        list(ACTION_KINDS),
+    ]
+    uncovered = {
+        (i, a, j, b)
+        for i, j in itertools.combinations(range(len(axes)), 2)
+        for a in range(len(axes[i]))
+        for b in range(len(axes[j]))
+    }
+
+    def pairs(indices: tuple[int, ...]) -> set[tuple[int, int, int, int]]:
+        return {
+            (i, indices[i], j, indices[j])
+            for i, j in itertools.combinations(range(len(indices)), 2)
+        }
+
+    chosen: list[tuple[int, ...]] = []
+    tails = list(itertools.product(*(range(len(axis)) for axis in axes[4:])))
+    for head in itertools.product(*(range(len(axis)) for axis in axes[:4])):
+        best = max(tails, key=lambda tail: len(pairs(head + tail) & uncovered))
+        chosen.append(head + best)
+        uncovered -= pairs(head + best)
+    everything = list(itertools.product(*(range(len(axis)) for axis in axes)))
+    while uncovered:
+        best_full = max(everything, key=lambda full: len(pairs(full) & uncovered))
+        chosen.append(best_full)
+        uncovered -= pairs(best_full)
+    return [
+        Case(*(axis[index] for axis, index in zip(axes, indices, strict=True)))
+        for indices in chosen
+    ]
+
+
+CASES = _pairwise_cases()
+
+
+def _draw_actions(
+    single_space: gym.Space[Any], num_envs: int, steps: int, seed: int
+) -> list[Any]:
+    space = batch_space(single_space, num_envs)
+    space.seed(seed)
+    return [space.sample() for _ in range(steps)]
+
+
+def _leaves(obs: Any) -> list[np.ndarray]:
+    if isinstance(obs, dict):
+        return [leaf for value in obs.values() for leaf in _leaves(value)]
+    if isinstance(obs, tuple):
+        return [leaf for value in obs for leaf in _leaves(value)]
+    return [obs]
+
+
+def _async_kwargs(num_workers: int | None, **kwargs: Any) -> dict[str, Any]:
+    if num_workers is not None:
+        kwargs["num_workers"] = num_workers
+    return kwargs
+
+
+def test_cases_cover_every_value_of_every_axis() -> None:
+    for field in Case._fields:
+        values = {repr(getattr(case, field)) for case in CASES}
+        assert len(values) >= 2, field
+    assert {case.mode for case in CASES} == set(MODES)
+    assert {case.obs_kind for case in CASES} == set(OBS_KINDS)
+    assert {case.grouping for case in CASES} == set(GROUPINGS)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_rollout_matches_sync(case: Case, make_async, make_sync) -> None:
+    num_envs, num_workers = case.grouping
+    env_fns = make_env_fns(
+        num_envs,
+        obs_kind=case.obs_kind,
+        action_kind=case.action_kind,
+        max_steps=12,
+        terminate_prob=0.08,
+        info_every=3,
+    )
+    reference = make_sync(env_fns, copy=case.copy, autoreset_mode=case.mode)
+    candidate = make_async(
+        env_fns,
+        **_async_kwargs(
+            num_workers,
+            shared_memory=case.shared_memory,
+            copy=case.copy,
+            autoreset_mode=case.mode,
+        ),
+    )
+    assert candidate.num_envs == num_envs
+    assert candidate.single_observation_space == reference.single_observation_space
+    assert candidate.observation_space == reference.observation_space
+    assert candidate.single_action_space == reference.single_action_space
+    assert candidate.action_space == reference.action_space
+
+    actions = _draw_actions(reference.single_action_space, num_envs, steps=120, seed=7)
+    ended = assert_same_rollout(
+        reference, candidate, actions, seed=123, reset_seeds=[None, 1000, None]
+    )
+    # The rollout must exercise episode ends, or the autoreset paths went untested.
+    assert ended >= num_envs
+    assert_same_data(
+        reference.get_attr("steps_taken"), candidate.get_attr("steps_taken"), "steps"
+    )
+    assert_same_data(
+        reference.get_attr("resets_taken"), candidate.get_attr("resets_taken"), "resets"
+    )
+
+
+@pytest.mark.parametrize("mode", MODES, ids=[mode.value for mode in MODES])
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shm", "noshm"])
+def test_partial_reset_mask_matches_sync(mode, shared_memory, make_async, make_sync):
+    """reset(options={"reset_mask": m}) with random masks, also mid-episode."""
+    num_envs = 5
+    env_fns = make_env_fns(num_envs, obs_kind="dict", max_steps=6, terminate_prob=0.1)
+    reference = make_sync(env_fns, autoreset_mode=mode)
+    candidate = make_async(
+        env_fns, shared_memory=shared_memory, autoreset_mode=mode, num_workers=2
+    )
+    actions = _draw_actions(reference.single_action_space, num_envs, steps=60, seed=3)
+    rng = np.random.default_rng(5)
+    assert_same_data(reference.reset(seed=9), candidate.reset(seed=9), "reset")
+    for step_index, action in enumerate(actions):
+        expected = reference.step(action)
+        actual = candidate.step(action)
+        assert_same_data(expected, actual, f"step {step_index}")
+        done = expected[2] | expected[3]
+        mask = rng.random(num_envs) < 0.3
+        if mode == AutoresetMode.DISABLED:
+            mask |= done
+        if not mask.any():
+            continue
+        seed = int(rng.integers(1000)) if step_index % 2 else None
+        options = {"reset_mask": mask.copy(), "tag": step_index}
+        expected_reset = reference.reset(seed=seed, options=dict(options))
+        candidate_options = dict(options)
+        actual_reset = candidate.reset(seed=seed, options=candidate_options)
+        assert_same_data(expected_reset, actual_reset, f"masked reset {step_index}")
+        assert_same_data(options, candidate_options, "options after reset")
+
+
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shm", "noshm"])
+def test_user_reset_clears_pending_next_step_autoreset(
+    shared_memory, make_async, make_sync
+):
+    """After every env ends, a user reset() must not be followed by an autoreset."""
+    num_envs = 3
+    env_fns = make_env_fns(num_envs, max_steps=3, terminate_prob=0.0)
+    reference = make_sync(env_fns)
+    candidate = make_async(env_fns, shared_memory=shared_memory, num_workers=2)
+    action = np.full(num_envs, 2)
+    assert_same_data(reference.reset(seed=1), candidate.reset(seed=1), "reset")
+    for step_index in range(3):
+        expected = reference.step(action)
+        assert_same_data(expected, candidate.step(action), f"step {step_index}")
+    assert expected[3].all(), "every env should be truncated (autoreset pending)"
+
+    assert_same_data(reference.reset(seed=2), candidate.reset(seed=2), "user reset")
+    expected = reference.step(action)
+    actual = candidate.step(action)
+    assert_same_data(expected, actual, "first step after the user reset")
+    # A real step happened, not an autoreset: 4 steps in total per env.
+    assert candidate.get_attr("steps_taken") == (4,) * num_envs
+    assert candidate.get_attr("episode_steps") == (1,) * num_envs
+
+
+def test_reset_seeds_and_np_random_match_sync(make_async, make_sync):
+    num_envs = 4
+    # No reset infos: env 1 (seed=None) would add a random one.
+    env_fns = make_env_fns(num_envs, reset_info=False)
+    reference = make_sync(env_fns)
+    candidate = make_async(env_fns, num_workers=2)
+    seeds = [11, None, 13, 2**31]
+    expected = reference.reset(seed=seeds)
+    actual = candidate.reset(seed=seeds)
+    assert_same_data(expected[1], actual[1], "reset infos")
+    # seed=None envs draw fresh entropy; compare only seeded envs' observations.
+    for index in (0, 2, 3):
+        assert_same_data(expected[0][index], actual[0][index], f"obs of env {index}")
+    assert_same_data(reference.reset(seed=5), candidate.reset(seed=5), "reset(seed=5)")
+    assert candidate.np_random_seed == reference.np_random_seed == (5, 6, 7, 8)
+    expected_states = [rng.bit_generator.state for rng in reference.np_random]
+    actual_states = [rng.bit_generator.state for rng in candidate.np_random]
+    assert_same_data(expected_states, actual_states, "np_random states")
+
+
+def test_reset_seed_list_length_error_matches_gymnasium(make_async, make_sync):
+    env_fns = make_env_fns(3)
+    reference = make_sync(env_fns)
+    candidate = make_async(env_fns)
+    with pytest.raises(ValueError, match="length must match") as expected:
+        reference.reset(seed=[1, 2])
+    with pytest.raises(ValueError, match=re.escape(str(expected.value))):
+        candidate.reset(seed=[1, 2])
+    # Still usable afterwards.
+    assert_same_data(reference.reset(seed=0), candidate.reset(seed=0), "reset")
+
+
+@pytest.mark.parametrize(
+    ("mask", "exc_type"),
+    [
+        ([True, False, True], TypeError),  # not an array
+        (np.array([True, False]), ValueError),  # wrong shape
+        (np.array([1, 0, 1]), TypeError),  # wrong dtype
+        (np.zeros(3, dtype=bool), ValueError),  # no True value
+    ],
+    ids=["list", "shape", "dtype", "all-false"],
+)
+def test_reset_mask_validation_matches_gymnasium(mask, exc_type, make_async, make_sync):
+    env_fns = make_env_fns(3)
+    reference = make_sync(env_fns, autoreset_mode=AutoresetMode.DISABLED)
+    candidate = make_async(env_fns, autoreset_mode=AutoresetMode.DISABLED)
+    assert_same_data(reference.reset(seed=0), candidate.reset(seed=0), "reset")
+    with pytest.raises(exc_type) as expected:
+        reference.reset(options={"reset_mask": mask})
+    options = {"reset_mask": mask}
+    with pytest.raises(exc_type, match=re.escape(str(expected.value))):
+        candidate.reset(options=options)
+    assert options == {"reset_mask": mask}, "options dict was mutated"
+    action = np.ones(3, dtype=np.int64)
+    assert_same_data(reference.step(action), candidate.step(action), "step after")
+
+
+def test_call_get_attr_set_attr_match_sync(make_async, make_sync):
+    num_envs = 5
+    env_fns = make_env_fns(num_envs, obs_kind="tuple", max_steps=8)
+    reference = make_sync(env_fns)
+    candidate = make_async(env_fns, num_workers=2)
+    assert_same_data(reference.reset(seed=4), candidate.reset(seed=4), "reset")
+    actions = _draw_actions(reference.single_action_space, num_envs, steps=10, seed=1)
+    for action in actions:
+        assert_same_data(reference.step(action), candidate.step(action), "step")
+
+    assert_same_data(
+        reference.call("scaled", 1.5, factor=3.0),
+        candidate.call("scaled", 1.5, factor=3.0),
+        "call(scaled)",
+    )
+    steps_taken = candidate.get_attr("steps_taken")
+    assert candidate.call("scaled", 2.0) == tuple(4.0 + steps for steps in steps_taken)
+    assert_same_data(
+        reference.get_attr("episode_steps"),
+        candidate.get_attr("episode_steps"),
+        "get_attr(episode_steps)",
+    )
+    assert_same_data(
+        reference.call("get_state"), candidate.call("get_state"), "call(get_state)"
+    )
+
+    scales = [0.5, 1.0, 2.0, -1.0, 3.0]
+    reference.set_attr("reward_scale", scales)
+    candidate.set_attr("reward_scale", scales)
+    assert candidate.get_attr("reward_scale") == tuple(scales)
+    for action in actions:
+        assert_same_data(reference.step(action), candidate.step(action), "scaled step")
+    reference.set_attr("reward_scale", 4.0)
+    candidate.set_attr("reward_scale", 4.0)
+    assert candidate.get_attr("reward_scale") == (4.0,) * num_envs
+
+    # Copy env 0's full state (RNG included) into every env: all must then agree.
+    state = reference.call("get_state")[0]
+    assert_same_data(reference.reset(seed=0), candidate.reset(seed=0), "reset")
+    reference.call("set_state", state)
+    candidate.call("set_state", state)
+    constant = np.full(num_envs, 2)
+    expected = reference.step(constant)
+    actual = candidate.step(constant)
+    assert_same_data(expected, actual, "step after set_state")
+    assert len({float(reward) for reward in actual[1]}) == 1
+
+
+def test_set_attr_wrong_length_error_matches_gymnasium(make_async, make_sync):
+    env_fns = make_env_fns(3)
+    reference = make_sync(env_fns)
+    candidate = make_async(env_fns)
+    with pytest.raises(ValueError, match="Values must be") as expected:
+        reference.set_attr("reward_scale", [1.0, 2.0])
+    with pytest.raises(ValueError, match=re.escape(str(expected.value))):
+        candidate.set_attr("reward_scale", [1.0, 2.0])
+    assert candidate.get_attr("reward_scale") == (1.0, 1.0, 1.0)
+
+
+def test_render_and_metadata_match_sync(make_async, make_sync):
+    env_fns = make_env_fns(3, obs_kind="image", render_mode="rgb_array")
+    reference = make_sync(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    candidate = make_async(
+        env_fns, num_workers=2, autoreset_mode=AutoresetMode.SAME_STEP
+    )
+    assert candidate.render_mode == reference.render_mode == "rgb_array"
+    assert candidate.metadata == reference.metadata
+    assert candidate.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
+    reference.reset(seed=0)
+    candidate.reset(seed=0)
+    action = np.array([0, 1, 2])
+    reference.step(action)
+    candidate.step(action)
+    assert_same_data(reference.render(), candidate.render(), "render()")
+
+
+def test_autoreset_mode_given_as_string(make_async, make_sync):
+    env_fns = make_env_fns(2, max_steps=4)
+    reference = make_sync(env_fns, autoreset_mode="SameStep")
+    candidate = make_async(env_fns, autoreset_mode="SameStep")
+    assert candidate.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
+    actions = _draw_actions(reference.single_action_space, 2, steps=12, seed=0)
+    assert assert_same_rollout(reference, candidate, actions, seed=3) > 0
+
+
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shm", "noshm"])
+@pytest.mark.parametrize("obs_kind", ["box", "dict"])
+def test_copy_false_returns_the_same_buffer(
+    obs_kind, shared_memory, make_async, make_sync
+):
+    env_fns = make_env_fns(3, obs_kind=obs_kind)
+    reference = make_sync(env_fns)
+    candidate = make_async(env_fns, shared_memory=shared_memory, copy=False)
+    assert_same_data(reference.reset(seed=0)[0], candidate.reset(seed=0)[0], "reset")
+    first, _ = candidate.reset(seed=0)
+    reference.reset(seed=0)
+    action = np.array([0, 1, 2])
+    second = candidate.step(action)[0]
+    reference.step(action)
+    third = candidate.step(action)[0]
+    expected_third = reference.step(action)[0]
+    for leaf_a, leaf_b, leaf_c in zip(
+        _leaves(first), _leaves(second), _leaves(third), strict=True
+    ):
+        assert np.shares_memory(leaf_a, leaf_b)
+        assert np.shares_memory(leaf_b, leaf_c)
+    assert_same_data(expected_third, third, "obs")
+    # The object handed out at reset now shows the latest results.
+    assert_same_data(expected_third, first, "reset obs after two steps")
+
+
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shm", "noshm"])
+@pytest.mark.parametrize("obs_kind", ["box", "dict", "tuple"])
+def test_copy_true_results_are_independent(
+    obs_kind, shared_memory, make_async, make_sync
+):
+    env_fns = make_env_fns(3, obs_kind=obs_kind, max_steps=4)
+    reference = make_sync(env_fns)
+    candidate = make_async(env_fns, shared_memory=shared_memory, copy=True)
+    expected_reset = reference.reset(seed=0)
+    actual_reset = candidate.reset(seed=0)
+    assert_same_data(expected_reset, actual_reset, "reset")
+    handed_out = [(actual_reset[0], copy.deepcopy(actual_reset[0]))]
+    action = np.array([0, 1, 2])
+    for step_index in range(8):
+        expected = reference.step(action)
+        actual = candidate.step(action)
+        assert_same_data(expected, actual, f"step {step_index}")
+        for obs, snapshot in handed_out:
+            # Results handed out earlier were not overwritten by this step ...
+            assert_same_data(snapshot, obs, f"earlier obs after step {step_index}")
+            for old_leaf, new_leaf in zip(
+                _leaves(obs), _leaves(actual[0]), strict=True
+            ):
+                assert not np.shares_memory(old_leaf, new_leaf)
+        if step_index % 2:
+            # ... and scribbling over them must not leak into the next step.
+            for leaf in _leaves(actual[0]):
+                leaf[...] = 0
+        else:
+            handed_out.append((actual[0], copy.deepcopy(actual[0])))
+
+
+def test_env_error_log_lines_match_gymnasium(make_async, make_gym_async):
+    env_fns = [
+        functools.partial(CountingEnv),
+        functools.partial(RaisingEnv, raise_on="step", at=2),
+        functools.partial(CountingEnv),
+    ]
+    action = np.array([1, 1, 1])
+    outcomes = []
+    for factory in (make_gym_async, make_async):
+        env = factory(env_fns)
+        env.reset(seed=0)
+        env.step(action)
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            with pytest.raises(
+                ValueError, match=re.escape(RaisingEnv.message_for("step", 2))
+            ):
+                env.step(action)
+        outcomes.append([str(warning.message) for warning in record])
+    expected, actual = outcomes
+    assert len(actual) == len(expected) == 3
+    assert actual[0] == expected[0]
+    assert "Received the following error from Worker-1 - Shutting it down" in actual[0]
+    assert actual[2] == expected[2]
+    assert "Raising the last exception back to the main process." in actual[2]
+    for text in (expected[1], actual[1]):
+        assert "explode" in text
+        assert "ValueError: RaisingEnv failed on purpose in step #2" in text
+
+
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shm", "noshm"])
+def test_observation_mode_different_matches_sync(shared_memory, make_async, make_sync):
+    env_fns = [
+        functools.partial(CountingEnv, obs_bound=bound, max_steps=6)
+        for bound in (0.5, 1.0, 2.0, 4.0)
+    ]
+    reference = make_sync(env_fns, observation_mode="different")
+    candidate = make_async(
+        env_fns,
+        shared_memory=shared_memory,
+        observation_mode="different",
+        num_workers=2,
+    )
+    assert candidate.observation_space == reference.observation_space
+    actions = _draw_actions(reference.single_action_space, 4, steps=40, seed=2)
+    assert assert_same_rollout(reference, candidate, actions, seed=8) > 0
+
+
+def test_observation_mode_same_rejects_different_bounds(make_sync):
+    env_fns = [functools.partial(CountingEnv, obs_bound=bound) for bound in (1.0, 2.0)]
+    with pytest.raises(RuntimeError, match="observation_mode='same'"):
+        make_sync(env_fns)
+    with pytest.raises(RuntimeError, match=re.escape("observation_mode='same'")):
+        vecpool.AsyncVectorEnv(env_fns)
+
+
+@pytest.mark.parametrize("copy_obs", [True, False], ids=["copy", "nocopy"])
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shm", "noshm"])
+@pytest.mark.parametrize("obs_kind", ["box", "dict"])
+def test_same_step_final_obs_is_not_overwritten_later(
+    obs_kind, shared_memory, copy_obs, make_async
+):
+    env = make_async(
+        make_env_fns(3, obs_kind=obs_kind, max_steps=3, terminate_prob=0.0),
+        shared_memory=shared_memory,
+        copy=copy_obs,
+        autoreset_mode=AutoresetMode.SAME_STEP,
+        num_workers=2,
+    )
+    env.reset(seed=0)
+    action = np.array([0, 1, 2])
+    env.step(action)
+    env.step(action)
+    obs, _, _, truncations, infos = env.step(action)
+    assert truncations.all()
+    final_obs = infos["final_obs"]
+    snapshot = copy.deepcopy(final_obs)
+    # final_obs is the last obs of the episode, not the reset obs now in `obs`.
+    for index in range(3):
+        assert not data_equivalence(final_obs[index], _env_obs(obs, index))
+    for _ in range(4):
+        env.step(action)
+    assert_same_data(snapshot, final_obs, "final_obs after later steps")
+
+
+def _env_obs(obs: Any, index: int) -> Any:
+    if isinstance(obs, dict):
+        return {key: _env_obs(value, index) for key, value in obs.items()}
+    return obs[index]

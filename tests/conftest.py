@@ -1,0 +1,199 @@
+"""Shared fixtures: start methods, auto-closing vector envs, leak checks.
+
+Test modules cannot import each other under ``--import-mode=importlib``, so every
+shared helper is a fixture here; every env lives in :mod:`vecpool.testing`.
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import multiprocessing.forkserver
+import multiprocessing.resource_tracker
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import pytest
+
+import vecpool
+
+START_METHODS = [
+    method
+    for method in ("fork", "forkserver", "spawn")
+    if method in multiprocessing.get_all_start_methods()
+]
+
+
+@pytest.fixture(params=START_METHODS)
+def start_method(request: pytest.FixtureRequest) -> str:
+    """Each start method available on this OS."""
+    return str(request.param)
+
+
+def _close_quietly(
+    env: vecpool.AsyncVectorEnv | gym.vector.AsyncVectorEnv[Any, Any],
+) -> None:
+    if getattr(env, "closed", True):
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        env.close(terminate=True)
+
+
+@pytest.fixture
+def make_async() -> Iterator[Callable[..., vecpool.AsyncVectorEnv]]:
+    """Factory building ``vecpool.AsyncVectorEnv(env_fns, **kwargs)``.
+
+    Every env it builds is closed at teardown.
+    """
+    created: list[vecpool.AsyncVectorEnv] = []
+
+    def factory(env_fns: Any, **kwargs: Any) -> vecpool.AsyncVectorEnv:
+        env = vecpool.AsyncVectorEnv(env_fns, **kwargs)
+        created.append(env)
+        return env
+
+    yield factory
+    for env in created:
+        _close_quietly(env)
+
+
+@pytest.fixture
+def make_sync() -> Iterator[Callable[..., gym.vector.SyncVectorEnv[Any, Any]]]:
+    """Factory building ``gymnasium.vector.SyncVectorEnv``; closes at teardown."""
+    created: list[gym.vector.SyncVectorEnv[Any, Any]] = []
+
+    def factory(env_fns: Any, **kwargs: Any) -> gym.vector.SyncVectorEnv[Any, Any]:
+        env = gym.vector.SyncVectorEnv(env_fns, **kwargs)
+        created.append(env)
+        return env
+
+    yield factory
+    for env in created:
+        env.close()
+
+
+@pytest.fixture
+def make_gym_async() -> Iterator[Callable[..., gym.vector.AsyncVectorEnv[Any, Any]]]:
+    """Factory building ``gymnasium.vector.AsyncVectorEnv``; closes at teardown."""
+    created: list[gym.vector.AsyncVectorEnv[Any, Any]] = []
+
+    def factory(env_fns: Any, **kwargs: Any) -> gym.vector.AsyncVectorEnv[Any, Any]:
+        env = gym.vector.AsyncVectorEnv(env_fns, **kwargs)
+        created.append(env)
+        return env
+
+    yield factory
+    for env in created:
+        _close_quietly(env)
+
+
+# --------------------------------------------------------------------------- leaks
+
+
+def _helper_pids() -> set[int]:
+    """Long-lived multiprocessing helpers that are not leaks (forkserver, tracker)."""
+    pids: set[int] = set()
+    forkserver_pid = getattr(
+        multiprocessing.forkserver._forkserver, "_forkserver_pid", None
+    )
+    if forkserver_pid:
+        pids.add(forkserver_pid)
+    tracker_pid = getattr(
+        multiprocessing.resource_tracker._resource_tracker, "_pid", None
+    )
+    if tracker_pid:
+        pids.add(tracker_pid)
+    return pids
+
+
+def _process_table() -> dict[int, tuple[int, str]]:
+    """Map pid -> (ppid, state) for every process, read from ``/proc/*/stat``."""
+    table: dict[int, tuple[int, str]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # the process vanished while we listed
+            continue
+        # "pid (comm) state ppid ..."; comm may contain spaces and parentheses.
+        fields = text[text.rindex(")") + 2 :].split()
+        table[int(stat.parent.name)] = (int(fields[1]), fields[0])
+    return table
+
+
+def child_pids() -> dict[int, str]:
+    """Descendants of this process (pid -> state, ``Z`` for zombies).
+
+    Processes started through the forkserver are its children, so the walk goes
+    through the whole tree; the forkserver and resource tracker themselves are
+    long-lived helpers and are left out.
+    """
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found: dict[int, str] = {}
+    stack = [os.getpid()]
+    while stack:
+        for pid in children.get(stack.pop(), []):
+            found[pid] = table[pid][1]
+            stack.append(pid)
+    for helper in _helper_pids():
+        found.pop(helper, None)
+    return found
+
+
+def shm_files() -> set[str]:
+    """Names in ``/dev/shm`` (POSIX shared memory and semaphores)."""
+    try:
+        return set(os.listdir("/dev/shm"))
+    except FileNotFoundError:
+        return set()
+
+
+class LeakChecker:
+    """Snapshot of child processes and ``/dev/shm``; assert nothing new remains."""
+
+    def __init__(self) -> None:
+        self.pids_before = set(child_pids())
+        self.active_before = {p.pid for p in multiprocessing.active_children()}
+        self.shm_before = shm_files()
+
+    def new_children(self) -> dict[int, str]:
+        return {
+            pid: state
+            for pid, state in child_pids().items()
+            if pid not in self.pids_before
+        }
+
+    def assert_no_leaks(self, timeout: float = 5.0) -> None:
+        """Wait up to ``timeout`` s for new processes and shm files to go away."""
+        deadline = time.monotonic() + timeout
+        while True:
+            # /proc first: `active_children()` reaps zombies and would hide them.
+            leaked = self.new_children()
+            new_shm = shm_files() - self.shm_before
+            if not leaked and not new_shm:
+                break
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert leaked == {}, f"leaked child processes (pid -> state): {leaked}"
+        active = {p.pid for p in multiprocessing.active_children()} - self.active_before
+        assert active == set(), f"multiprocessing.active_children() leaked: {active}"
+        assert new_shm == set(), f"leaked /dev/shm entries: {sorted(new_shm)}"
+
+
+@pytest.fixture
+def leak_checker() -> LeakChecker:
+    """A :class:`LeakChecker` snapshot taken before the test body."""
+    gc.collect()
+    if not sys.platform.startswith("linux"):
+        pytest.skip("leak checks read /proc and /dev/shm (Linux only)")
+    return LeakChecker()

@@ -1,0 +1,400 @@
+"""Faults: env exceptions, dead workers, timeouts and bad actions."""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import os
+import re
+import signal
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+
+import vecpool
+import vecpool.errors
+from vecpool.testing import (
+    CountingEnv,
+    CustomExceptionEnv,
+    DeliberateError,
+    ExitingEnv,
+    RaisingEnv,
+    SlowEnv,
+    UnpicklableInfoEnv,
+    assert_same_data,
+    make_env_fns,
+)
+
+# An env failure makes the vector env log three lines through gymnasium.logger.error.
+ERROR_LOG_LINES = 3
+
+# A hung worker must fail fast, not eat the global 120 s timeout.
+pytestmark = pytest.mark.timeout(30)
+
+
+# Infos depend on lifetime step/reset counts; without them, results after a
+# `reset(seed=...)` depend on the seed only, so a fresh SyncVectorEnv is a reference.
+NO_INFOS: dict[str, Any] = {"info_every": 0, "reset_info": False}
+
+
+def _raising(index: int, num_envs: int, **kwargs: Any) -> list[Any]:
+    """Env fns where env ``index`` is a RaisingEnv; no infos anywhere."""
+    plain = {
+        key: value
+        for key, value in kwargs.items()
+        if key in ("max_steps", "terminate_prob")
+    }
+    return [
+        functools.partial(RaisingEnv, **NO_INFOS, **kwargs)
+        if i == index
+        else functools.partial(CountingEnv, **NO_INFOS, **plain)
+        for i in range(num_envs)
+    ]
+
+
+def _run_recording_warnings(func):
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        try:
+            func()
+        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+            return exc, [str(w.message) for w in record]
+    return None, [str(w.message) for w in record]
+
+
+def _slow_action(num_envs: int, seconds: float | list[float]) -> np.ndarray:
+    return np.broadcast_to(
+        np.asarray(seconds, dtype=np.float32).reshape(-1, 1), (num_envs, 1)
+    ).copy()
+
+
+def _worker_of_env(env, env_index: int) -> int:
+    pid = env.call("get_pid")[env_index]
+    return [process.pid for process in env.processes].index(pid)
+
+
+# ------------------------------------------------------------------ env exceptions
+
+
+@pytest.mark.parametrize(
+    "exc_type", [ValueError, RuntimeError, KeyError, ZeroDivisionError, DeliberateError]
+)
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shm", "noshm"])
+def test_step_exception_keeps_type_message_and_remote_traceback(
+    exc_type, shared_memory, make_async, make_sync
+):
+    num_envs = 4
+    env_fns = _raising(2, num_envs, raise_on="step", at=3, exc_type=exc_type)
+    env = make_async(env_fns, shared_memory=shared_memory, num_workers=2)
+    env.reset(seed=0)
+    action = np.ones(num_envs, dtype=np.int64)
+    env.step(action)
+    env.step(action)
+    exc, logs = _run_recording_warnings(lambda: env.step(action))
+    original = exc_type(RaisingEnv.message_for("step", 3))
+    assert type(exc) is exc_type
+    assert str(exc) == str(original)
+    cause = exc.__cause__
+    assert isinstance(cause, vecpool.errors.RemoteTraceback)
+    assert "explode" in str(cause)
+    assert exc_type.__name__ in str(cause)
+    assert len(logs) == ERROR_LOG_LINES
+    assert "Received the following error from Worker-2 - Shutting it down" in logs[0]
+    assert "explode" in logs[1]
+    assert "Raising the last exception back to the main process." in logs[2]
+
+    # Still usable: a reset brings every env back, and stepping matches Sync.
+    reference = make_sync(make_env_fns(num_envs, **NO_INFOS))
+    assert_same_data(reference.reset(seed=5), env.reset(seed=5), "reset after error")
+    for step_index in range(5):
+        assert_same_data(reference.step(action), env.step(action), f"step {step_index}")
+
+
+def test_reset_exception_is_reraised_and_env_recovers(make_async, make_sync):
+    env_fns = _raising(0, 3, raise_on="reset", at=2)
+    env = make_async(env_fns, num_workers=3)
+    env.reset(seed=0)
+    exc, logs = _run_recording_warnings(lambda: env.reset(seed=1))
+    assert type(exc) is ValueError
+    assert str(exc) == RaisingEnv.message_for("reset", 2)
+    assert isinstance(exc.__cause__, vecpool.errors.RemoteTraceback)
+    assert "explode" in str(exc.__cause__)
+    assert "Worker-0" in logs[0]
+    reference = make_sync(make_env_fns(3, **NO_INFOS))
+    assert_same_data(reference.reset(seed=2), env.reset(seed=2), "reset after error")
+
+
+def test_exception_in_autoreset_during_step_is_reraised(make_async):
+    # max_steps=1: step 1 ends the episode, step 2 autoresets -> reset #2 raises.
+    env_fns = _raising(1, 2, raise_on="reset", at=2, max_steps=1, terminate_prob=0.0)
+    env = make_async(env_fns, num_workers=2)
+    env.reset(seed=0)
+    action = np.array([1, 1])
+    assert env.step(action)[3].all()
+    exc, logs = _run_recording_warnings(lambda: env.step(action))
+    assert type(exc) is ValueError
+    assert str(exc) == RaisingEnv.message_for("reset", 2)
+    assert "Worker-1" in logs[0]
+    env.reset(seed=0)
+    env.step(action)
+
+
+def test_exception_in_call_is_reraised(make_async):
+    env = make_async(make_env_fns(3), num_workers=2)
+    env.reset(seed=0)
+    exc, logs = _run_recording_warnings(lambda: env.call("explode", "custom text"))
+    assert type(exc) is DeliberateError
+    assert str(exc) == "custom text"
+    assert isinstance(exc.__cause__, vecpool.errors.RemoteTraceback)
+    assert "explode" in str(exc.__cause__)
+    # Gymnasium logs two lines per failed env, then one final line.
+    assert len(logs) == 2 * 3 + 1
+    for index in range(3):
+        assert sum(f"from Worker-{index} " in line for line in logs) == 1
+    assert "Raising the last exception back to the main process." in logs[-1]
+    assert env.get_attr("steps_taken") == (0, 0, 0)
+
+
+def test_missing_attribute_in_get_attr_is_reraised(make_async):
+    env = make_async(make_env_fns(2))
+    exc, _ = _run_recording_warnings(lambda: env.get_attr("no_such_attribute"))
+    assert isinstance(exc, AttributeError)
+    assert "no_such_attribute" in str(exc)
+    assert env.get_attr("steps_taken") == (0, 0)
+
+
+def test_exception_needing_extra_init_args_is_reported(make_async):
+    """DeliberateErrorWithArgs cannot be unpickled; the failure must still surface."""
+    env_fns = [functools.partial(CustomExceptionEnv, at=2), *make_env_fns(1)]
+    env = make_async(env_fns, num_workers=2)
+    env.reset(seed=0)
+    action = np.array([1, 1])
+    env.step(action)
+    start = time.monotonic()
+    exc, _ = _run_recording_warnings(lambda: env.step(action))
+    assert time.monotonic() - start < 10
+    assert exc is not None
+    assert not isinstance(exc, vecpool.errors.WorkerCrashedError)
+    text = f"{exc}\n{exc.__cause__}"
+    assert CustomExceptionEnv.MESSAGE in text
+    assert "DeliberateErrorWithArgs" in text
+    env.reset(seed=0)
+    env.step(action)
+
+
+def test_unpicklable_info_is_reported(make_async):
+    env_fns = [*make_env_fns(1), functools.partial(UnpicklableInfoEnv, at=2)]
+    env = make_async(env_fns, num_workers=2)
+    env.reset(seed=0)
+    action = np.array([1, 1])
+    env.step(action)
+    start = time.monotonic()
+    exc, _ = _run_recording_warnings(lambda: env.step(action))
+    assert time.monotonic() - start < 10
+    assert isinstance(exc, Exception)
+    assert not isinstance(exc, vecpool.errors.WorkerCrashedError)
+    assert "pickle" in f"{exc}\n{exc.__cause__}"
+    env.reset(seed=0)
+    env.step(action)
+
+
+# ------------------------------------------------------------------ dead workers
+
+
+def test_worker_killed_mid_step_raises_worker_crashed(
+    start_method, make_async, leak_checker
+):
+    num_envs = 4
+    env = make_async(
+        [functools.partial(SlowEnv)] * num_envs, num_workers=2, context=start_method
+    )
+    env.reset(seed=0)
+    worker = _worker_of_env(env, 3)
+    env_indices = tuple(
+        index
+        for index, pid in enumerate(env.call("get_pid"))
+        if pid == env.processes[worker].pid
+    )
+    # Each worker steps its two envs one after the other: ~2 s per step.
+    env.step_async(_slow_action(num_envs, 1.0))
+    time.sleep(0.2)
+    os.kill(env.processes[worker].pid, signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises(vecpool.errors.WorkerCrashedError) as info:
+        env.step_wait()
+    assert time.monotonic() - start < 4.0
+    error = info.value
+    assert isinstance(error, vecpool.errors.VecPoolError)
+    assert error.worker == worker
+    assert tuple(error.env_indices) == env_indices
+    assert error.exitcode == -signal.SIGKILL
+    message = str(error)
+    assert str(worker) in message
+    assert str(-signal.SIGKILL) in message or "SIGKILL" in message
+    for index in env_indices:
+        assert str(index) in message
+
+    # Every further call fails the same way, except close().
+    for call in (
+        lambda: env.step(_slow_action(num_envs, 0.0)),
+        lambda: env.reset(),
+        lambda: env.get_attr("steps_taken"),
+    ):
+        with pytest.raises(vecpool.errors.WorkerCrashedError):
+            call()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # closing a broken env may warn
+        env.close()
+    assert env.closed
+    leak_checker.assert_no_leaks()
+
+
+def test_worker_killed_while_idle_raises_on_next_step(make_async, leak_checker):
+    env = make_async(make_env_fns(3), num_workers=3)
+    env.reset(seed=0)
+    victim = env.processes[1]
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.join(5)
+    start = time.monotonic()
+    with pytest.raises(vecpool.errors.WorkerCrashedError) as info:
+        env.step(np.array([1, 1, 1]))
+    assert time.monotonic() - start < 4.0
+    assert info.value.worker == 1
+    assert tuple(info.value.env_indices) == (1,)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        env.close()
+    leak_checker.assert_no_leaks()
+
+
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shm", "noshm"])
+def test_os_exit_in_step_raises_worker_crashed(shared_memory, make_async, leak_checker):
+    env_fns = [*make_env_fns(2), functools.partial(ExitingEnv, at_step=3, code=3)]
+    env = make_async(env_fns, shared_memory=shared_memory, num_workers=2)
+    env.reset(seed=0)
+    worker = _worker_of_env(env, 2)
+    action = np.array([0, 1, 2])
+    env.step(action)
+    env.step(action)
+    start = time.monotonic()
+    with pytest.raises(vecpool.errors.WorkerCrashedError) as info:
+        env.step(action)
+    assert time.monotonic() - start < 4.0
+    assert info.value.worker == worker
+    assert 2 in info.value.env_indices
+    assert info.value.exitcode == 3
+    assert "3" in str(info.value)
+    with pytest.raises(vecpool.errors.WorkerCrashedError):
+        env.step(action)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        env.close()
+    env.close()
+    leak_checker.assert_no_leaks()
+
+
+# ---------------------------------------------------------------------- timeouts
+
+
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shm", "noshm"])
+def test_step_timeout_then_fresh_results(shared_memory, make_async, make_sync):
+    num_envs = 3
+    env_fns = [functools.partial(SlowEnv)] * num_envs
+    reference = make_sync(env_fns)
+    env = make_async(env_fns, shared_memory=shared_memory, num_workers=2)
+    env.reset(seed=0)
+    env.step_async(_slow_action(num_envs, [0.0, 0.8, 0.0]))
+    start = time.monotonic()
+    with pytest.raises(
+        multiprocessing.TimeoutError,
+        match=re.escape("The call to `step_wait` has timed out after 0.1 second(s)."),
+    ):
+        env.step_wait(timeout=0.1)
+    assert time.monotonic() - start < 0.6
+    # The late reply of the slow env must be discarded: fresh results only.
+    assert_same_data(reference.reset(seed=7), env.reset(seed=7), "reset after timeout")
+    fast = _slow_action(num_envs, 0.0)
+    for step_index in range(3):
+        assert_same_data(reference.step(fast), env.step(fast), f"step {step_index}")
+
+
+def test_step_timeout_then_step_gives_fresh_results(make_async):
+    num_envs = 2
+    env = make_async([functools.partial(SlowEnv)] * num_envs, num_workers=2)
+    env.reset(seed=0)
+    env.step_async(_slow_action(num_envs, [0.5, 0.0]))
+    with pytest.raises(multiprocessing.TimeoutError):
+        env.step_wait(timeout=0.05)
+    obs, rewards, _, _, _ = env.step(_slow_action(num_envs, [0.0, 0.01]))
+    # Each env has now done exactly two steps; the rewards are this step's delays.
+    np.testing.assert_array_equal(obs[:, 0], [2.0, 2.0])
+    np.testing.assert_allclose(rewards, [0.0, 0.01], rtol=1e-6)
+    assert env.get_attr("steps_taken") == (2, 2)
+
+
+def test_reset_and_call_timeouts(make_async, make_sync):
+    env_fns = [functools.partial(SlowEnv, reset_delay=0.0)] * 2
+    env = make_async(env_fns)
+    env.set_attr("reset_delay", [0.0, 0.6])
+    env.reset_async(seed=0)
+    with pytest.raises(
+        multiprocessing.TimeoutError,
+        match=re.escape("The call to `reset_wait` has timed out after 0.1 second(s)."),
+    ):
+        env.reset_wait(timeout=0.1)
+    env.call_async("sleep", 0.6)
+    with pytest.raises(
+        multiprocessing.TimeoutError,
+        match=re.escape("The call to `call_wait` has timed out after 0.1 second(s)."),
+    ):
+        env.call_wait(timeout=0.1)
+    env.set_attr("reset_delay", 0.0)
+    reference = make_sync(env_fns)
+    assert_same_data(reference.reset(seed=3), env.reset(seed=3), "reset after timeouts")
+    assert env.call("sleep", 0.0) == (0.0, 0.0)
+
+
+# ------------------------------------------------------------------- bad actions
+
+
+@pytest.mark.parametrize(
+    ("action_kind", "bad_action"),
+    [
+        ("discrete", np.array([1, 1, 1, 1])),  # one too many
+        ("discrete", np.array([1, 1])),  # one too few
+        ("discrete", np.ones((3, 2), dtype=np.int64)),  # wrong shape
+        ("discrete", [1, 1]),  # a list of the wrong length
+        ("box", np.zeros((3, 3), dtype=np.float32)),  # wrong per-env shape
+        ("box", np.zeros((4, 2), dtype=np.float32)),  # wrong count
+        ("box", np.zeros(2, dtype=np.float32)),  # not batched
+    ],
+    ids=[
+        "disc-more",
+        "disc-fewer",
+        "disc-2d",
+        "disc-list",
+        "box-shape",
+        "box-count",
+        "box-flat",
+    ],
+)
+def test_bad_actions_raise_value_error_before_sending(
+    action_kind, bad_action, make_async, make_sync
+):
+    env_fns = make_env_fns(3, action_kind=action_kind)
+    reference = make_sync(env_fns)
+    env = make_async(env_fns, num_workers=2)
+    assert_same_data(reference.reset(seed=0), env.reset(seed=0), "reset")
+    good = reference.action_space.sample()
+    assert_same_data(reference.step(good), env.step(good), "first step")
+    with pytest.raises(ValueError):  # noqa: PT011 - the message is not specified
+        env.step(bad_action)
+    with pytest.raises(ValueError):  # noqa: PT011 - and again through step_async
+        env.step_async(bad_action)
+    # Nothing reached the envs, and the vector env is not left waiting.
+    assert env.get_attr("steps_taken") == (1, 1, 1)
+    assert_same_data(reference.step(good), env.step(good), "step after bad actions")
+    assert env.get_attr("steps_taken") == (2, 2, 2)

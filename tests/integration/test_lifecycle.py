@@ -1,0 +1,426 @@
+"""Lifecycle of vecpool.AsyncVectorEnv: start methods, close, state errors, leaks."""
+
+from __future__ import annotations
+
+import functools
+import gc
+import multiprocessing
+import os
+import re
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+
+import vecpool
+import vecpool.errors
+from vecpool.testing import (
+    CountingEnv,
+    SlowEnv,
+    assert_same_data,
+    assert_same_rollout,
+    make_env_fns,
+)
+
+EnvFn = Callable[[], gym.Env[Any, Any]]
+CLOSED_MESSAGE = "Trying to operate on `AsyncVectorEnv`, after a call to `close()`."
+
+# A hung worker must fail fast, not eat the global 120 s timeout.
+pytestmark = pytest.mark.timeout(30)
+
+
+def _draw_actions(env, steps: int, seed: int = 0) -> list[Any]:
+    space = gym.vector.utils.batch_space(env.single_action_space, env.num_envs)
+    space.seed(seed)
+    return [space.sample() for _ in range(steps)]
+
+
+def _slow_action(num_envs: int, seconds: float) -> np.ndarray:
+    return np.full((num_envs, 1), seconds, dtype=np.float32)
+
+
+# ------------------------------------------------------------------ start methods
+
+
+@pytest.mark.parametrize("autoreset_mode", [AutoresetMode.NEXT_STEP, "SameStep"])
+def test_start_methods_match_sync_and_release_everything(
+    start_method, autoreset_mode, make_sync, leak_checker
+):
+    env_fns = make_env_fns(3, obs_kind="dict", max_steps=5)
+    reference = make_sync(env_fns, autoreset_mode=autoreset_mode)
+    env = vecpool.AsyncVectorEnv(
+        env_fns, context=start_method, num_workers=2, autoreset_mode=autoreset_mode
+    )
+    try:
+        assert len(env.processes) == 2
+        assert all(process.is_alive() for process in env.processes)
+        actions = _draw_actions(env, steps=20)
+        assert assert_same_rollout(reference, env, actions, seed=42) > 0
+    finally:
+        env.close()
+    assert env.closed
+    assert not any(process.is_alive() for process in env.processes)
+    leak_checker.assert_no_leaks()
+
+
+def test_spawn_one_process_per_env_with_shared_memory_off(make_sync, leak_checker):
+    env_fns = make_env_fns(2, obs_kind="image", max_steps=4)
+    reference = make_sync(env_fns)
+    env = vecpool.AsyncVectorEnv(
+        env_fns, context="spawn", shared_memory=False, num_workers=2
+    )
+    try:
+        assert_same_rollout(reference, env, _draw_actions(env, steps=10), seed=0)
+    finally:
+        env.close()
+    leak_checker.assert_no_leaks()
+
+
+# ----------------------------------------------------------------------- workers
+
+
+@pytest.mark.parametrize(
+    ("num_envs", "num_workers"), [(4, 1), (4, 2), (5, 2), (5, 3), (3, 3)]
+)
+def test_num_workers_groups_envs_into_contiguous_slices(
+    num_envs, num_workers, make_async
+):
+    env = make_async(make_env_fns(num_envs), num_workers=num_workers)
+    assert len(env.processes) == num_workers
+    worker_pids = [process.pid for process in env.processes]
+    assert len(set(worker_pids)) == num_workers
+    env_pids = list(env.call("get_pid"))
+    assert os.getpid() not in env_pids
+    # Each worker hosts one non-empty, contiguous slice, in worker order.
+    slices = [
+        [index for index, pid in enumerate(env_pids) if pid == worker_pid]
+        for worker_pid in worker_pids
+    ]
+    assert [index for part in slices for index in part] == list(range(num_envs))
+    assert all(part for part in slices)
+    assert max(map(len, slices)) - min(map(len, slices)) <= 1
+
+
+@pytest.mark.parametrize(
+    ("num_envs", "max_concurrency"), [(3, None), (6, None), (5, 2), (2, 4)]
+)
+def test_default_num_workers(num_envs, max_concurrency, make_async):
+    env = make_async(make_env_fns(num_envs), max_concurrency=max_concurrency)
+    expected = min(num_envs, os.cpu_count() or 1, max_concurrency or num_envs)
+    assert len(env.processes) == expected
+    assert len(set(env.call("get_pid"))) == expected
+
+
+@pytest.mark.parametrize("num_workers", [0, -1, 5, 1.5, "2", 2.0])
+def test_invalid_num_workers_raises(num_workers, leak_checker):
+    with pytest.raises(ValueError, match="num_workers"):
+        vecpool.AsyncVectorEnv(make_env_fns(4), num_workers=num_workers)
+    leak_checker.assert_no_leaks()
+
+
+@pytest.mark.parametrize("max_concurrency", [0, -3, 1.5, "2"])
+def test_invalid_max_concurrency_message_matches_gymnasium(max_concurrency):
+    env_fns = make_env_fns(2)
+    with pytest.raises(ValueError, match="max_concurrency") as expected:
+        gym.vector.AsyncVectorEnv(env_fns, max_concurrency=max_concurrency)
+    with pytest.raises(ValueError, match=re.escape(str(expected.value))):
+        vecpool.AsyncVectorEnv(env_fns, max_concurrency=max_concurrency)
+
+
+def test_max_concurrency_one_still_matches_sync(make_async, make_sync):
+    env_fns = make_env_fns(4, max_steps=6)
+    reference = make_sync(env_fns)
+    env = make_async(env_fns, max_concurrency=1, num_workers=4)
+    assert env.max_concurrency == 1
+    assert assert_same_rollout(reference, env, _draw_actions(env, 30), seed=1) > 0
+
+
+def test_daemon_false_works_and_closes(leak_checker):
+    env = vecpool.AsyncVectorEnv(make_env_fns(2), daemon=False)
+    try:
+        assert not any(process.daemon for process in env.processes)
+        env.reset(seed=0)
+        env.step(np.array([0, 1]))
+    finally:
+        env.close()
+    leak_checker.assert_no_leaks()
+
+
+# ------------------------------------------------------------------------- close
+
+
+def test_close_is_idempotent(leak_checker):
+    env = vecpool.AsyncVectorEnv(make_env_fns(3), num_workers=2)
+    env.reset(seed=0)
+    env.close()
+    env.close()
+    env.close(terminate=True)
+    assert env.closed
+    leak_checker.assert_no_leaks()
+
+
+def test_close_terminate_kills_busy_workers_fast(leak_checker):
+    env = vecpool.AsyncVectorEnv([functools.partial(SlowEnv)] * 2)
+    env.reset(seed=0)
+    env.step_async(_slow_action(2, 30.0))
+    start = time.monotonic()
+    with pytest.warns(UserWarning, match="Calling `close` while waiting"):
+        env.close(terminate=True)
+    assert time.monotonic() - start < 5.0
+    assert env.closed
+    leak_checker.assert_no_leaks()
+
+
+def test_close_with_timeout_while_step_pending_terminates(leak_checker):
+    env = vecpool.AsyncVectorEnv([functools.partial(SlowEnv)] * 2)
+    env.reset(seed=0)
+    env.step_async(_slow_action(2, 30.0))
+    start = time.monotonic()
+    with pytest.warns(UserWarning, match="Calling `close` while waiting"):
+        env.close(timeout=0.2)
+    assert time.monotonic() - start < 5.0
+    leak_checker.assert_no_leaks()
+
+
+@pytest.mark.parametrize("pending", ["step", "reset", "call"])
+def test_close_while_call_pending_warns(pending, leak_checker):
+    env = vecpool.AsyncVectorEnv([functools.partial(SlowEnv)] * 3, num_workers=2)
+    env.reset(seed=0)
+    if pending == "step":
+        env.step_async(_slow_action(3, 0.2))
+    elif pending == "reset":
+        env.reset_async(seed=1)
+    else:
+        env.call_async("sleep", 0.2)
+    message = (
+        f"Calling `close` while waiting for a pending call to `{pending}` to complete."
+    )
+    with pytest.warns(UserWarning, match=re.escape(message)):
+        env.close()
+    assert env.closed
+    leak_checker.assert_no_leaks()
+
+
+def test_every_method_raises_after_close():
+    env = vecpool.AsyncVectorEnv(make_env_fns(2))
+    env.reset(seed=0)
+    env.close()
+    calls = {
+        "reset": lambda: env.reset(),
+        "reset_async": lambda: env.reset_async(),
+        "reset_wait": lambda: env.reset_wait(),
+        "step": lambda: env.step(np.array([0, 1])),
+        "step_async": lambda: env.step_async(np.array([0, 1])),
+        "step_wait": lambda: env.step_wait(),
+        "call": lambda: env.call("get_pid"),
+        "call_async": lambda: env.call_async("get_pid"),
+        "call_wait": lambda: env.call_wait(),
+        "get_attr": lambda: env.get_attr("steps_taken"),
+        "set_attr": lambda: env.set_attr("reward_scale", 2.0),
+        "render": lambda: env.render(),
+        "np_random_seed": lambda: env.np_random_seed,
+        "np_random": lambda: env.np_random,
+    }
+    for name, call in calls.items():
+        with pytest.raises(
+            vecpool.errors.ClosedEnvironmentError, match=re.escape(CLOSED_MESSAGE)
+        ) as info:
+            call()
+        assert isinstance(info.value, gym.error.ClosedEnvironmentError), name
+        assert isinstance(info.value, vecpool.errors.VecPoolError), name
+
+
+# --------------------------------------------------------------- pending-call rules
+
+
+def test_already_pending_call_errors_match_gymnasium(make_async):
+    env = make_async([functools.partial(SlowEnv)] * 2)
+    env.reset(seed=0)
+    env.step_async(_slow_action(2, 0.05))
+    attempts = {
+        "step_async": (
+            lambda: env.step_async(_slow_action(2, 0.0)),
+            "Calling `step_async` while waiting for a pending call to `step` "
+            "to complete.",
+        ),
+        "reset_async": (
+            lambda: env.reset_async(),
+            "Calling `reset_async` while waiting for a pending call to `step` "
+            "to complete",
+        ),
+        "call_async": (
+            lambda: env.call_async("get_pid"),
+            "Calling `call_async` while waiting for a pending call to `step` "
+            "to complete.",
+        ),
+        "set_attr": (
+            lambda: env.set_attr("step_delay", 0.0),
+            "Calling `set_attr` while waiting for a pending call to `step` "
+            "to complete.",
+        ),
+    }
+    for name, (attempt, message) in attempts.items():
+        with pytest.raises(
+            vecpool.errors.AlreadyPendingCallError, match=re.escape(message)
+        ) as info:
+            attempt()
+        assert isinstance(info.value, gym.error.AlreadyPendingCallError), name
+        assert info.value.name == "step", name
+    # The pending step is still intact and completes normally.
+    _, rewards, _, _, _ = env.step_wait()
+    np.testing.assert_allclose(rewards, [0.05, 0.05], rtol=1e-6)
+    assert env.get_attr("steps_taken") == (1, 1)
+
+
+@pytest.mark.parametrize(
+    ("method", "message", "name"),
+    [
+        (
+            "step_wait",
+            "Calling `step_wait` without any prior call to `step_async`.",
+            "step",
+        ),
+        (
+            "reset_wait",
+            "Calling `reset_wait` without any prior call to `reset_async`.",
+            "reset",
+        ),
+        (
+            "call_wait",
+            "Calling `call_wait` without any prior call to `call_async`.",
+            "call",
+        ),
+    ],
+)
+def test_wait_without_async_raises(method, message, name, make_async):
+    env = make_async(make_env_fns(2))
+    env.reset(seed=0)
+    with pytest.raises(
+        vecpool.errors.NoAsyncCallError, match=re.escape(message)
+    ) as info:
+        getattr(env, method)()
+    assert isinstance(info.value, gym.error.NoAsyncCallError)
+    assert info.value.name == name
+    env.step(np.array([1, 1]))
+
+
+def test_async_wait_pairs_work(make_async, make_sync):
+    env_fns = make_env_fns(3, obs_kind="tuple")
+    reference = make_sync(env_fns)
+    env = make_async(env_fns, num_workers=2)
+    env.reset_async(seed=3)
+    assert_same_data(reference.reset(seed=3), env.reset_wait(timeout=10), "reset")
+    action = np.array([2, 0, 1])
+    env.step_async(action)
+    assert_same_data(reference.step(action), env.step_wait(timeout=10), "step")
+    env.call_async("scaled", 1.0, factor=0.5)
+    assert env.call_wait(timeout=10) == reference.call("scaled", 1.0, factor=0.5)
+
+
+# ------------------------------------------------------------------ init failures
+
+
+def test_env_fn_raising_in_parent_leaks_nothing(leak_checker):
+    env_fns = [functools.partial(CountingEnv, obs_kind="bogus")] * 3
+    with pytest.raises(ValueError, match="Unknown `obs_kind`"):
+        vecpool.AsyncVectorEnv(env_fns)
+    gc.collect()
+    leak_checker.assert_no_leaks()
+
+
+@pytest.mark.parametrize(
+    ("num_workers", "context"), [(1, None), (3, None), (2, "spawn"), (2, "forkserver")]
+)
+def test_env_fn_raising_in_worker_leaks_nothing(num_workers, context, leak_checker):
+    # Only the last env fn fails, so the failure happens inside a worker.
+    env_fns: list[EnvFn] = [
+        *make_env_fns(2),
+        functools.partial(CountingEnv, obs_kind="bogus"),
+    ]
+    start = time.monotonic()
+    with warnings.catch_warnings(record=True):  # the worker's error may be logged
+        warnings.simplefilter("always")
+        with pytest.raises((ValueError, vecpool.errors.VecPoolError), match="obs_kind"):
+            vecpool.AsyncVectorEnv(env_fns, num_workers=num_workers, context=context)
+    assert time.monotonic() - start < 30
+    gc.collect()
+    leak_checker.assert_no_leaks()
+
+
+def test_mismatched_observation_spaces_raise_and_leak_nothing(leak_checker):
+    env_fns: list[EnvFn] = [
+        *make_env_fns(2),
+        functools.partial(CountingEnv, obs_kind="discrete"),
+    ]
+    with pytest.raises(RuntimeError, match="observation_mode='same'"):
+        vecpool.AsyncVectorEnv(env_fns, num_workers=2)
+    gc.collect()
+    leak_checker.assert_no_leaks()
+
+
+def test_mismatched_action_spaces_raise_and_leak_nothing(leak_checker):
+    env_fns: list[EnvFn] = [
+        *make_env_fns(2),
+        functools.partial(CountingEnv, action_kind="box"),
+    ]
+    with pytest.raises(RuntimeError, match="action space"):
+        vecpool.AsyncVectorEnv(env_fns, num_workers=3)
+    gc.collect()
+    leak_checker.assert_no_leaks()
+
+
+@pytest.mark.parametrize(
+    ("shared_memory", "context"), [(True, None), (False, None), (True, "forkserver")]
+)
+def test_garbage_collection_without_close_releases_everything(
+    shared_memory, context, leak_checker
+):
+    env = vecpool.AsyncVectorEnv(
+        make_env_fns(4, obs_kind="image"),
+        shared_memory=shared_memory,
+        num_workers=2,
+        context=context,
+    )
+    env.reset(seed=0)
+    env.step(np.array([0, 1, 2, 1]))
+    pids = [process.pid for process in env.processes]
+    assert set(pids) <= set(leak_checker.new_children())
+    with warnings.catch_warnings():
+        # Some implementations warn about an unclosed env; that is allowed.
+        warnings.simplefilter("ignore", ResourceWarning)
+        del env
+        gc.collect()
+    leak_checker.assert_no_leaks()
+
+
+def test_garbage_collection_with_step_pending_releases_everything(leak_checker):
+    env = vecpool.AsyncVectorEnv([functools.partial(SlowEnv)] * 2)
+    env.reset(seed=0)
+    env.step_async(_slow_action(2, 30.0))
+    start = time.monotonic()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        del env
+        gc.collect()
+    assert time.monotonic() - start < 5.0
+    leak_checker.assert_no_leaks()
+
+
+def test_leak_checker_sees_live_workers(leak_checker):
+    """Guards the leak helper itself: a live env's workers must be reported."""
+    env = vecpool.AsyncVectorEnv(make_env_fns(2), num_workers=2)
+    try:
+        children = leak_checker.new_children()
+        assert {process.pid for process in env.processes} <= set(children)
+        assert all(children[process.pid] != "Z" for process in env.processes)
+        assert {process.pid for process in env.processes} <= {
+            process.pid for process in multiprocessing.active_children()
+        }
+    finally:
+        env.close()
+    leak_checker.assert_no_leaks()

@@ -1,0 +1,87 @@
+"""vecpool.errors: hierarchy and pickle round trips (errors cross processes)."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import gymnasium.error
+import pytest
+
+import vecpool.errors as errors
+
+INSTANCES: dict[str, Any] = {
+    "VecPoolError": errors.VecPoolError("base failure"),
+    "ClosedEnvironmentError": errors.ClosedEnvironmentError("closed env"),
+    "AlreadyPendingCallError": errors.AlreadyPendingCallError("pending call", "step"),
+    "NoAsyncCallError": errors.NoAsyncCallError("no async call", "reset"),
+    "CustomSpaceError": errors.CustomSpaceError("custom space"),
+    "WorkerCrashedError": errors.WorkerCrashedError(
+        "Worker 1 (envs 2, 3) died with exit code -9", 1, (2, 3), -9
+    ),
+    "RemoteTraceback": errors.RemoteTraceback(
+        'Traceback (most recent call last):\n  File "x.py", line 1, in explode\n'
+    ),
+    "VecPoolWarning": errors.VecPoolWarning("misuse"),
+}
+
+ATTRIBUTES = {
+    "AlreadyPendingCallError": ("name",),
+    "NoAsyncCallError": ("name",),
+    "WorkerCrashedError": ("worker", "env_indices", "exitcode"),
+    "RemoteTraceback": ("traceback_text",),
+}
+
+DROP_IN = {
+    "ClosedEnvironmentError": gymnasium.error.ClosedEnvironmentError,
+    "AlreadyPendingCallError": gymnasium.error.AlreadyPendingCallError,
+    "NoAsyncCallError": gymnasium.error.NoAsyncCallError,
+    "CustomSpaceError": gymnasium.error.CustomSpaceError,
+}
+
+
+def test_every_public_class_is_covered():
+    public = {
+        name
+        for name in errors.__all__
+        if isinstance(getattr(errors, name), type)
+        and issubclass(getattr(errors, name), BaseException)
+    }
+    assert public == set(INSTANCES)
+
+
+@pytest.mark.parametrize("name", sorted(INSTANCES))
+@pytest.mark.parametrize("protocol", [2, pickle.HIGHEST_PROTOCOL])
+def test_pickle_round_trip(name, protocol):
+    original = INSTANCES[name]
+    restored = pickle.loads(pickle.dumps(original, protocol=protocol))
+    assert type(restored) is type(original)
+    assert str(restored) == str(original)
+    assert restored.args == original.args
+    for attribute in ATTRIBUTES.get(name, ()):
+        assert getattr(restored, attribute) == getattr(original, attribute), attribute
+
+
+@pytest.mark.parametrize("name", sorted(DROP_IN))
+def test_drop_in_errors_subclass_both_hierarchies(name):
+    cls = getattr(errors, name)
+    assert issubclass(cls, errors.VecPoolError)
+    assert issubclass(cls, DROP_IN[name])
+    with pytest.raises(DROP_IN[name]):
+        raise INSTANCES[name]
+
+
+def test_worker_crashed_error_attributes():
+    error = INSTANCES["WorkerCrashedError"]
+    assert isinstance(error, errors.WorkerCrashedError)
+    assert isinstance(error, errors.VecPoolError)
+    assert (error.worker, tuple(error.env_indices), error.exitcode) == (1, (2, 3), -9)
+    assert str(error) == "Worker 1 (envs 2, 3) died with exit code -9"
+    unknown = errors.WorkerCrashedError("gone", 0, (0,), None)
+    assert pickle.loads(pickle.dumps(unknown)).exitcode is None
+
+
+def test_remote_traceback_shows_the_remote_text():
+    text = INSTANCES["RemoteTraceback"].traceback_text
+    assert text in str(INSTANCES["RemoteTraceback"])
+    assert "explode" in str(pickle.loads(pickle.dumps(INSTANCES["RemoteTraceback"])))
