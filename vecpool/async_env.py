@@ -9,6 +9,7 @@ import multiprocessing
 import pickle
 import signal
 import time
+import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -42,15 +43,16 @@ from vecpool.errors import (
     NoAsyncCallError,
     RemoteTraceback,
     VecPoolError,
+    VecPoolWarning,
     WorkerCrashedError,
 )
 from vecpool.shared import (
-    NATIVE_LEAVES,
     Layout,
     SharedBlock,
     copy_tree,
     flatten_batch,
     is_native,
+    is_native_leaf,
     make_views,
 )
 from vecpool.worker import (
@@ -256,6 +258,15 @@ def _close_all_at_exit() -> None:
             env.close(terminate=True)
 
 
+def _available_cpus() -> int:
+    """CPUs this process may run on (affinity-aware where the OS tells)."""
+    import os
+
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
 def _check_max_concurrency(value: object) -> int | None:
     """Validate ``max_concurrency`` with Gymnasium's messages."""
     if value is None:
@@ -407,6 +418,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self.parent_pipes = []
         self._links: list[_Link] = []
         self._finalizer: weakref.finalize[Any, Any] | None = None
+        self._warned_dtypes: set[tuple[np.dtype[Any], np.dtype[Any]]] = set()
 
         dummy_env = env_fns[0]()
         self.metadata = dict(dummy_env.metadata)
@@ -443,13 +455,11 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 raise ValueError(msg)
             return self.num_envs
         if num_workers is None:
-            import os
-
             return max(
                 1,
                 min(
                     self.num_envs,
-                    os.cpu_count() or 1,
+                    _available_cpus(),
                     self.max_concurrency or self.num_envs,
                 ),
             )
@@ -541,7 +551,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
 
     def _start_workers(self, ctx: Any) -> None:
         semaphore = None
-        if self.max_concurrency is not None and self.max_concurrency < self.num_workers:
+        if self.max_concurrency is not None and (
+            self.worker is not None or self.max_concurrency < self.num_workers
+        ):
             semaphore = ctx.BoundedSemaphore(self.max_concurrency)
         error_queue = ctx.Queue() if self.worker is not None else None
         self.error_queue = error_queue
@@ -723,9 +735,14 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         if options is not None and "reset_mask" in options:
             options = dict(options)  # never mutate the caller's dict
             flags = self._check_reset_mask(options.pop("reset_mask"))
-        for link in self._links:
-            part = slice(link.env_indices.start, link.env_indices.stop)
-            link.send_reset(seeds[part], options, flags[part])
+        self._send_all(
+            "reset",
+            lambda link: link.send_reset(
+                seeds[link.env_indices.start : link.env_indices.stop],
+                options,
+                flags[link.env_indices.start : link.env_indices.stop],
+            ),
+        )
         self._state = AsyncState.WAITING_RESET
 
     def _check_reset_mask(self, reset_mask: Any) -> list[bool]:
@@ -820,42 +837,50 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             )
             raise AlreadyPendingCallError(msg, str(self._state.value))
         per_env = self._place_actions(actions)
-        for link in self._links:
-            link.send_step(
-                None
-                if per_env is None
-                else per_env[link.env_indices.start : link.env_indices.stop]
+        if per_env is None:
+            self._send_all("step", lambda link: link.send_step(None))
+        else:
+            self._send_all(
+                "step",
+                lambda link: link.send_step(
+                    per_env[link.env_indices.start : link.env_indices.stop]
+                ),
             )
         self._state = AsyncState.WAITING_STEP
 
     def _place_actions(self, actions: Any) -> list[Any] | None:
         """Write actions into shared memory, or return them per env for the pipes.
 
-        A batch of exactly the batched action space's shape and dtype (or a wider
-        integer type) goes through shared memory. Anything else Gymnasium accepts
-        (other dtypes, lists of per-env actions, scalars broadcastable to the action
-        shape) travels unchanged through the pipes, so each env receives exactly what
-        Gymnasium would hand it. The count is always checked here, before sending.
+        A batch whose every leaf is a numpy array of exactly the batched action
+        space's shape and dtype goes through shared memory (checked with a few
+        attribute reads). Anything else Gymnasium accepts (lists, other dtypes,
+        scalars broadcastable to the action shape) travels unchanged through the
+        pipes, so each env receives exactly what Gymnasium would hand it. The count is
+        always checked here, before anything is sent. After a timeout, a worker may
+        still be reading the previous actions, so then everything goes by pipe.
         """
-        if self._action_views:
-            try:
-                arrays: list[Any] | None = flatten_batch(
-                    self.single_action_space, actions, self.num_envs
-                )
-            except ValueError:
-                arrays = None
-            if arrays is not None and all(
-                array.dtype == view.dtype
-                or (
-                    array.dtype.kind in "biu"
-                    and view.dtype.kind in "iu"
-                    and np.can_cast(array.dtype, view.dtype, "safe")
-                )
-                for array, view in zip(arrays, self._action_views, strict=True)
+        views = self._action_views
+        if views and not any(link.stale for link in self._links):
+            if len(views) == 1 and is_native_leaf(self.single_action_space):
+                leaves: list[Any] | None = [actions]
+            else:
+                try:
+                    leaves = flatten_batch(
+                        self.single_action_space, actions, self.num_envs
+                    )
+                except ValueError:
+                    leaves = None
+            if leaves is not None and all(
+                type(leaf) is np.ndarray
+                and leaf.dtype == view.dtype
+                and leaf.shape == view.shape
+                for leaf, view in zip(leaves, views, strict=True)
             ):
-                for array, view in zip(arrays, self._action_views, strict=True):
-                    np.copyto(view, array, casting="unsafe")
+                for leaf, view in zip(leaves, views, strict=True):
+                    view[...] = leaf
                 return None
+            if leaves is not None:
+                self._warn_slow_actions(leaves, views)
         per_env = list(iterate(self.action_space, actions))
         if len(per_env) != self.num_envs:
             msg = (
@@ -864,7 +889,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             )
             raise ValueError(msg)
         shape = getattr(self.single_action_space, "shape", None)
-        if isinstance(self.single_action_space, NATIVE_LEAVES) and shape is not None:
+        if is_native_leaf(self.single_action_space) and shape is not None:
             for index, action in enumerate(per_env):
                 try:
                     fits = np.broadcast_shapes(np.shape(action), shape) == shape
@@ -877,6 +902,40 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                     )
                     raise ValueError(msg)
         return per_env
+
+    def _warn_slow_actions(
+        self, leaves: list[Any], views: list[npt.NDArray[Any]]
+    ) -> None:
+        """Warn once per dtype when an action array misses the shared-memory path."""
+        for leaf, view in zip(leaves, views, strict=True):
+            if (
+                type(leaf) is np.ndarray
+                and leaf.shape == view.shape
+                and leaf.dtype != view.dtype
+                and (leaf.dtype, view.dtype) not in self._warned_dtypes
+            ):
+                self._warned_dtypes.add((leaf.dtype, view.dtype))
+                warnings.warn(
+                    f"`actions` of dtype {leaf.dtype} do not match the action space's "
+                    f"dtype {view.dtype}, so they travel pickled through the pipes "
+                    "(each env receives exactly what Gymnasium would give it). Pass "
+                    f"`actions.astype(np.{view.dtype})` for the shared-memory fast "
+                    "path.",
+                    VecPoolWarning,
+                    stacklevel=4,
+                )
+
+    def _send_all(self, what: str, send: Callable[[_Link], None]) -> None:
+        """Send one command to every worker; a dead one raises WorkerCrashedError."""
+        sent: list[_Link] = []
+        for link in self._links:
+            try:
+                send(link)
+            except OSError:
+                for other in sent:
+                    other.stale += 1  # they will reply to a command nobody awaits
+                self._crashed(link, what)
+            sent.append(link)
 
     def step_wait(
         self, timeout: float | None = None
@@ -962,8 +1021,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 "instead."
             )
             raise ValueError(msg)
-        for link in self._links:
-            link.send_call(name, args, kwargs)
+        self._send_all("call", lambda link: link.send_call(name, args, kwargs))
         self._state = AsyncState.WAITING_CALL
 
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
@@ -1029,11 +1087,13 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 f"`{self._state.value}` to complete."
             )
             raise AlreadyPendingCallError(msg, str(self._state.value))
-        values = list(values)
-        for link in self._links:
-            link.send_set_attr(
-                name, values[link.env_indices.start : link.env_indices.stop]
-            )
+        per_env = list(values)
+        self._send_all(
+            "set_attr",
+            lambda link: link.send_set_attr(
+                name, per_env[link.env_indices.start : link.env_indices.stop]
+            ),
+        )
         self._raise_if_errors(self._gather("set_attr", None))
 
     # -- close -------------------------------------------------------------------------
@@ -1078,6 +1138,14 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 process.join(max(0.0, deadline - time.monotonic()))
         if self._finalizer is not None:
             self._finalizer()  # terminates whatever is left, reaps, closes pipes
+        # Drop every view of the shared block so its memory goes now, not with `self`
+        # (views handed out with copy=False keep their own reference, as they must).
+        if self._obs_transport == "native":
+            self.observations = copy_tree(self.observations)
+        self._action_views = []
+        self._rewards = self._rewards.copy()
+        self._terminations = self._terminations.copy()
+        self._truncations = self._truncations.copy()
         self._block = None  # type: ignore[assignment]
 
     def _assert_is_running(self) -> None:
@@ -1113,39 +1181,44 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         waiting: dict[Any, _Link] = {link.conn: link for link in links}
         sentinels: dict[Any, _Link] = {link.process.sentinel: link for link in links}
         deadline = None if timeout is None else time.monotonic() + timeout
-        while waiting:
-            remaining = (
-                None if deadline is None else max(0.0, deadline - time.monotonic())
-            )
-            ready = wait_for(
-                [*waiting, *(link.process.sentinel for link in waiting.values())],
-                remaining,
-            )
-            if not ready:
-                for link in waiting.values():
-                    link.stale += 1
-                self._state = AsyncState.DEFAULT
-                msg = (
-                    f"The call to `{what}_wait` has timed out after {timeout} "
-                    "second(s)."
+        try:
+            while waiting:
+                remaining = (
+                    None if deadline is None else max(0.0, deadline - time.monotonic())
                 )
-                raise multiprocessing.TimeoutError(msg)
-            for obj in ready:
-                if obj not in waiting:
-                    dead = sentinels[obj]
-                    if dead.conn in waiting and not dead.conn.poll():
-                        self._crashed(dead, what)
-                    continue
-                link = waiting[obj]
-                try:
-                    reply = link.recv()
-                except (EOFError, OSError):
-                    self._crashed(link, what)
-                if link.stale:
-                    link.stale -= 1
-                    continue
-                replies[link.index] = reply
-                del waiting[obj]
+                ready = wait_for(
+                    [*waiting, *(link.process.sentinel for link in waiting.values())],
+                    remaining,
+                )
+                if not ready:
+                    msg = (
+                        f"The call to `{what}_wait` has timed out after {timeout} "
+                        "second(s)."
+                    )
+                    raise multiprocessing.TimeoutError(msg)
+                for obj in ready:
+                    if obj not in waiting:
+                        dead = sentinels[obj]
+                        if dead.conn in waiting and not dead.conn.poll():
+                            self._crashed(dead, what)
+                        continue
+                    link = waiting.pop(obj)
+                    try:
+                        reply = link.recv()
+                    except (EOFError, OSError):
+                        self._crashed(link, what)
+                    if link.stale:  # the answer to a call that timed out earlier
+                        link.stale -= 1
+                        waiting[obj] = link
+                        continue
+                    replies[link.index] = reply
+        except BaseException:
+            # Timeout, crash, Ctrl-C, ...: whoever has not answered still owes a
+            # reply, which the next call must discard rather than take for its own.
+            for link in waiting.values():
+                link.stale += 1
+            self._state = AsyncState.DEFAULT
+            raise
         return replies
 
     def _crashed(self, link: _Link, what: str) -> NoReturn:
@@ -1185,7 +1258,11 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._state = AsyncState.DEFAULT
         last = errors[-1]
         exception = _rebuild_exception(last)
-        raise exception from RemoteTraceback(last.traceback)
+        where = f"raised in sub-environment {last.env_index} of {type(self).__name__}"
+        add_note = getattr(exception, "add_note", None)
+        if add_note is not None:  # Python >= 3.11
+            add_note(where)
+        raise exception from RemoteTraceback(f"({where})\n{last.traceback}")
 
     def _collect(self, replies: list[Reply | None]) -> dict[str, Any]:
         """Raise env errors, then merge infos and pipe-borne values in env order."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import gymnasium as gym
 from gymnasium import Env, Wrapper, error
-from gymnasium.envs.registration import EnvSpec
+from gymnasium.envs.registration import EnvSpec, VectorizeMode
 from gymnasium.vector import AutoresetMode
 
 from vecpool.async_env import AsyncVectorEnv
@@ -52,6 +52,7 @@ class _SingleEnvFactory:
 def make_vec(
     id: str | EnvSpec,
     num_envs: int = 1,
+    vectorization_mode: str | VectorizeMode | None = None,
     vector_kwargs: dict[str, Any] | None = None,
     wrappers: Sequence[Callable[[Env[Any, Any]], Wrapper[Any, Any, Any, Any]]]
     | None = None,
@@ -75,6 +76,8 @@ def make_vec(
     Args:
         id: A registered env id (optionally ``"module:Env-v0"``) or an ``EnvSpec``.
         num_envs: Number of sub-environments.
+        vectorization_mode: Accepted for signature compatibility with
+            ``gym.make_vec``: only ``None`` or ``"async"`` (what vecpool builds).
         vector_kwargs: Keyword arguments of :class:`vecpool.AsyncVectorEnv`
             (e.g. ``num_workers``, ``shared_memory``, ``autoreset_mode``).
         wrappers: Wrapper functions applied to each sub-environment.
@@ -86,7 +89,18 @@ def make_vec(
     Raises:
         gymnasium.error.Error: If the id is of the wrong type, or the spec has no
             entry point.
+        ValueError: If ``vectorization_mode`` is neither ``None`` nor ``"async"``.
     """
+    if vectorization_mode is not None and vectorization_mode not in (
+        VectorizeMode.ASYNC,
+        VectorizeMode.ASYNC.value,
+    ):
+        msg = (
+            "`vecpool.make_vec` builds a vecpool.AsyncVectorEnv, so "
+            f"`vectorization_mode` must be None or 'async', got {vectorization_mode!r}."
+            " Use `gym.make_vec` for other modes."
+        )
+        raise ValueError(msg)
     vector_kwargs = {} if vector_kwargs is None else dict(vector_kwargs)
     wrappers = [] if wrappers is None else list(wrappers)
     given: object = id
@@ -170,12 +184,16 @@ class VectorEntryPoint:
         Returns:
             The vector env.
         """
-        max_episode_steps = env_kwargs.pop("max_episode_steps", None)
-        spec = EnvSpec(
-            id="vecpool-entry-point-v0",
-            entry_point=self.entry_point,
-            max_episode_steps=max_episode_steps,
-        )
+        calling = _calling_spec()
+        if calling is not None:
+            # Keep everything the registration says (env checker, order enforcing,
+            # autoreset, additional wrappers, id), as `gym.make(id)` would.
+            spec = copy.deepcopy(calling)
+            spec.kwargs = {}
+            spec.entry_point = self.entry_point
+            spec.vector_entry_point = None
+        else:
+            spec = EnvSpec(id="vecpool-entry-point-v0", entry_point=self.entry_point)
         factory = _SingleEnvFactory(spec, env_kwargs, [])
         kwargs = dict(self.vector_kwargs)
         kwargs.setdefault("autoreset_mode", AutoresetMode.NEXT_STEP)
@@ -184,8 +202,8 @@ class VectorEntryPoint:
 
 def _calling_spec() -> EnvSpec | None:
     """The ``EnvSpec`` that ``gym.make_vec`` is building, found in its frame."""
-    frame: FrameType | None = sys._getframe(2)
-    for _ in range(8):
+    frame: FrameType | None = sys._getframe(1)
+    for _ in range(10):
         if frame is None:
             return None
         candidate = frame.f_locals.get("env_spec")

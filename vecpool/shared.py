@@ -27,6 +27,7 @@ __all__ = [
     "copy_tree",
     "flatten_batch",
     "is_native",
+    "is_native_leaf",
     "leaves",
     "make_reader",
     "make_views",
@@ -36,6 +37,22 @@ __all__ = [
 _ALIGN = 64  # one cache line: keeps every array aligned and away from its neighbour
 
 NATIVE_LEAVES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
+def is_native_leaf(space: spaces.Space[Any]) -> bool:
+    """Whether ``space`` is a single array leaf (Box, Discrete, MultiDiscrete, ...).
+
+    Args:
+        space: A single-environment space.
+
+    Returns:
+        ``True`` for the four array spaces with a static shape and dtype.
+    """
+    return (
+        isinstance(space, NATIVE_LEAVES)
+        and space.shape is not None
+        and space.dtype is not None
+    )
 
 
 def is_native(space: spaces.Space[Any]) -> bool:
@@ -51,7 +68,7 @@ def is_native(space: spaces.Space[Any]) -> bool:
         ``True`` if :func:`leaves` can lay the space out.
     """
     if isinstance(space, NATIVE_LEAVES):
-        return space.shape is not None and space.dtype is not None
+        return is_native_leaf(space)
     if isinstance(space, spaces.Dict):
         return all(is_native(sub) for sub in space.spaces.values())
     if isinstance(space, spaces.Tuple):
@@ -170,7 +187,10 @@ class SharedBlock:
             ctx: A ``multiprocessing`` context (or the module).
         """
         self.size = max(size, 1)
-        self.raw = ctx.RawArray(ctypes.c_uint8, self.size)
+        self.raw = ctx.RawArray(ctypes.c_uint8, self.size + _ALIGN)
+        # Heap blocks are only 8-byte aligned; start the layout on a cache line. The
+        # mapping is page-aligned in every process, so the same base works in all.
+        self.base = (-ctypes.addressof(self.raw)) % _ALIGN
 
     def view(self, field: Field) -> np.ndarray[Any, Any]:
         """A numpy view of one field of the block.
@@ -183,7 +203,10 @@ class SharedBlock:
         """
         count = math.prod(field.shape)
         array = np.frombuffer(
-            self.raw, dtype=np.dtype(field.dtype), count=count, offset=field.offset
+            self.raw,
+            dtype=np.dtype(field.dtype),
+            count=count,
+            offset=self.base + field.offset,
         )
         return array.reshape(field.shape)
 
@@ -318,7 +341,8 @@ def flatten_batch(
         name: What to call the batch in error messages.
 
     Returns:
-        One array per leaf, in :func:`leaves` order, each ``(num_envs, *leaf_shape)``.
+        One value per leaf, in :func:`leaves` order, as given (not converted), each
+        of shape ``(num_envs, *leaf_shape)``.
 
     Raises:
         ValueError: If the structure or a shape does not match, naming the expected one.
@@ -348,7 +372,7 @@ def flatten_batch(
             for index, item in enumerate(sub.spaces):
                 walk(item, value[index], f"{path}[{index}]")
             return
-        array = np.asarray(value)
+        array = value if isinstance(value, np.ndarray) else np.asarray(value)
         shape = tuple(sub.shape or ())
         expected = (num_envs, *shape)
         if array.shape != expected:
@@ -357,7 +381,7 @@ def flatten_batch(
                 f"single action space's shape {shape}), got {array.shape}."
             )
             raise ValueError(msg)
-        out.append(array)
+        out.append(value)
 
     walk(space, batch, name)
     return out

@@ -516,12 +516,21 @@ class SlowEnv(gym.Env[npt.NDArray[np.float32], npt.NDArray[np.float32]]):
         self.action_space = spaces.Box(0.0, 10.0, shape=(1,), dtype=np.float32)
         self.steps_taken = 0
         self.episode_steps = 0
+        self.actions_received: list[float] = []
+        self.options_seen: list[Any] = []
+        self.config: dict[str, Any] = {}
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[npt.NDArray[np.float32], dict[str, Any]]:
-        """Sleep ``reset_delay`` seconds and start an episode."""
+        """Sleep ``reset_delay`` seconds and start an episode.
+
+        If ``options`` has a ``"token"`` key, it is popped (mutating the dict the env
+        received) and recorded in ``options_seen``.
+        """
         super().reset(seed=seed, options=options)
+        if options is not None:
+            self.options_seen.append(options.pop("token", "MISSING"))
         time.sleep(self.reset_delay)
         self.episode_steps = 0
         return self._observe(), {}
@@ -531,11 +540,21 @@ class SlowEnv(gym.Env[npt.NDArray[np.float32], npt.NDArray[np.float32]]):
     ) -> tuple[npt.NDArray[np.float32], SupportsFloat, bool, bool, dict[str, Any]]:
         """Sleep, then advance the step count."""
         requested = float(np.asarray(action).reshape(-1)[0])
+        self.actions_received.append(requested)
         delay = requested if requested > 0 else self.step_delay
         time.sleep(delay)
         self.steps_taken += 1
         self.episode_steps += 1
         return self._observe(), delay, False, False, {}
+
+    def remember(self, key: str, value: Any) -> dict[str, Any]:
+        """Write ``value`` under ``key`` into ``self.config`` and return the dict."""
+        self.config[key] = value
+        return self.config
+
+    def make_lock(self) -> threading.Lock:
+        """Return an object that cannot be pickled (for ``call`` error tests)."""
+        return threading.Lock()
 
     def sleep(self, seconds: float) -> float:
         """Sleep ``seconds`` and return it (for ``call`` timeout tests)."""

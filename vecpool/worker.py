@@ -14,6 +14,7 @@ Protocol (one duplex pipe per worker):
 from __future__ import annotations
 
 import contextlib
+import copy
 import enum
 import pickle
 import signal
@@ -159,9 +160,57 @@ def encode(reply: Reply) -> bytes:
     try:
         return pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # noqa: BLE001 - e.g. a lambda in an info; try harder
-        import cloudpickle
+        pass
+    import cloudpickle  # outside the `except`: a failure here has no noisy context
 
-        return bytes(cloudpickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+    return bytes(cloudpickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def encode_safely(reply: Reply, start: int) -> bytes:
+    """Encode a reply; turn whatever part cannot be pickled into per-env errors.
+
+    An unpicklable info, observation (``shared_memory=False``) or call result then
+    raises in the parent with its original type (as in Gymnasium), and the worker and
+    its other envs live on.
+
+    Args:
+        reply: The reply.
+        start: Global index of the worker's first env.
+
+    Returns:
+        The bytes to send.
+    """
+    try:
+        return encode(reply)
+    except Exception:  # noqa: BLE001 - find the culprits below
+        pass
+    errors = list(reply.errors or [])
+    infos = []
+    for index, info in reply.infos or []:
+        try:
+            encode(Reply(infos=[(index, info)]))
+            infos.append((index, info))
+        except Exception as exc:  # noqa: BLE001 - reported to the parent
+            errors.append(pack_error(index, exc))
+    parts: dict[str, list[Any] | None] = {}
+    for name in ("observations", "results"):
+        values = getattr(reply, name)
+        parts[name] = values
+        for local, value in enumerate(values or []):
+            try:
+                encode(Reply(results=[value]))
+            except Exception as exc:  # noqa: BLE001 - reported to the parent
+                errors.append(pack_error(start + local, exc))
+                parts[name] = None
+    return encode(
+        Reply(
+            infos=infos or None,
+            observations=parts["observations"],
+            results=parts["results"],
+            errors=errors,
+            step_values=reply.step_values,
+        )
+    )
 
 
 class _Host:
@@ -252,12 +301,13 @@ class _Host:
                 self.semaphore.release()
         if not infos and not errors and not self.by_pipe:
             return b""
-        return encode(
+        return encode_safely(
             Reply(
                 infos=infos or None,
                 observations=self.last_obs if self.by_pipe else None,
                 errors=errors or None,
-            )
+            ),
+            self.start,
         )
 
     def reset(
@@ -265,6 +315,7 @@ class _Host:
     ) -> bytes:
         infos: list[tuple[int, dict[str, Any]]] = []
         errors: list[ErrorRecord] = []
+        last = max((local for local, flag in enumerate(flags) if flag), default=-1)
         if self.semaphore is not None:
             self.semaphore.acquire()
         try:
@@ -273,7 +324,10 @@ class _Host:
                     continue
                 index = self.start + local
                 try:
-                    obs, info = env.reset(seed=seeds[local], options=options)
+                    # Gymnasium unpickles a separate copy of `options` for every env:
+                    # copies for all but the last env, which gets the original.
+                    env_options = options if local == last else copy.deepcopy(options)
+                    obs, info = env.reset(seed=seeds[local], options=env_options)
                     self.autoreset[local] = False
                     if self.write_obs is not None:
                         self.write_obs(index, obs)
@@ -288,12 +342,13 @@ class _Host:
                 self.semaphore.release()
         if not infos and not errors and not self.by_pipe:
             return b""
-        return encode(
+        return encode_safely(
             Reply(
                 infos=infos or None,
                 observations=self.last_obs if self.by_pipe else None,
                 errors=errors or None,
-            )
+            ),
+            self.start,
         )
 
     def call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
@@ -301,18 +356,31 @@ class _Host:
         errors: list[ErrorRecord] = []
         for local, env in enumerate(self.envs):
             try:
+                # Every env gets its own copy, as with Gymnasium's per-env pipes.
+                env_args, env_kwargs = (
+                    (args, kwargs)
+                    if local == len(self.envs) - 1
+                    else copy.deepcopy((args, kwargs))
+                )
                 attr = env.get_wrapper_attr(name)
-                results.append(attr(*args, **kwargs) if callable(attr) else attr)
+                results.append(
+                    attr(*env_args, **env_kwargs) if callable(attr) else attr
+                )
             except Exception as exc:  # noqa: BLE001 - reported to the parent
                 results.append(None)
                 errors.append(pack_error(self.start + local, exc))
-        return encode(Reply(results=results, errors=errors or None))
+        return encode_safely(Reply(results=results, errors=errors or None), self.start)
 
     def set_attr(self, name: str, values: list[Any]) -> bytes:
         errors: list[ErrorRecord] = []
         for local, env in enumerate(self.envs):
             try:
-                env.set_wrapper_attr(name, values[local])
+                value = (
+                    values[local]
+                    if local == len(self.envs) - 1
+                    else copy.deepcopy(values[local])
+                )
+                env.set_wrapper_attr(name, value)
             except Exception as exc:  # noqa: BLE001 - reported to the parent
                 errors.append(pack_error(self.start + local, exc))
         return encode(Reply(errors=errors)) if errors else b""
@@ -359,6 +427,10 @@ def _dispatch(host: _Host, data: bytes) -> tuple[bytes, bool]:
     raise RuntimeError(msg)
 
 
+def _ignore_signal(signum: int, frame: Any) -> None:
+    """Swallow SIGINT in workers (the parent handles Ctrl-C and closes them)."""
+
+
 def run_worker(
     conn: Connection, parent_conn: Connection | None, config: WorkerConfig
 ) -> None:
@@ -373,7 +445,8 @@ def run_worker(
         config: The worker configuration.
     """
     # Ctrl-C goes to the whole process group; the parent decides how to shut down.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A no-op handler rather than SIG_IGN: programs an env execs get the default back.
+    signal.signal(signal.SIGINT, _ignore_signal)
     if parent_conn is not None:
         parent_conn.close()
     envs: list[Any] = []
@@ -394,13 +467,13 @@ def run_worker(
                 data = conn.recv_bytes()
             except (EOFError, OSError):
                 break  # the parent is gone: nothing left to serve
-            if data == STEP:
-                reply = host.step(None)
-            else:
-                try:
+            try:
+                if data == STEP:
+                    reply = host.step(None)
+                else:
                     reply, running = _dispatch(host, data)
-                except Exception as exc:  # noqa: BLE001 - protocol errors go back too
-                    reply = encode(Reply(errors=[pack_error(config.start, exc)]))
+            except Exception as exc:  # noqa: BLE001 - protocol errors go back too
+                reply = encode(Reply(errors=[pack_error(config.start, exc)]))
             try:
                 conn.send_bytes(reply)
             except (BrokenPipeError, OSError):
