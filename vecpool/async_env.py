@@ -5,8 +5,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import inspect
+import math
 import multiprocessing
 import pickle
+import select
 import signal
 import time
 import warnings
@@ -15,7 +17,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from copy import deepcopy
 from multiprocessing.connection import Connection
-from multiprocessing.connection import wait as wait_for
 from typing import Any, NoReturn
 
 import cloudpickle
@@ -62,6 +63,7 @@ from vecpool.worker import (
     Reply,
     WorkerConfig,
     run_worker,
+    spin_until_ready,
 )
 
 __all__ = ["AsyncState", "AsyncVectorEnv"]
@@ -100,6 +102,7 @@ class _Link:
         self.env_indices = env_indices
         self.process = process
         self.conn = conn
+        self.sentinel: int = process.sentinel
         self.stale = 0  # replies still owed for calls that timed out
 
     def send_step(self, actions: list[Any] | None) -> None:
@@ -267,6 +270,19 @@ def _available_cpus() -> int:
     return os.cpu_count() or 1
 
 
+_SPIN_BUDGET = 0.002  # seconds to poll before blocking
+_SPIN_MAX_WAIT = 0.0005  # "auto": the parent spins while steps return within this
+_WAIT_STRATEGIES = ("auto", "spin", "block")
+
+
+def _check_wait_strategy(value: object) -> str:
+    """Validate ``wait_strategy``."""
+    if value not in _WAIT_STRATEGIES:
+        msg = f"`wait_strategy` must be one of {_WAIT_STRATEGIES}, got {value!r}."
+        raise ValueError(msg)
+    return str(value)
+
+
 def _check_max_concurrency(value: object) -> int | None:
     """Validate ``max_concurrency`` with Gymnasium's messages."""
     if value is None:
@@ -329,6 +345,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     autoreset_mode: AutoresetMode
     max_concurrency: int | None
     num_workers: int
+    wait_strategy: str
     num_envs: int
     metadata: dict[str, Any]
     render_mode: str | None
@@ -353,6 +370,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         max_concurrency: int | None = None,
         *,
         num_workers: int | None = None,
+        wait_strategy: str = "auto",
     ) -> None:
         """Start the workers and create the sub-environments.
 
@@ -374,8 +392,14 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             max_concurrency: At most this many sub-environments execute ``reset`` or
                 ``step`` at once; ``None`` for no limit.
             num_workers: Number of worker processes; the envs are split into that many
-                contiguous slices. Default: ``min(num_envs, os.cpu_count(),
+                contiguous slices. Default: ``min(num_envs, available CPUs,
                 max_concurrency or num_envs)``.
+            wait_strategy: How the parent and the workers wait for each other:
+                ``"spin"`` polls (yielding the CPU between polls) for up to 2 ms
+                before blocking, which skips the cost of waking a blocked process;
+                ``"block"`` always blocks on the pipes; ``"auto"`` (default) spins
+                only when there are no more workers than CPUs, and the parent spins
+                only while steps come back within about half a millisecond.
 
         Raises:
             ValueError: On an invalid argument (named in the message), or a custom
@@ -419,6 +443,17 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._links: list[_Link] = []
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._warned_dtypes: set[tuple[np.dtype[Any], np.dtype[Any]]] = set()
+        self.wait_strategy = _check_wait_strategy(wait_strategy)
+        # Spinning (poll + sched_yield) skips the ~50-150 us it costs to wake a
+        # blocked process; it pays only while no more processes run than cores.
+        spins = self.wait_strategy == "spin" or (
+            self.wait_strategy == "auto" and self.num_workers <= _available_cpus()
+        )
+        self._worker_spin = _SPIN_BUDGET if spins else 0.0
+        self._spin = _SPIN_BUDGET if spins else 0.0
+        self._spin_yield = True
+        self._adaptive_spin = self.wait_strategy == "auto"
+        self._wait_ema = 0.0  # seconds the parent waits for a step, smoothed
 
         dummy_env = env_fns[0]()
         self.metadata = dict(dummy_env.metadata)
@@ -596,6 +631,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                             self.single_action_space,
                         ),
                         semaphore=semaphore,
+                        spin=self._worker_spin,
+                        spin_yield=self._spin_yield,
                     )
                     args, target = (child_conn, parent_conn, config), run_worker
                 process = ctx.Process(
@@ -964,7 +1001,14 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         if self._state != AsyncState.WAITING_STEP:
             msg = "Calling `step_wait` without any prior call to `step_async`."
             raise NoAsyncCallError(msg, AsyncState.WAITING_STEP.value)
-        replies = self._gather("step", timeout)
+        if self._adaptive_spin and self._worker_spin:
+            started = time.perf_counter()
+            self._spin = 0.0 if self._wait_ema > _SPIN_MAX_WAIT else _SPIN_BUDGET
+            replies = self._gather("step", timeout)
+            waited = time.perf_counter() - started
+            self._wait_ema += 0.1 * (waited - self._wait_ema)
+        else:
+            replies = self._gather("step", timeout)
         infos = self._collect(replies)
         self._state = AsyncState.DEFAULT
         return (
@@ -1178,45 +1222,62 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         """
         replies: list[Reply | None] = [None] * len(self._links)
         links = self._links if links is None else links
-        waiting: dict[Any, _Link] = {link.conn: link for link in links}
-        sentinels: dict[Any, _Link] = {link.process.sentinel: link for link in links}
+        # fd -> (link, is_sentinel); a fresh poll set per call (registering is cheap)
+        watched: dict[int, tuple[_Link, bool]] = {}
+        poller = select.poll()
+        for link in links:
+            for fd, is_sentinel in ((link.conn.fileno(), False), (link.sentinel, True)):
+                watched[fd] = (link, is_sentinel)
+                poller.register(fd, select.POLLIN)
+        pending = len(links)
         deadline = None if timeout is None else time.monotonic() + timeout
+        spin = self._spin
         try:
-            while waiting:
-                remaining = (
-                    None if deadline is None else max(0.0, deadline - time.monotonic())
-                )
-                ready = wait_for(
-                    [*waiting, *(link.process.sentinel for link in waiting.values())],
-                    remaining,
-                )
-                if not ready:
+            while pending:
+                events = poller.poll(0)
+                if not events and spin > 0.0:
+                    events = spin_until_ready(poller, spin, self._spin_yield)
+                if not events:
+                    if deadline is None:
+                        events = poller.poll()
+                    else:
+                        remaining = deadline - time.monotonic()
+                        if remaining > 0:
+                            events = poller.poll(max(1, math.ceil(remaining * 1000)))
+                if not events:
                     msg = (
                         f"The call to `{what}_wait` has timed out after {timeout} "
                         "second(s)."
                     )
                     raise multiprocessing.TimeoutError(msg)
-                for obj in ready:
-                    if obj not in waiting:
-                        dead = sentinels[obj]
-                        if dead.conn in waiting and not dead.conn.poll():
-                            self._crashed(dead, what)
+                # read replies before judging deaths: a worker may answer, then exit
+                events.sort(key=lambda event: watched[event[0]][1])
+                for fd, _ in events:
+                    if fd not in watched:
                         continue
-                    link = waiting.pop(obj)
+                    link, is_sentinel = watched[fd]
+                    if is_sentinel:
+                        if link.conn.fileno() in watched and not link.conn.poll():
+                            self._crashed(link, what)
+                        continue
                     try:
                         reply = link.recv()
                     except (EOFError, OSError):
                         self._crashed(link, what)
                     if link.stale:  # the answer to a call that timed out earlier
                         link.stale -= 1
-                        waiting[obj] = link
                         continue
                     replies[link.index] = reply
+                    pending -= 1
+                    for done in (link.conn.fileno(), link.sentinel):
+                        poller.unregister(done)
+                        del watched[done]
         except BaseException:
             # Timeout, crash, Ctrl-C, ...: whoever has not answered still owes a
             # reply, which the next call must discard rather than take for its own.
-            for link in waiting.values():
-                link.stale += 1
+            for link, is_sentinel in watched.values():
+                if not is_sentinel:
+                    link.stale += 1
             self._state = AsyncState.DEFAULT
             raise
         return replies

@@ -16,9 +16,12 @@ from __future__ import annotations
 import contextlib
 import copy
 import enum
+import os
 import pickle
+import select
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -106,6 +109,8 @@ class WorkerConfig:
         observation_mode: ``"same"``, ``"different"`` or a space tuple (space check).
         check_spaces: ``(single_observation_space, single_action_space)`` to check.
         semaphore: Optional semaphore limiting concurrent env execution.
+        spin: Seconds to poll for the next command before blocking on the pipe.
+        spin_yield: Whether to ``sched_yield`` between polls while spinning.
     """
 
     index: int
@@ -121,6 +126,8 @@ class WorkerConfig:
     observation_mode: Any
     check_spaces: tuple[Any, Any]
     semaphore: Any = None
+    spin: float = 0.0
+    spin_yield: bool = False
 
 
 def pack_error(env_index: int, exc: BaseException) -> ErrorRecord:
@@ -427,6 +434,36 @@ def _dispatch(host: _Host, data: bytes) -> tuple[bytes, bool]:
     raise RuntimeError(msg)
 
 
+def spin_until_ready(
+    poller: select.poll, seconds: float, spin_yield: bool
+) -> list[Any]:
+    """Poll without blocking for up to ``seconds``; return the events seen (if any).
+
+    Spinning skips the 50-150 microseconds it costs to wake a blocked process, which
+    is most of a cheap env's step; ``sched_yield`` between polls hands the core to any
+    other runnable process, so spinning never starves the processes doing the work.
+
+    Args:
+        poller: A ``select.poll`` object with the descriptors to watch.
+        seconds: The spin budget.
+        spin_yield: Whether to yield the CPU between polls.
+
+    Returns:
+        The events of the first non-empty poll, or ``[]`` when the budget ran out.
+    """
+    deadline = time.perf_counter() + seconds
+    poll = poller.poll
+    sched_yield = os.sched_yield if spin_yield else None
+    while True:
+        events = poll(0)
+        if events:
+            return events
+        if sched_yield is not None:
+            sched_yield()
+        if time.perf_counter() >= deadline:
+            return []
+
+
 def _ignore_signal(signum: int, frame: Any) -> None:
     """Swallow SIGINT in workers (the parent handles Ctrl-C and closes them)."""
 
@@ -461,8 +498,13 @@ def run_worker(
                 return
         host = _Host(config, envs)
         conn.send_bytes(host.check_spaces())
+        poller = select.poll()
+        poller.register(conn.fileno(), select.POLLIN)
+        spin, spin_yield = config.spin, config.spin_yield
         running = True
         while running:
+            if spin > 0.0 and not poller.poll(0):
+                spin_until_ready(poller, spin, spin_yield)
             try:
                 data = conn.recv_bytes()
             except (EOFError, OSError):

@@ -1,0 +1,53 @@
+"""Every wait strategy gives Gymnasium's results; bad values are refused up front."""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import re
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import data_equivalence
+from gymnasium.vector import AutoresetMode
+
+import vecpool
+from vecpool.testing import CountingEnv, SlowEnv
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.mark.parametrize("wait_strategy", ["auto", "spin", "block"])
+@pytest.mark.parametrize("num_workers", [1, 2, 5])
+def test_strategies_match_sync(make_async, make_sync, wait_strategy, num_workers):
+    fns = [functools.partial(CountingEnv, obs_kind="dict", info_every=3)] * 5
+    ours = make_async(
+        fns,
+        num_workers=num_workers,
+        wait_strategy=wait_strategy,
+        autoreset_mode=AutoresetMode.SAME_STEP,
+    )
+    reference = make_sync(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    assert ours.wait_strategy == wait_strategy
+    assert data_equivalence(ours.reset(seed=4), reference.reset(seed=4), exact=True)
+    actions = np.random.default_rng(4).integers(0, 2, size=(150, 5))
+    for batch in actions:
+        assert data_equivalence(ours.step(batch), reference.step(batch), exact=True)
+
+
+@pytest.mark.parametrize("wait_strategy", ["spin", "block"])
+def test_timeouts_hold_while_spinning(make_async, wait_strategy):
+    envs = make_async(
+        [functools.partial(SlowEnv)] * 2, num_workers=2, wait_strategy=wait_strategy
+    )
+    envs.reset(seed=0)
+    envs.step_async(np.full((2, 1), 0.5, dtype=np.float32))
+    with pytest.raises(multiprocessing.TimeoutError):
+        envs.step_wait(timeout=0.05)
+    _, rewards, *_ = envs.step(np.full((2, 1), 0.01, dtype=np.float32))
+    np.testing.assert_allclose(rewards, [0.01, 0.01], rtol=1e-6)
+
+
+def test_invalid_wait_strategy_is_refused():
+    with pytest.raises(ValueError, match=re.escape("`wait_strategy` must be one of")):
+        vecpool.AsyncVectorEnv([CountingEnv], wait_strategy="busy")
