@@ -58,6 +58,7 @@ from vecpool.shared import (
 )
 from vecpool.worker import (
     STEP,
+    STEP_SOME,
     Command,
     ErrorRecord,
     Reply,
@@ -104,12 +105,19 @@ class _Link:
         self.conn = conn
         self.sentinel: int = process.sentinel
         self.stale = 0  # replies still owed for calls that timed out
+        self.batches: deque[list[int]] = deque()  # env ids of `send`s in flight
 
     def send_step(self, actions: list[Any] | None) -> None:
         if actions is None:
             self.conn.send_bytes(STEP)
         else:
-            self.send(Command.STEP, actions)
+            self.send(Command.STEP, (actions, None))
+
+    def send_step_some(self, local: list[int], actions: list[Any] | None) -> None:
+        if actions is None:
+            self.conn.send_bytes(STEP_SOME + np.asarray(local, np.uint16).tobytes())
+        else:
+            self.send(Command.STEP, (actions, local))
 
     def send_reset(
         self, seeds: list[Any], options: dict[str, Any] | None, flags: list[bool]
@@ -216,6 +224,33 @@ class _GymLink(_Link):
         if kind == "call":
             return Reply(results=[data])
         return None
+
+
+class _BatchInfos:
+    """Merges infos with Gymnasium's rules into arrays of a batch's length."""
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+
+    def _add_info(
+        self, vector_infos: dict[str, Any], env_info: dict[str, Any], env_num: int
+    ) -> dict[str, Any]:
+        merged: dict[str, Any] = VectorEnv._add_info(
+            self,  # type: ignore[arg-type]  # duck-typed: it only reads num_envs
+            vector_infos,
+            env_info,
+            env_num,
+        )
+        return merged
+
+
+def _take_tree(batch: Any, ids: npt.NDArray[np.int64]) -> Any:
+    """Rows ``ids`` of a nested batch of arrays (dict / tuple / ndarray), copied."""
+    if isinstance(batch, np.ndarray):
+        return batch[ids]
+    if isinstance(batch, dict):
+        return {key: _take_tree(value, ids) for key, value in batch.items()}
+    return tuple(_take_tree(value, ids) for value in batch)
 
 
 def _split(num_envs: int, num_workers: int) -> list[range]:
@@ -346,6 +381,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     max_concurrency: int | None
     num_workers: int
     wait_strategy: str
+    batch_size: int | None
     num_envs: int
     metadata: dict[str, Any]
     render_mode: str | None
@@ -371,6 +407,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         *,
         num_workers: int | None = None,
         wait_strategy: str = "auto",
+        batch_size: int | None = None,
     ) -> None:
         """Start the workers and create the sub-environments.
 
@@ -400,6 +437,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 ``"block"`` always blocks on the pipes; ``"auto"`` (default) spins
                 only when there are no more workers than CPUs, and the parent spins
                 only while steps come back within about half a millisecond.
+            batch_size: Enables EnvPool-style asynchronous batches: :meth:`send`
+                steps the given envs and :meth:`recv` returns the first
+                ``batch_size`` envs to finish (``1 <= batch_size <= num_envs``).
 
         Raises:
             ValueError: On an invalid argument (named in the message), or a custom
@@ -444,6 +484,11 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._warned_dtypes: set[tuple[np.dtype[Any], np.dtype[Any]]] = set()
         self.wait_strategy = _check_wait_strategy(wait_strategy)
+        self.batch_size = self._check_batch_size(batch_size)
+        self._in_flight = np.zeros(self.num_envs, dtype=np.bool_)
+        self._ready: deque[int] = deque()
+        self._ready_infos: dict[int, dict[str, Any]] = {}
+        self._batch_spaces: dict[int, Space[Any]] = {}
         # Spinning (poll + sched_yield) skips the ~50-150 us it costs to wake a
         # blocked process; it pays only while no more processes run than cores.
         spins = self.wait_strategy == "spin" or (
@@ -767,6 +812,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 f"`{self._state.value}` to complete"
             )
             raise AlreadyPendingCallError(msg, str(self._state.value))
+        self._assert_no_batches("reset_async")
 
         flags = [True] * self.num_envs
         if options is not None and "reset_mask" in options:
@@ -873,6 +919,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 f"`{self._state.value}` to complete."
             )
             raise AlreadyPendingCallError(msg, str(self._state.value))
+        self._assert_no_batches("step_async")
         per_env = self._place_actions(actions)
         if per_env is None:
             self._send_all("step", lambda link: link.send_step(None))
@@ -1059,6 +1106,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 f"`{self._state.value}` to complete."
             )
             raise AlreadyPendingCallError(msg, str(self._state.value))
+        self._assert_no_batches("call_async")
         if name in _RESERVED_CALLS:
             msg = (
                 f"Trying to call function `{name}` with `call`, use `{name}` directly "
@@ -1131,6 +1179,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 f"`{self._state.value}` to complete."
             )
             raise AlreadyPendingCallError(msg, str(self._state.value))
+        self._assert_no_batches("set_attr")
         per_env = list(values)
         self._send_all(
             "set_attr",
@@ -1166,6 +1215,10 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             except Exception:  # noqa: BLE001 - closing anyway; the error was logged
                 terminate = terminate or self._broken is not None
         self._state = AsyncState.DEFAULT
+        for link in self._links:  # replies to `send`s nobody will `recv`
+            link.stale += len(link.batches)
+            link.batches.clear()
+        self._in_flight[:] = False
         if not terminate:
             # Workers still alive close their envs; a crashed one is simply reaped.
             live = [link for link in self._links if link.process.is_alive()]
@@ -1191,6 +1244,277 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._terminations = self._terminations.copy()
         self._truncations = self._truncations.copy()
         self._block = None  # type: ignore[assignment]
+
+    # -- EnvPool-style asynchronous batches --------------------------------------------
+
+    def _check_batch_size(self, batch_size: object) -> int | None:
+        if batch_size is None:
+            return None
+        if (
+            isinstance(batch_size, bool)
+            or not isinstance(batch_size, (int, np.integer))
+            or not 1 <= batch_size <= self.num_envs
+        ):
+            msg = (
+                "`batch_size` must be an integer between 1 and "
+                f"num_envs={self.num_envs} (or None), got {batch_size!r}."
+            )
+            raise ValueError(msg)
+        if self.worker is not None:
+            msg = "`batch_size` cannot be combined with a custom `worker`."
+            raise ValueError(msg)
+        return int(batch_size)
+
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Step the envs ``env_ids`` with ``actions``, without waiting (EnvPool style).
+
+        Collect results with :meth:`recv`. An env can be sent again once
+        :meth:`recv` has returned it. Autoreset applies per env, as in :meth:`step`.
+
+        Example:
+            >>> import gymnasium as gym, numpy as np, vecpool
+            >>> envs = vecpool.AsyncVectorEnv(
+            ...     [lambda: gym.make("CartPole-v1")] * 4, num_workers=2, batch_size=2
+            ... )
+            >>> obs, infos = envs.reset(seed=0)
+            >>> envs.send(np.zeros(4, dtype=np.int64), np.arange(4))
+            >>> obs, rewards, terminations, truncations, infos = envs.recv()
+            >>> obs.shape, sorted(infos["env_id"].tolist()) in ([0, 1], [2, 3])
+            ((2, 4), True)
+            >>> envs.close()
+
+        Args:
+            actions: One action per id in ``env_ids`` (a batch of that many actions).
+            env_ids: Indices of the envs to step; default: every env.
+
+        Raises:
+            ValueError: If ``batch_size`` was not set, if an id is out of range,
+                repeated or still in flight, or if the actions do not match the ids.
+            AlreadyPendingCallError: If a ``*_async`` call is pending.
+        """
+        self._assert_is_running()
+        if self.batch_size is None:
+            msg = (
+                "`send`/`recv` need asynchronous batches: create the vector env with "
+                "`batch_size=k`."
+            )
+            raise ValueError(msg)
+        if self._state != AsyncState.DEFAULT:
+            msg = (
+                "Calling `send` while waiting for a pending call to "
+                f"`{self._state.value}` to complete."
+            )
+            raise AlreadyPendingCallError(msg, str(self._state.value))
+        ids = self._check_env_ids(env_ids)
+        per_env = self._place_batch_actions(actions, ids)
+        order = np.argsort(ids, kind="stable")
+        sorted_ids = ids[order]
+        for link in self._links:
+            lo, hi = np.searchsorted(
+                sorted_ids, [link.env_indices.start, link.env_indices.stop]
+            )
+            if lo == hi:
+                continue
+            chosen = sorted_ids[lo:hi]
+            local = (chosen - link.env_indices.start).tolist()
+            link_actions = (
+                None if per_env is None else [per_env[i] for i in order[lo:hi]]
+            )
+            try:
+                link.send_step_some(local, link_actions)
+            except OSError:
+                self._crashed(link, "send")
+            link.batches.append(chosen.tolist())
+            self._in_flight[chosen] = True
+
+    def _check_env_ids(self, env_ids: Any) -> npt.NDArray[np.int64]:
+        ids = (
+            np.arange(self.num_envs, dtype=np.int64)
+            if env_ids is None
+            else np.asarray(env_ids)
+        )
+        if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
+            msg = f"`env_ids` must be a non-empty 1-D array of ints, got {env_ids!r}."
+            raise ValueError(msg)
+        ids = ids.astype(np.int64, copy=False)
+        if ids.min() < 0 or ids.max() >= self.num_envs:
+            msg = f"`env_ids` must lie in [0, {self.num_envs}), got {ids.tolist()}."
+            raise ValueError(msg)
+        if np.unique(ids).size != ids.size:
+            msg = f"`env_ids` must not repeat an id, got {ids.tolist()}."
+            raise ValueError(msg)
+        busy = ids[self._in_flight[ids]]
+        if busy.size:
+            msg = (
+                f"envs {busy.tolist()} are still in flight: `recv` them before "
+                "sending them again."
+            )
+            raise ValueError(msg)
+        return ids
+
+    def _place_batch_actions(
+        self, actions: Any, ids: npt.NDArray[np.int64]
+    ) -> list[Any] | None:
+        """Write the batch's actions into their rows, or return them per env."""
+        count = ids.size
+        views = self._action_views
+        if views and not any(link.stale for link in self._links):
+            try:
+                leaves: list[Any] | None = flatten_batch(
+                    self.single_action_space, actions, count
+                )
+            except ValueError:
+                leaves = None
+            if leaves is not None and all(
+                type(leaf) is np.ndarray and leaf.dtype == view.dtype
+                for leaf, view in zip(leaves, views, strict=True)
+            ):
+                for leaf, view in zip(leaves, views, strict=True):
+                    view[ids] = leaf
+                return None
+        space = self._batch_spaces.get(count)
+        if space is None:
+            space = self._batch_spaces[count] = batch_space(
+                self.single_action_space, count
+            )
+        per_env = list(iterate(space, actions))
+        if len(per_env) != count:
+            msg = (
+                f"`actions` must hold one action per id in `env_ids` ({count}), "
+                f"got {len(per_env)}."
+            )
+            raise ValueError(msg)
+        return per_env
+
+    def recv(
+        self, timeout: float | None = None
+    ) -> tuple[
+        Any,
+        npt.NDArray[np.float64],
+        npt.NDArray[np.bool_],
+        npt.NDArray[np.bool_],
+        dict[str, Any],
+    ]:
+        """Return the first ``batch_size`` envs to finish the steps :meth:`send` sent.
+
+        Results are batched like :meth:`step`'s but hold only those envs;
+        ``infos["env_id"]`` (an int array) names them, in the order of the rows.
+        When fewer than ``batch_size`` envs are in flight, the rest is returned.
+
+        Args:
+            timeout: Seconds to wait; ``None`` waits as long as the workers live.
+
+        Returns:
+            ``(observations, rewards, terminations, truncations, infos)``.
+
+        Raises:
+            NoAsyncCallError: If no env is in flight or ready.
+            multiprocessing.TimeoutError: If the timeout expired (envs stay in
+                flight; call :meth:`recv` again).
+            WorkerCrashedError: If a worker died.
+        """
+        self._assert_is_running()
+        if self.batch_size is None:
+            msg = (
+                "`send`/`recv` need asynchronous batches: create the vector env with "
+                "`batch_size=k`."
+            )
+            raise ValueError(msg)
+        if not self._ready and not self._in_flight.any():
+            msg = "Calling `recv` without any env in flight; call `send` first."
+            raise NoAsyncCallError(msg, "recv")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(self._ready) < self.batch_size and self._in_flight.any():
+            self._receive_batches(deadline, timeout)
+        count = min(self.batch_size, len(self._ready))
+        ids = np.array([self._ready.popleft() for _ in range(count)], dtype=np.int64)
+        infos: dict[str, Any] = {}
+        merger = _BatchInfos(count)
+        for position, index in enumerate(ids.tolist()):
+            info = self._ready_infos.pop(index, None)
+            if info:
+                infos = merger._add_info(infos, info, position)
+        infos["env_id"] = ids
+        return (
+            self._take_observations(ids),
+            self._rewards[ids],
+            self._terminations[ids],
+            self._truncations[ids],
+            infos,
+        )
+
+    def _receive_batches(self, deadline: float | None, timeout: float | None) -> None:
+        """Wait until at least one worker answers a batch; record what finished."""
+        busy = [link for link in self._links if link.batches]
+        poller = select.poll()
+        watched: dict[int, tuple[_Link, bool]] = {}
+        for link in busy:
+            for fd, is_sentinel in ((link.conn.fileno(), False), (link.sentinel, True)):
+                watched[fd] = (link, is_sentinel)
+                poller.register(fd, select.POLLIN)
+        events = poller.poll(0)
+        if not events and self._spin > 0.0:
+            events = spin_until_ready(poller, self._spin, self._spin_yield)
+        if not events:
+            if deadline is None:
+                events = poller.poll()
+            else:
+                remaining = deadline - time.monotonic()
+                if remaining > 0:
+                    events = poller.poll(max(1, math.ceil(remaining * 1000)))
+        if not events:
+            msg = f"The call to `recv` has timed out after {timeout} second(s)."
+            raise multiprocessing.TimeoutError(msg)
+        events.sort(key=lambda event: watched[event[0]][1])
+        for fd, _ in events:
+            link, is_sentinel = watched[fd]
+            if is_sentinel:
+                if not link.conn.poll():
+                    self._crashed(link, "recv")
+                continue
+            try:
+                reply = link.recv()
+            except (EOFError, OSError):
+                self._crashed(link, "recv")
+            if link.stale:
+                link.stale -= 1
+                continue
+            done = link.batches.popleft()
+            self._in_flight[done] = False
+            self._raise_if_errors([reply])
+            if reply is not None:
+                if reply.observations is not None:
+                    start = link.env_indices.start
+                    self._env_obs[start : start + len(reply.observations)] = (
+                        reply.observations
+                    )
+                for index, info in reply.infos or []:
+                    self._ready_infos[index] = info
+            self._ready.extend(done)
+
+    def _take_observations(self, ids: npt.NDArray[np.int64]) -> Any:
+        """A fresh batch holding the current observations of ``ids``."""
+        if self._obs_transport == "native":
+            return _take_tree(self.observations, ids)
+        items = (
+            self._env_obs
+            if self._obs_transport == "pipe"
+            else list(iterate(self.observation_space, self.observations))
+        )
+        out: Any = create_empty_array(self.single_observation_space, n=ids.size)
+        return concatenate(
+            self.single_observation_space, [items[i] for i in ids.tolist()], out
+        )
+
+    def _assert_no_batches(self, method: str) -> None:
+        if self._in_flight.any():
+            msg = (
+                f"Calling `{method}` while envs {np.flatnonzero(self._in_flight)} are "
+                "in flight from `send`; `recv` them first."
+            )
+            raise AlreadyPendingCallError(msg, "recv")
+        self._ready.clear()
+        self._ready_infos.clear()
 
     def _assert_is_running(self) -> None:
         if self.closed:

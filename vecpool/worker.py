@@ -23,11 +23,12 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
+import numpy as np
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import write_to_shared_memory
@@ -39,13 +40,15 @@ __all__ = ["STEP", "Command", "ErrorRecord", "Reply", "WorkerConfig", "run_worke
 STEP = b"s"
 """The one-byte step command: actions are in shared memory."""
 
+STEP_SOME = b"p"
+"""Prefix of a step command for some envs: followed by their local indices as
+``uint16`` bytes; actions are in shared memory (``send``/``recv`` batches)."""
+
 
 class Command(enum.IntEnum):
     """Commands the parent sends as ``(Command, payload)``."""
 
-    STEP = (
-        1  # payload: list of per-env actions (actions that cannot go in shared memory)
-    )
+    STEP = 1  # payload: (per-env actions or None, local indices or None for all)
     RESET = 2  # payload: (list of seeds or None, options, list of reset flags)
     CALL = 3  # payload: (name, args, kwargs)
     SET_ATTR = 4  # payload: (name, list of per-env values)
@@ -257,7 +260,14 @@ class _Host:
 
     # -- commands ------------------------------------------------------------------
 
-    def step(self, actions: list[Any] | None) -> bytes:
+    def step(
+        self, actions: list[Any] | None, subset: Sequence[int] | None = None
+    ) -> bytes:
+        """Step every hosted env (or the local indices in ``subset``).
+
+        ``actions`` (when given, i.e. not in shared memory) holds one action per
+        stepped env, in order.
+        """
         infos: list[tuple[int, dict[str, Any]]] = []
         errors: list[ErrorRecord] = []
         read_action = self.read_action
@@ -270,8 +280,12 @@ class _Host:
         mode = self.mode
         if self.semaphore is not None:
             self.semaphore.acquire()
+        envs = self.envs
         try:
-            for local, env in enumerate(self.envs):
+            for position, local in enumerate(
+                range(len(envs)) if subset is None else subset
+            ):
+                env = envs[local]
                 index = self.start + local
                 try:
                     if mode is AutoresetMode.NEXT_STEP and self.autoreset[local]:
@@ -279,7 +293,7 @@ class _Host:
                         reward, terminated, truncated = 0.0, False, False
                     else:
                         action = (
-                            actions[local]
+                            actions[position]
                             if actions is not None
                             else read_action(index)  # type: ignore[misc]
                         )
@@ -417,7 +431,8 @@ def _dispatch(host: _Host, data: bytes) -> tuple[bytes, bool]:
     """Run one pickled command; return the reply and whether to keep going."""
     command, payload = pickle.loads(data)
     if command is Command.STEP:
-        return host.step(payload), True
+        actions, subset = payload
+        return host.step(actions, subset), True
     if command is Command.RESET:
         seeds, options, flags = payload
         return host.reset(seeds, options, flags), True
@@ -512,6 +527,9 @@ def run_worker(
             try:
                 if data == STEP:
                     reply = host.step(None)
+                elif data[:1] == STEP_SOME:
+                    subset = np.frombuffer(data, np.uint16, offset=1).tolist()
+                    reply = host.step(None, subset)
                 else:
                     reply, running = _dispatch(host, data)
             except Exception as exc:  # noqa: BLE001 - protocol errors go back too

@@ -1,0 +1,174 @@
+"""EnvPool-style asynchronous batches: `send(actions, env_ids)` / `recv()`."""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import data_equivalence
+from gymnasium.vector import AutoresetMode
+
+import vecpool
+from vecpool.errors import AlreadyPendingCallError, NoAsyncCallError
+from vecpool.testing import CountingEnv, SlowEnv
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _row(infos, position):
+    """One env's info out of a batched info dict (keys present for that row)."""
+    row = {}
+    for key, value in infos.items():
+        if key.startswith("_") or key == "env_id":
+            continue
+        if not infos[f"_{key}"][position]:
+            continue
+        row[key] = _row(value, position) if isinstance(value, dict) else value[position]
+    return row
+
+
+def _take(batch, position):
+    if isinstance(batch, dict):
+        return {key: _take(value, position) for key, value in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(_take(value, position) for value in batch)
+    return batch[position]
+
+
+@pytest.mark.parametrize(
+    "autoreset_mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP]
+)
+@pytest.mark.parametrize(
+    ("num_envs", "num_workers", "batch_size"), [(6, 2, 3), (5, 2, 2), (4, 4, 1)]
+)
+@pytest.mark.parametrize(
+    ("obs_kind", "shared_memory"), [("box", True), ("dict", True), ("dict", False)]
+)
+def test_each_env_matches_its_own_synchronous_run(
+    make_async,
+    autoreset_mode,
+    num_envs,
+    num_workers,
+    batch_size,
+    obs_kind,
+    shared_memory,
+):
+    fn = functools.partial(
+        CountingEnv, obs_kind=obs_kind, info_every=3, max_steps=9, terminate_prob=0.1
+    )
+    envs = make_async(
+        [fn] * num_envs,
+        num_workers=num_workers,
+        batch_size=batch_size,
+        autoreset_mode=autoreset_mode,
+        shared_memory=shared_memory,
+    )
+    rng = np.random.default_rng(num_envs)
+    envs.reset(seed=10)
+    history = {
+        i: [] for i in range(num_envs)
+    }  # (action, obs, reward, term, trunc, info)
+    sent = {}
+    first = rng.integers(0, 2, num_envs)
+    envs.send(first, np.arange(num_envs))
+    sent.update(enumerate(first.tolist()))
+    for _ in range(60):
+        obs, rewards, terminations, truncations, infos = envs.recv()
+        ids = infos["env_id"]
+        assert len(ids) == batch_size
+        for position, index in enumerate(ids.tolist()):
+            history[index].append(
+                (
+                    sent.pop(index),
+                    _take(obs, position),
+                    rewards[position],
+                    terminations[position],
+                    truncations[position],
+                    _row(infos, position),
+                )
+            )
+        actions = rng.integers(0, 2, len(ids))
+        envs.send(actions, ids)
+        sent.update(zip(ids.tolist(), actions.tolist(), strict=True))
+    assert all(history.values())
+    for index, steps in history.items():
+        single = gym.vector.SyncVectorEnv([fn], autoreset_mode=autoreset_mode)
+        single.reset(seed=10 + index)
+        for action, *result in steps:
+            obs, reward, term, trunc, info = single.step(np.array([action]))
+            expected = [_take(obs, 0), reward[0], term[0], trunc[0], _row(info, 0)]
+            assert data_equivalence(result, expected, exact=True), index
+        single.close()
+
+
+def test_every_env_is_stepped_once_per_action_sent(make_async):
+    num_envs = 5
+    envs = make_async(
+        [functools.partial(SlowEnv)] * num_envs, num_workers=2, batch_size=2
+    )
+    envs.reset(seed=0)
+    rng = np.random.default_rng(1)
+    expected = {i: [] for i in range(num_envs)}
+    ids = np.arange(num_envs)
+    for _ in range(40):
+        # tiny, distinct delays: workers finish in varying order
+        actions = rng.integers(1, 4, size=(len(ids), 1)).astype(np.float32) / 1000
+        for index, action in zip(ids.tolist(), actions[:, 0].tolist(), strict=True):
+            expected[index].append(action)
+        envs.send(actions, ids)
+        *_, infos = envs.recv()
+        ids = infos["env_id"]
+    while envs._in_flight.any():
+        envs.recv()
+    received = envs.get_attr("actions_received")
+    for index in range(num_envs):
+        np.testing.assert_allclose(received[index], expected[index], rtol=1e-6)
+
+
+def test_batches_refuse_bad_use(make_async):
+    plain = make_async([CountingEnv] * 2)
+    with pytest.raises(
+        ValueError, match=re.escape("create the vector env with `batch_size=k`")
+    ):
+        plain.send(np.zeros(2, dtype=np.int64))
+    with pytest.raises(ValueError, match=re.escape("`batch_size` must be an integer")):
+        vecpool.AsyncVectorEnv([CountingEnv] * 2, batch_size=3)
+
+    envs = make_async([CountingEnv] * 4, num_workers=2, batch_size=2)
+    envs.reset(seed=0)
+    with pytest.raises(NoAsyncCallError, match=re.escape("without any env in flight")):
+        envs.recv()
+    with pytest.raises(ValueError, match=re.escape("must not repeat an id")):
+        envs.send(np.zeros(2, dtype=np.int64), [1, 1])
+    with pytest.raises(ValueError, match=re.escape("must lie in [0, 4)")):
+        envs.send(np.zeros(1, dtype=np.int64), [4])
+    with pytest.raises(ValueError, match=re.escape("one action per id")):
+        envs.send(np.zeros(3, dtype=np.int64), [0, 1])
+    envs.send(np.zeros(2, dtype=np.int64), [0, 3])
+    with pytest.raises(ValueError, match=re.escape("envs [3] are still in flight")):
+        envs.send(np.zeros(1, dtype=np.int64), [3])
+    with pytest.raises(AlreadyPendingCallError, match=re.escape("`recv` them first")):
+        envs.step(np.zeros(4, dtype=np.int64))
+    *_, infos = envs.recv()
+    assert sorted(infos["env_id"].tolist()) == [0, 3]
+    envs.step(np.zeros(4, dtype=np.int64))  # usable again
+
+
+def test_close_with_envs_in_flight(make_async, leak_checker):
+    envs = make_async([functools.partial(SlowEnv)] * 4, num_workers=2, batch_size=2)
+    envs.reset(seed=0)
+    envs.send(np.full((4, 1), 0.2, dtype=np.float32), np.arange(4))
+    envs.close()
+    leak_checker.assert_no_leaks()
+
+
+def test_recv_returns_the_rest_when_fewer_are_in_flight(make_async):
+    envs = make_async([CountingEnv] * 4, num_workers=2, batch_size=3)
+    envs.reset(seed=0)
+    envs.send(np.zeros(2, dtype=np.int64), [1, 2])
+    obs, rewards, *_, infos = envs.recv()
+    assert sorted(infos["env_id"].tolist()) == [1, 2]
+    assert obs.shape[0] == rewards.shape[0] == 2
