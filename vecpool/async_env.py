@@ -253,6 +253,21 @@ def _take_tree(batch: Any, ids: npt.NDArray[np.int64]) -> Any:
     return tuple(_take_tree(value, ids) for value in batch)
 
 
+def _poll_set(links: list[_Link]) -> tuple[select.poll, dict[int, tuple[_Link, bool]]]:
+    """A poll set over the links' pipes and process sentinels."""
+    poller = select.poll()
+    watched: dict[int, tuple[_Link, bool]] = {}
+    for link in links:
+        for fd, is_sentinel in ((link.conn.fileno(), False), (link.sentinel, True)):
+            watched[fd] = (link, is_sentinel)
+            poller.register(fd, select.POLLIN)
+    return poller, watched
+
+
+def _send_step(link: _Link) -> None:
+    link.send_step(None)
+
+
 def _split(num_envs: int, num_workers: int) -> list[range]:
     """Contiguous slices of ``range(num_envs)``, sizes differing by at most one."""
     base, extra = divmod(num_envs, num_workers)
@@ -483,6 +498,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._links: list[_Link] = []
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._warned_dtypes: set[tuple[np.dtype[Any], np.dtype[Any]]] = set()
+        self._all_poll: tuple[select.poll, dict[int, tuple[_Link, bool]]] | None = None
         self.wait_strategy = _check_wait_strategy(wait_strategy)
         self.batch_size = self._check_batch_size(batch_size)
         self._in_flight = np.zeros(self.num_envs, dtype=np.bool_)
@@ -614,6 +630,11 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         )
         self._block = SharedBlock(self._layout.size, ctx)
         self._action_views = [self._block.view(f) for f in self._layout.actions]
+        self._fast_action_view: npt.NDArray[Any] | None = (
+            self._action_views[0]
+            if len(self._action_views) == 1 and is_native_leaf(self.single_action_space)
+            else None
+        )
         self._rewards = self._block.view(self._layout.rewards)
         self._terminations = self._block.view(self._layout.terminations)
         self._truncations = self._block.view(self._layout.truncations)
@@ -812,7 +833,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 f"`{self._state.value}` to complete"
             )
             raise AlreadyPendingCallError(msg, str(self._state.value))
-        self._assert_no_batches("reset_async")
+        if self.batch_size is not None:
+            self._assert_no_batches("reset_async")
 
         flags = [True] * self.num_envs
         if options is not None and "reset_mask" in options:
@@ -919,10 +941,23 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 f"`{self._state.value}` to complete."
             )
             raise AlreadyPendingCallError(msg, str(self._state.value))
-        self._assert_no_batches("step_async")
-        per_env = self._place_actions(actions)
+        if self.batch_size is not None:
+            self._assert_no_batches("step_async")
+        view = self._fast_action_view
+        if (
+            view is not None
+            and type(actions) is np.ndarray
+            and actions.dtype == view.dtype
+            and actions.shape == view.shape
+            and not self._any_stale()
+        ):
+            # the hot path: one copy into shared memory, one byte per worker
+            view[...] = actions
+            per_env = None
+        else:
+            per_env = self._place_actions(actions)
         if per_env is None:
-            self._send_all("step", lambda link: link.send_step(None))
+            self._send_all("step", _send_step)
         else:
             self._send_all(
                 "step",
@@ -944,7 +979,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         still be reading the previous actions, so then everything goes by pipe.
         """
         views = self._action_views
-        if views and not any(link.stale for link in self._links):
+        if views and not self._any_stale():
             if len(views) == 1 and is_native_leaf(self.single_action_space):
                 leaves: list[Any] | None = [actions]
             else:
@@ -1008,6 +1043,14 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                     VecPoolWarning,
                     stacklevel=4,
                 )
+
+    def _poll_all(self) -> tuple[select.poll, dict[int, tuple[_Link, bool]]]:
+        if self._all_poll is None:
+            self._all_poll = _poll_set(self._links)
+        return self._all_poll
+
+    def _any_stale(self) -> bool:
+        return any(link.stale for link in self._links)
 
     def _send_all(self, what: str, send: Callable[[_Link], None]) -> None:
         """Send one command to every worker; a dead one raises WorkerCrashedError."""
@@ -1106,7 +1149,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 f"`{self._state.value}` to complete."
             )
             raise AlreadyPendingCallError(msg, str(self._state.value))
-        self._assert_no_batches("call_async")
+        if self.batch_size is not None:
+            self._assert_no_batches("call_async")
         if name in _RESERVED_CALLS:
             msg = (
                 f"Trying to call function `{name}` with `call`, use `{name}` directly "
@@ -1179,7 +1223,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 f"`{self._state.value}` to complete."
             )
             raise AlreadyPendingCallError(msg, str(self._state.value))
-        self._assert_no_batches("set_attr")
+        if self.batch_size is not None:
+            self._assert_no_batches("set_attr")
         per_env = list(values)
         self._send_all(
             "set_attr",
@@ -1240,6 +1285,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         if self._obs_transport == "native":
             self.observations = copy_tree(self.observations)
         self._action_views = []
+        self._fast_action_view = None
         self._rewards = self._rewards.copy()
         self._terminations = self._terminations.copy()
         self._truncations = self._truncations.copy()
@@ -1545,15 +1591,16 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         for earlier calls that timed out are discarded.
         """
         replies: list[Reply | None] = [None] * len(self._links)
-        links = self._links if links is None else links
-        # fd -> (link, is_sentinel); a fresh poll set per call (registering is cheap)
-        watched: dict[int, tuple[_Link, bool]] = {}
-        poller = select.poll()
-        for link in links:
-            for fd, is_sentinel in ((link.conn.fileno(), False), (link.sentinel, True)):
-                watched[fd] = (link, is_sentinel)
-                poller.register(fd, select.POLLIN)
+        if links is None:
+            # all workers: the poll set built once (fd -> (link, is_sentinel))
+            links = self._links
+            poller, watched = self._poll_all()
+            persistent = True
+        else:
+            poller, watched = _poll_set(links)
+            persistent = False
         pending = len(links)
+        done = [False] * len(self._links)
         deadline = None if timeout is None else time.monotonic() + timeout
         spin = self._spin
         try:
@@ -1581,8 +1628,15 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                         continue
                     link, is_sentinel = watched[fd]
                     if is_sentinel:
-                        if link.conn.fileno() in watched and not link.conn.poll():
+                        if done[link.index]:
+                            # it answered, then exited (e.g. after reporting an env
+                            # error at start-up): the next command will find out
+                            poller.unregister(fd)
+                            del watched[fd]
+                        elif not link.conn.poll():  # dead without an answer
                             self._crashed(link, what)
+                        continue
+                    if done[link.index]:
                         continue
                     try:
                         reply = link.recv()
@@ -1592,15 +1646,16 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                         link.stale -= 1
                         continue
                     replies[link.index] = reply
+                    done[link.index] = True
                     pending -= 1
-                    for done in (link.conn.fileno(), link.sentinel):
-                        poller.unregister(done)
-                        del watched[done]
+                    if not persistent:
+                        for fd_done in (link.conn.fileno(), link.sentinel):
+                            poller.unregister(fd_done)
         except BaseException:
             # Timeout, crash, Ctrl-C, ...: whoever has not answered still owes a
             # reply, which the next call must discard rather than take for its own.
-            for link, is_sentinel in watched.values():
-                if not is_sentinel:
+            for link in links:
+                if not done[link.index]:
                     link.stale += 1
             self._state = AsyncState.DEFAULT
             raise
@@ -1651,6 +1706,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
 
     def _collect(self, replies: list[Reply | None]) -> dict[str, Any]:
         """Raise env errors, then merge infos and pipe-borne values in env order."""
+        if not any(replies):
+            return {}  # the hot path: nothing but "done" from every worker
         self._raise_if_errors(replies)
         infos: dict[str, Any] = {}
         for link, reply in zip(self._links, replies, strict=True):
