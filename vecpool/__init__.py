@@ -11,14 +11,22 @@ import logging
 
 from vecpool import errors
 from vecpool.async_env import AsyncState, AsyncVectorEnv
+from vecpool.classic import Pool
 from vecpool.errors import VecPoolError, VecPoolWarning, WorkerCrashedError
 from vecpool.make import VectorEntryPoint, make_vec, vector_entry_point
+from vecpool.pool import EpisodeStats, ReplayPool, Transitions
+from vecpool.wrappers import ReplayPoolWrapper
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AsyncState",
     "AsyncVectorEnv",
+    "EpisodeStats",
+    "Pool",
+    "ReplayPool",
+    "ReplayPoolWrapper",
+    "Transitions",
     "VecPoolError",
     "VecPoolWarning",
     "VectorEntryPoint",

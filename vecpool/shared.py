@@ -377,8 +377,8 @@ def flatten_batch(
         expected = (num_envs, *shape)
         if array.shape != expected:
             msg = (
-                f"`{path}` must have shape {expected} (num_envs={num_envs}, then the "
-                f"single action space's shape {shape}), got {array.shape}."
+                f"`{path}` must have shape {expected} ({num_envs} rows, then the "
+                f"single space's shape {shape}), got {array.shape}."
             )
             raise ValueError(msg)
         out.append(value)

@@ -1,0 +1,775 @@
+"""The replay pool: preallocated per-env sub-pools of transitions (pure numpy).
+
+Semantics: ``DESIGN.md`` §5. Each of ``num_envs`` sub-pools is a ring of
+``capacity = ceil(pool_size / num_envs)`` transitions (plus one spare slot, so a
+sub-pool can hold the appended transition before the overflow rule trims it). Every
+field is one array per leaf of its space, shaped ``(num_envs, capacity + 1, ...)``;
+adding a vector step is a handful of fancy-indexed writes, whatever the number of
+envs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import pickle
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+from gymnasium import spaces
+
+from vecpool.shared import NATIVE_LEAVES, flatten_batch, is_native, leaves, make_views
+
+__all__ = ["EpisodeStats", "ReplayPool", "Transitions"]
+
+_FORMAT = "vecpool.ReplayPool/1"
+
+
+class Transitions(NamedTuple):
+    """A batch of transitions; every field has the same leading dimension.
+
+    Observations and actions are batched as Gymnasium batches their single spaces:
+    arrays, or dicts / tuples of arrays for Dict / Tuple spaces.
+    """
+
+    obs: Any
+    action: Any
+    next_obs: Any
+    reward: npt.NDArray[np.float64]
+    terminated: npt.NDArray[np.bool_]
+    truncated: npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class EpisodeStats:
+    """Statistics of the episodes that ended in the recorded transitions.
+
+    Attributes:
+        count: Number of episodes that ended (terminated or truncated).
+        mean_return: Mean sum of recorded rewards per episode (``nan`` if none).
+        mean_length: Mean number of recorded transitions per episode (``nan`` if
+            none).
+    """
+
+    count: int
+    mean_return: float
+    mean_length: float
+
+
+def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, np.integer))
+        or value < low
+        or (high is not None and value > high)
+    ):
+        bound = f">= {low}" if high is None else f"between {low} and {high}"
+        msg = f"`{name}` must be an integer {bound}, got {value!r}."
+        raise ValueError(msg)
+    return int(value)
+
+
+class ReplayPool:
+    """Preallocated, windowed per-env sub-pools of transitions.
+
+    Example:
+        >>> import numpy as np
+        >>> from gymnasium import spaces
+        >>> pool = ReplayPool(spaces.Box(-1, 1, (2,)), spaces.Discrete(3), 2, 6)
+        >>> pool.capacity
+        3
+        >>> for step in range(5):
+        ...     obs = np.full((2, 2), step, dtype=np.float32)
+        ...     pool.add(obs, np.array([0, 1]), obs + 1, np.ones(2),
+        ...              np.zeros(2, bool), np.zeros(2, bool))
+        >>> pool.lengths.tolist(), len(pool)
+        ([3, 3], 6)
+        >>> pool.get_pool().obs[:3, 0].tolist()  # sub-pool 0, oldest to newest
+        [2.0, 3.0, 4.0]
+
+    Args:
+        observation_space: The single-env observation space.
+        action_space: The single-env action space.
+        num_envs: Number of sub-pools (one per env).
+        pool_size: Total capacity; each sub-pool holds ``ceil(pool_size / num_envs)``.
+        window_size: On overflow, keep only the most recent ``window_size``
+            transitions of the sub-pool (``1..capacity``); ``None`` drops the oldest.
+        clearing_freq: Every ``clearing_freq`` transitions a sub-pool receives ...
+        window_size_: ... drop its ``window_size_`` oldest transitions.
+        random: Route each transition to sub-pool ``j`` with probability
+            proportional to ``1 / (len_j + 1)`` (balances the sub-pools, but breaks
+            their per-env time order) instead of to its env's sub-pool.
+        seed: Seed of the routing and sampling generator.
+        store_next_obs: If ``False``, store each observation once and derive
+            ``next_obs`` from the following row of the sub-pool wherever it equals
+            it (the episode continued); other next observations (episode ends,
+            partial resets) are kept apart. Halves memory for image observations;
+            the contents are identical.
+
+    Raises:
+        ValueError: On an invalid argument (named in the message) or a space that
+            cannot be stored.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        num_envs: int,
+        pool_size: int,
+        window_size: int | None = None,
+        clearing_freq: int | None = None,
+        window_size_: int | None = None,
+        random: bool = False,
+        seed: int | None = None,
+        store_next_obs: bool = True,
+    ) -> None:
+        """Validate the arguments and preallocate the storage."""
+        self.num_envs = _check_int("num_envs", num_envs, 1)
+        self.pool_size = _check_int("pool_size", pool_size, 1)
+        self.capacity = math.ceil(self.pool_size / self.num_envs)
+        self.window_size = (
+            None
+            if window_size is None
+            else _check_int("window_size", window_size, 1, self.capacity)
+        )
+        if (clearing_freq is None) != (window_size_ is None):
+            msg = (
+                "`clearing_freq` and `window_size_` go together: set both or neither, "
+                f"got clearing_freq={clearing_freq!r}, window_size_={window_size_!r}."
+            )
+            raise ValueError(msg)
+        self.clearing_freq = (
+            None
+            if clearing_freq is None
+            else _check_int("clearing_freq", clearing_freq, 1)
+        )
+        self.window_size_ = (
+            None
+            if window_size_ is None
+            else _check_int("window_size_", window_size_, 1)
+        )
+        self.random = bool(random)
+        self.store_next_obs = bool(store_next_obs)
+        for name, space in (
+            ("observation_space", observation_space),
+            ("action_space", action_space),
+        ):
+            if not is_native(space):
+                msg = (
+                    f"`{name}` {space} cannot be stored: a ReplayPool stores Box, "
+                    "Discrete, MultiDiscrete and MultiBinary spaces and Dict/Tuple "
+                    "nests of them."
+                )
+                raise ValueError(msg)
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self._rng = np.random.default_rng(seed)
+        # Sub-pool j occupies rows [j * slots, (j + 1) * slots) of every array; a
+        # row is addressed with one flat index, the cheapest fancy index there is.
+        self._slots = self.capacity + 1
+        rows = self.num_envs * self._slots
+        self._base = np.arange(self.num_envs, dtype=np.int64) * self._slots
+        self._obs = [np.zeros((rows, *s), d) for d, s in leaves(observation_space)]
+        self._action = [np.zeros((rows, *s), d) for d, s in leaves(action_space)]
+        self._reward = np.zeros(rows, np.float64)
+        self._terminated = np.zeros(rows, np.bool_)
+        self._truncated = np.zeros(rows, np.bool_)
+        if self.store_next_obs:
+            self._next_obs = [np.zeros_like(array) for array in self._obs]
+        else:
+            # next_obs of the newest row of each sub-pool, and of rows whose next
+            # observation is not the following row's (kept in a growable store)
+            self._tail = [
+                np.zeros((self.num_envs, *s), d) for d, s in leaves(observation_space)
+            ]
+            self._own_next = np.full(rows, -1, np.int64)
+            self._extra = [np.zeros((0, *s), d) for d, s in leaves(observation_space)]
+            self._free: list[int] = []
+        # each sub-pool's rows are [end - length, end) modulo slots
+        self._end = np.zeros(self.num_envs, np.int64)
+        self._length = np.zeros(self.num_envs, np.int64)
+        self._envs = np.arange(self.num_envs, dtype=np.int64)
+        # The hot path writes at `_row` (= base + end), steps it with one lookup in
+        # `_next_row`, and defers the counters: `_pending` adds await `_sync()`.
+        self._row = self._base.copy()
+        index = np.arange(rows, dtype=np.int64)
+        block = index % self._slots
+        self._next_row = index - block + (block + 1) % self._slots
+        self._pending = 0
+        self._plain_shapes = (
+            (
+                (self.num_envs, *observation_space.shape),
+                (self.num_envs, *action_space.shape),
+            )
+            if isinstance(observation_space, NATIVE_LEAVES)
+            and isinstance(action_space, NATIVE_LEAVES)
+            and observation_space.shape is not None
+            and action_space.shape is not None
+            else None
+        )
+        self._received = np.zeros(self.num_envs, np.int64)
+        self._episode_return = np.zeros(self.num_envs, np.float64)
+        self._episode_length = np.zeros(self.num_envs, np.int64)
+        self._episodes = np.zeros(3, np.float64)  # count, sum of returns, of lengths
+
+    # -- reading -----------------------------------------------------------------------
+
+    @property
+    def lengths(self) -> npt.NDArray[np.int64]:
+        """Number of transitions in each sub-pool (a copy)."""
+        self._sync()
+        return self._length.copy()
+
+    def __len__(self) -> int:
+        """Total number of stored transitions."""
+        self._sync()
+        return int(self._length.sum())
+
+    def _sync(self) -> None:
+        """Apply the counters of the adds the hot path deferred."""
+        adds = self._pending
+        if not adds:
+            return
+        self._pending = 0
+        self._end = self._row - self._base
+        self._received += adds
+        total = self._length + adds
+        if self.window_size is None:
+            self._length = np.minimum(total, self.capacity)
+        else:
+            # past capacity a sub-pool cycles through window_size..capacity
+            period = self.capacity + 1 - self.window_size
+            wrapped = self.window_size + (total - self.capacity - 1) % period
+            self._length = np.where(total > self.capacity, wrapped, total)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes allocated for the stored transitions."""
+        arrays = [*self._obs, *self._action, self._reward, self._terminated]
+        arrays.append(self._truncated)
+        if self.store_next_obs:
+            arrays += self._next_obs
+        else:
+            arrays += [*self._tail, self._own_next, *self._extra]
+        return int(sum(array.nbytes for array in arrays))
+
+    @property
+    def episode_stats(self) -> EpisodeStats:
+        """Count, mean return and mean length of the episodes that ended."""
+        count, returns, lengths = self._episodes
+        if not count:
+            return EpisodeStats(0, math.nan, math.nan)
+        return EpisodeStats(int(count), float(returns / count), float(lengths / count))
+
+    def get_pool(self) -> Transitions:
+        """Every stored transition: sub-pools in env order, each oldest to newest.
+
+        Returns:
+            A :class:`Transitions` of ``len(self)`` rows (fresh arrays).
+        """
+        self._sync()
+        counts = self._length
+        env = np.repeat(np.arange(self.num_envs), counts)
+        first = np.repeat(np.cumsum(counts) - counts, counts)
+        offset = np.arange(env.size) - first
+        return self._gather(env, offset)
+
+    def sample(self, batch_size: int) -> Transitions:
+        """Draw ``batch_size`` transitions uniformly, with replacement.
+
+        Args:
+            batch_size: Number of transitions.
+
+        Returns:
+            A :class:`Transitions` of ``batch_size`` rows.
+
+        Raises:
+            ValueError: If the pool is empty or ``batch_size < 1``.
+        """
+        batch_size = _check_int("batch_size", batch_size, 1)
+        total = len(self)
+        if total == 0:
+            msg = "Cannot sample from an empty ReplayPool: add transitions first."
+            raise ValueError(msg)
+        flat = self._rng.integers(0, total, batch_size)  # len() synced the counters
+        ends = np.cumsum(self._length)
+        env = np.searchsorted(ends, flat, side="right")
+        offset = flat - (ends[env] - self._length[env])
+        return self._gather(env, offset)
+
+    def _gather(
+        self, env: npt.NDArray[np.int64], offset: npt.NDArray[np.int64]
+    ) -> Transitions:
+        slots = self._slots
+        slot = (self._end[env] - self._length[env] + offset) % slots
+        row = self._base[env] + slot
+        obs = [array[row] for array in self._obs]
+        if self.store_next_obs:
+            next_obs = [array[row] for array in self._next_obs]
+        else:
+            own = self._own_next[row]
+            newest = offset == self._length[env] - 1
+            following = self._base[env] + (slot + 1) % slots
+            kept = own >= 0
+            next_obs = []
+            for store, tail, extra in zip(
+                self._obs, self._tail, self._extra, strict=True
+            ):
+                values = store[following]
+                values[newest] = tail[env[newest]]
+                values[kept] = extra[own[kept]]
+                next_obs.append(values)
+        return Transitions(
+            make_views(self.observation_space, obs),
+            make_views(self.action_space, [a[row] for a in self._action]),
+            make_views(self.observation_space, next_obs),
+            self._reward[row],
+            self._terminated[row],
+            self._truncated[row],
+        )
+
+    # -- writing -----------------------------------------------------------------------
+
+    def add(
+        self,
+        obs: Any,
+        action: Any,
+        next_obs: Any,
+        reward: Any,
+        terminated: Any,
+        truncated: Any,
+        env_ids: Any = None,
+    ) -> None:
+        """Record one transition per env (one batched call per vector step).
+
+        Args:
+            obs: Observations, batched like Gymnasium batches the single space.
+            action: Actions, batched likewise.
+            next_obs: Next observations (for an env whose episode ended: its final
+                observation).
+            reward: Rewards.
+            terminated: Termination flags.
+            truncated: Truncation flags.
+            env_ids: Source env of each row when not every env has a transition
+                (default: one row per env, in env order).
+
+        Raises:
+            ValueError: If a batch does not have one row per env (or per id).
+        """
+        shapes = self._plain_shapes
+        if (
+            env_ids is None
+            and shapes is not None
+            and type(obs) is np.ndarray
+            and type(action) is np.ndarray
+            and type(next_obs) is np.ndarray
+            and obs.shape == next_obs.shape == shapes[0]
+            and action.shape == shapes[1]
+        ):  # the common case: one array per field, one row per env
+            self._add_leaves(
+                None, [obs], [action], [next_obs], reward, terminated, truncated
+            )
+            return
+        source: npt.NDArray[np.int64] | None = None
+        count = self.num_envs
+        if env_ids is not None:
+            source = np.asarray(env_ids, dtype=np.int64).reshape(-1)
+            if source.size and (source.min() < 0 or source.max() >= self.num_envs):
+                msg = f"`env_ids` must lie in [0, {self.num_envs}), got {source}."
+                raise ValueError(msg)
+            count = source.size
+            if count == 0:
+                return
+        self._add_leaves(
+            source,
+            _leaves(self.observation_space, obs, count, "obs"),
+            _leaves(self.action_space, action, count, "action"),
+            _leaves(self.observation_space, next_obs, count, "next_obs"),
+            reward,
+            terminated,
+            truncated,
+        )
+
+    def _add_leaves(
+        self,
+        source: npt.NDArray[np.int64] | None,
+        obs: list[npt.NDArray[Any]],
+        action: list[npt.NDArray[Any]],
+        next_obs: list[npt.NDArray[Any]],
+        reward: Any,
+        terminated: Any,
+        truncated: Any,
+    ) -> None:
+        """:meth:`add` for rows already split into leaf arrays.
+
+        ``source`` is ``None`` for one row per env, in env order (the hot path).
+        """
+        count = self.num_envs if source is None else source.size
+        reward_arr = np.asarray(reward, dtype=np.float64).reshape(-1)
+        terminated_arr = np.asarray(terminated, dtype=np.bool_).reshape(-1)
+        truncated_arr = np.asarray(truncated, dtype=np.bool_).reshape(-1)
+        if not (reward_arr.size == terminated_arr.size == truncated_arr.size == count):
+            msg = (
+                f"`reward`, `terminated` and `truncated` must hold {count} values each,"
+                f" got {reward_arr.size}, {terminated_arr.size}, {truncated_arr.size}."
+            )
+            raise ValueError(msg)
+        scalars = (reward_arr, terminated_arr, truncated_arr)
+        self._record_episodes(source, reward_arr, terminated_arr | truncated_arr)
+        rows = {"obs": obs, "action": action, "next_obs": next_obs}
+        if source is None and not self.random:
+            if self.store_next_obs and self.clearing_freq is None:
+                self._add_every_env(rows, scalars)
+            else:
+                self._add_unique(self._envs, None, rows, scalars)
+            return
+        if source is None:
+            source = self._envs
+        dest = self._route(source)
+        if self.random or np.unique(dest).size != count:
+            # several transitions for one sub-pool: apply them in rounds of distinct
+            # sub-pools, keeping each sub-pool's order (other sub-pools commute)
+            occurrence = np.zeros(count, np.int64)
+            seen: dict[int, int] = {}
+            for position, target in enumerate(dest.tolist()):
+                occurrence[position] = seen.get(target, 0)
+                seen[target] = occurrence[position] + 1
+            for round_ in range(int(occurrence.max()) + 1):
+                chosen = np.flatnonzero(occurrence == round_)
+                self._add_unique(dest[chosen], chosen, rows, scalars)
+            return
+        self._add_unique(dest, None, rows, scalars)
+
+    def _record_episodes(
+        self,
+        source: npt.NDArray[np.int64] | None,
+        reward: npt.NDArray[np.float64],
+        done: npt.NDArray[np.bool_],
+    ) -> None:
+        if source is None:
+            self._episode_return += reward
+            np.add(self._episode_length, 1, out=self._episode_length)
+            ended: Any = done
+        else:
+            np.add.at(self._episode_return, source, reward)
+            np.add.at(self._episode_length, source, 1)
+            ended = source[done]
+        if np.count_nonzero(done):
+            self._episodes += (
+                np.count_nonzero(done),
+                self._episode_return[ended].sum(),
+                self._episode_length[ended].sum(),
+            )
+            self._episode_return[ended] = 0.0
+            self._episode_length[ended] = 0
+
+    def _route(self, source: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """Destination sub-pool of each transition."""
+        if not self.random:
+            return source
+        # Sequential: each draw sees the lengths left by the previous transitions.
+        self._sync()
+        lengths = self._length.tolist()
+        received = self._received.tolist()
+        draws = self._rng.random(source.size).tolist()
+        dest = np.empty(source.size, np.int64)
+        for position, draw in enumerate(draws):
+            weights = np.reciprocal(np.asarray(lengths, np.float64) + 1.0)
+            cumulative = np.cumsum(weights)
+            target = int(np.searchsorted(cumulative, draw * cumulative[-1], "right"))
+            target = min(target, self.num_envs - 1)
+            dest[position] = target
+            length, received[target] = lengths[target] + 1, received[target] + 1
+            if self.clearing_freq and received[target] % self.clearing_freq == 0:
+                length -= min(self.window_size_ or 0, length)
+            if length > self.capacity:
+                length = self.window_size if self.window_size else length - 1
+            lengths[target] = length
+        return dest
+
+    def _add_every_env(
+        self,
+        batch: dict[str, list[npt.NDArray[Any]]],
+        scalars: tuple[npt.NDArray[Any], ...],
+    ) -> None:
+        """The hot path: one row per env, plain layout, no clearing."""
+        row = self._row
+        for store, leaf in zip(self._obs, batch["obs"], strict=True):
+            store[row] = leaf
+        for store, leaf in zip(self._action, batch["action"], strict=True):
+            store[row] = leaf
+        for store, leaf in zip(self._next_obs, batch["next_obs"], strict=True):
+            store[row] = leaf
+        self._reward[row], self._terminated[row], self._truncated[row] = scalars
+        self._row = self._next_row[row]
+        self._pending += 1
+
+    def _add_unique(
+        self,
+        env: npt.NDArray[np.int64],
+        rows: npt.NDArray[np.int64] | None,
+        batch: dict[str, list[npt.NDArray[Any]]],
+        scalars: tuple[npt.NDArray[Any], ...],
+    ) -> None:
+        """Append ``batch[rows]`` to the distinct sub-pools ``env``, then trim.
+
+        ``rows=None`` means every row. The trimming is DESIGN.md §5's: periodic
+        clearing, then the overflow rule.
+        """
+
+        def pick(leaf: npt.NDArray[Any]) -> npt.NDArray[Any]:
+            return leaf if rows is None else leaf[rows]
+
+        self._sync()
+        slots = self._slots
+        end, length = self._end[env], self._length[env]
+        start = (end - length) % slots
+        base = self._base[env]
+        if not self.store_next_obs:
+            self._settle_tails(env, base, end, length, [pick(x) for x in batch["obs"]])
+        row = base + end
+        for store, leaf in zip(self._obs, batch["obs"], strict=True):
+            store[row] = pick(leaf)
+        for store, leaf in zip(self._action, batch["action"], strict=True):
+            store[row] = pick(leaf)
+        if self.store_next_obs:
+            for store, leaf in zip(self._next_obs, batch["next_obs"], strict=True):
+                store[row] = pick(leaf)
+        else:
+            for tail, leaf in zip(self._tail, batch["next_obs"], strict=True):
+                tail[env] = pick(leaf)
+            self._own_next[row] = -1
+        reward, terminated, truncated = scalars
+        self._reward[row] = pick(reward)
+        self._terminated[row] = pick(terminated)
+        self._truncated[row] = pick(truncated)
+
+        length = length + 1
+        received = self._received[env] + 1
+        self._received[env] = received
+        dropped = np.zeros_like(length)
+        if self.clearing_freq is not None and self.window_size_ is not None:
+            hit = received % self.clearing_freq == 0
+            dropped = np.where(hit, np.minimum(self.window_size_, length), 0)
+        length = length - dropped
+        over = length > self.capacity
+        if self.window_size is not None:
+            trim = np.where(over, length - self.window_size, 0)
+        else:
+            trim = over.astype(np.int64)
+        if not self.store_next_obs:
+            self._release(base, start, dropped + trim)
+        self._end[env] = (end + 1) % slots
+        self._row[env] = base + (end + 1) % slots
+        self._length[env] = length - trim
+
+    def _settle_tails(
+        self,
+        env: npt.NDArray[np.int64],
+        base: npt.NDArray[np.int64],
+        end: npt.NDArray[np.int64],
+        length: npt.NDArray[np.int64],
+        obs: list[npt.NDArray[Any]],
+    ) -> None:
+        """Keep the newest rows' next observations that the new rows do not repeat."""
+        has_newest = length > 0
+        same = has_newest.copy()
+        for tail, leaf in zip(self._tail, obs, strict=True):
+            flat_tail = tail[env].reshape(env.size, -1)
+            same &= np.all(flat_tail == leaf.reshape(env.size, -1), axis=1)
+        keep = np.flatnonzero(has_newest & ~same)
+        if keep.size == 0:
+            return
+        index = self._allocate(keep.size)
+        for extra, tail in zip(self._extra, self._tail, strict=True):
+            extra[index] = tail[env[keep]]
+        newest = base[keep] + (end[keep] - 1) % self._slots
+        self._own_next[newest] = index
+
+    def _allocate(self, count: int) -> npt.NDArray[np.int64]:
+        while len(self._free) < count:
+            size = self._extra[0].shape[0] if self._extra else 0
+            grown = max(16, size * 2)
+            self._extra = [
+                np.concatenate(
+                    [extra, np.zeros((grown - size, *extra.shape[1:]), extra.dtype)]
+                )
+                for extra in self._extra
+            ]
+            self._free.extend(range(grown - 1, size - 1, -1))
+        return np.array([self._free.pop() for _ in range(count)], np.int64)
+
+    def _release(
+        self,
+        base: npt.NDArray[np.int64],
+        start: npt.NDArray[np.int64],
+        dropped: npt.NDArray[np.int64],
+    ) -> None:
+        """Free the kept next observations of the rows being dropped."""
+        if not dropped.any():
+            return
+        first = np.repeat(np.cumsum(dropped) - dropped, dropped)
+        step = np.arange(first.size) - first
+        row = (
+            np.repeat(base, dropped) + (np.repeat(start, dropped) + step) % self._slots
+        )
+        own = self._own_next[row]
+        self._free.extend(own[own >= 0].tolist())
+        self._own_next[row] = -1
+
+    # -- persistence -------------------------------------------------------------------
+
+    def _state(self) -> dict[str, npt.NDArray[Any]]:
+        self._sync()
+        config = {
+            "format": _FORMAT,
+            "num_envs": self.num_envs,
+            "pool_size": self.pool_size,
+            "window_size": self.window_size,
+            "clearing_freq": self.clearing_freq,
+            "window_size_": self.window_size_,
+            "random": self.random,
+            "store_next_obs": self.store_next_obs,
+        }
+        blobs = pickle.dumps(
+            (self.observation_space, self.action_space, self._rng.bit_generator.state)
+        )
+        state: dict[str, npt.NDArray[Any]] = {
+            "config": np.frombuffer(json.dumps(config).encode(), np.uint8),
+            "objects": np.frombuffer(blobs, np.uint8),
+            "reward": self._reward,
+            "terminated": self._terminated,
+            "truncated": self._truncated,
+            "end": self._end,
+            "length": self._length,
+            "received": self._received,
+            "episode_return": self._episode_return,
+            "episode_length": self._episode_length,
+            "episodes": self._episodes,
+        }
+        groups: dict[str, list[npt.NDArray[Any]]] = {
+            "obs": self._obs,
+            "action": self._action,
+        }
+        if self.store_next_obs:
+            groups["next_obs"] = self._next_obs
+        else:
+            groups["tail"], groups["extra"] = self._tail, self._extra
+            state["own_next"] = self._own_next
+            state["free"] = np.asarray(self._free, np.int64)
+        for name, arrays in groups.items():
+            for index, array in enumerate(arrays):
+                state[f"{name}_{index}"] = array
+        return state
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the whole pool to ``path`` (an ``.npz`` archive), atomically.
+
+        The archive is written to a temporary file beside ``path``, flushed to disk,
+        then renamed over ``path``: a crash mid-save leaves any previous file intact
+        and no partial file behind.
+
+        Args:
+            path: Destination file (written as given; no suffix is added).
+
+        Returns:
+            The path written.
+        """
+        target = Path(path)
+        handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed below
+            dir=target.parent, prefix=f".{target.name}.", suffix=".tmp", delete=False
+        )
+        try:
+            with handle:
+                savez: Any = np.savez  # typed stubs refuse `**arrays`
+                savez(handle, **self._state())
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(handle.name, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(handle.name)
+            raise
+        return target
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> ReplayPool:
+        """Read a pool written by :meth:`save` (only load files you trust).
+
+        Args:
+            path: The file.
+
+        Returns:
+            A pool equal to the one saved, including its generator state.
+
+        Raises:
+            ValueError: If the file is not a saved ReplayPool.
+        """
+        with np.load(path, allow_pickle=False) as archive:
+            data = {name: archive[name] for name in archive.files}
+        try:
+            config = json.loads(data["config"].tobytes())
+        except KeyError:
+            config = {}
+        if config.get("format") != _FORMAT:
+            msg = f"{path} is not a file written by vecpool.ReplayPool.save."
+            raise ValueError(msg)
+        observation_space, action_space, rng_state = pickle.loads(
+            data["objects"].tobytes()
+        )
+        pool = cls(
+            observation_space,
+            action_space,
+            config["num_envs"],
+            config["pool_size"],
+            config["window_size"],
+            config["clearing_freq"],
+            config["window_size_"],
+            config["random"],
+            None,
+            config["store_next_obs"],
+        )
+        pool._rng.bit_generator.state = rng_state
+        pool._row = pool._base + data["end"]
+        for name in (
+            "reward",
+            "terminated",
+            "truncated",
+            "end",
+            "length",
+            "received",
+            "episode_return",
+            "episode_length",
+            "episodes",
+        ):
+            setattr(pool, f"_{name}", data[name])
+        groups = ["obs", "action"]
+        groups += ["next_obs"] if pool.store_next_obs else ["tail", "extra"]
+        for group in groups:
+            arrays = getattr(pool, f"_{group}")
+            for index in range(len(arrays)):
+                arrays[index] = data[f"{group}_{index}"]
+        if not pool.store_next_obs:
+            pool._own_next = data["own_next"]
+            pool._free = data["free"].tolist()
+        return pool
+
+
+def _leaves(
+    space: spaces.Space[Any], batch: Any, count: int, name: str
+) -> list[npt.NDArray[Any]]:
+    """The leaf arrays of a batch, each with ``count`` rows."""
+    if (
+        type(batch) is np.ndarray
+        and isinstance(space, NATIVE_LEAVES)
+        and batch.shape == (count, *(space.shape or ()))
+    ):
+        return [batch]  # the common case, without the generic walk
+    return [np.asarray(leaf) for leaf in flatten_batch(space, batch, count, name)]

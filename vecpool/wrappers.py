@@ -1,0 +1,207 @@
+"""Vector wrappers that connect envs to the replay pool."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
+
+from vecpool.errors import VecPoolWarning
+from vecpool.pool import ReplayPool, Transitions
+from vecpool.shared import NATIVE_LEAVES, flatten_batch, leaves, make_writer
+
+__all__ = ["ReplayPoolWrapper"]
+
+
+class ReplayPoolWrapper(VectorWrapper[Any, Any, Any, Any, Any]):
+    """Record every real transition of a vector env into a :class:`ReplayPool`.
+
+    Works on any Gymnasium ``VectorEnv`` (vecpool's, Gymnasium's Sync/Async, wrapped)
+    and returns every ``reset`` and ``step`` result unchanged. Which steps are
+    transitions follows ``env.metadata["autoreset_mode"]``:
+
+    * ``NEXT_STEP``: the step after an episode ended only resets that env; it is
+      not a transition and is not recorded.
+    * ``SAME_STEP``: the ``next_obs`` of an env that ended is
+      ``infos["final_obs"][i]``, not the reset observation returned.
+    * ``DISABLED``: every step is a transition; ``reset(options={"reset_mask": m})``
+      refreshes only the masked envs' current observation.
+
+    ``terminated`` and ``truncated`` are stored separately.
+
+    Example:
+        >>> import gymnasium as gym, vecpool
+        >>> envs = vecpool.ReplayPoolWrapper(
+        ...     gym.make_vec("CartPole-v1", num_envs=2), pool_size=100
+        ... )
+        >>> _ = envs.reset(seed=0)
+        >>> for _ in range(10):
+        ...     _ = envs.step(envs.action_space.sample())
+        >>> len(envs.pool), envs.pool.lengths.tolist()
+        (20, [10, 10])
+        >>> envs.close()
+
+    Args:
+        env: The vector env to record.
+        pool_size: Total capacity; each sub-pool holds ``ceil(pool_size / num_envs)``.
+        window_size: See :class:`ReplayPool`.
+        clearing_freq: See :class:`ReplayPool`.
+        window_size_: See :class:`ReplayPool`.
+        random: See :class:`ReplayPool`.
+        seed: Seed of the pool's routing and sampling generator.
+        store_next_obs: See :class:`ReplayPool`.
+    """
+
+    def __init__(
+        self,
+        env: VectorEnv[Any, Any, Any],
+        pool_size: int,
+        window_size: int | None = None,
+        clearing_freq: int | None = None,
+        window_size_: int | None = None,
+        random: bool = False,
+        seed: int | None = None,
+        store_next_obs: bool = True,
+    ) -> None:
+        """Wrap ``env`` and preallocate its pool."""
+        super().__init__(env)
+        mode = env.metadata.get("autoreset_mode")
+        if mode is None:
+            warnings.warn(
+                f"{env} has no `metadata['autoreset_mode']`; recording as NEXT_STEP.",
+                VecPoolWarning,
+                stacklevel=2,
+            )
+            mode = AutoresetMode.NEXT_STEP
+        self.autoreset_mode = AutoresetMode(mode)
+        self.pool = ReplayPool(
+            env.single_observation_space,
+            env.single_action_space,
+            env.num_envs,
+            pool_size,
+            window_size,
+            clearing_freq,
+            window_size_,
+            random,
+            seed,
+            store_next_obs,
+        )
+        space = env.single_observation_space
+        n = env.num_envs
+        self._obs = [np.zeros((n, *shape), dtype) for dtype, shape in leaves(space)]
+        self._next = [np.zeros_like(array) for array in self._obs]
+        self._write_next = make_writer(space, self._next)
+        self._has_obs = False
+        self._autoreset = np.zeros(n, np.bool_)
+        single_action = env.single_action_space
+        self._obs_shape = (
+            (n, *space.shape)
+            if isinstance(space, NATIVE_LEAVES) and space.shape is not None
+            else None
+        )
+        self._action_shape = (
+            (n, *single_action.shape)
+            if isinstance(single_action, NATIVE_LEAVES)
+            and single_action.shape is not None
+            else None
+        )
+
+    def get_pool(self) -> Transitions:
+        """Every recorded transition (see :meth:`ReplayPool.get_pool`)."""
+        return self.pool.get_pool()
+
+    def reset(
+        self,
+        *,
+        seed: int | list[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset the env and take its observations as the envs' current ones."""
+        mask = None if options is None else options.get("reset_mask")
+        obs, infos = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]
+        current = self._split(obs)
+        if mask is None or not self._has_obs:
+            for store, leaf in zip(self._obs, current, strict=True):
+                store[...] = leaf
+            self._autoreset[:] = False
+            self._has_obs = True
+        else:
+            mask = np.asarray(mask, np.bool_)
+            for store, leaf in zip(self._obs, current, strict=True):
+                store[mask] = leaf[mask]
+            self._autoreset[mask] = False
+        return obs, infos
+
+    def step(
+        self, actions: Any
+    ) -> tuple[
+        Any, npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any], dict[str, Any]
+    ]:
+        """Step the env and record the step's real transitions."""
+        result = self.env.step(actions)
+        obs, rewards, terminations, truncations, infos = result
+        current = self._split(obs)
+        if self._has_obs:
+            self._record(actions, current, rewards, terminations, truncations, infos)
+        for store, leaf in zip(self._obs, current, strict=True):
+            store[...] = leaf
+        self._has_obs = True
+        if self.autoreset_mode is AutoresetMode.NEXT_STEP:
+            np.logical_or(terminations, truncations, out=self._autoreset)
+        return result
+
+    def _record(
+        self,
+        actions: Any,
+        current: list[npt.NDArray[Any]],
+        rewards: Any,
+        terminations: Any,
+        truncations: Any,
+        infos: dict[str, Any],
+    ) -> None:
+        action = self._split_actions(actions)
+        next_obs = current
+        if self.autoreset_mode is AutoresetMode.SAME_STEP:
+            ended = np.flatnonzero(np.logical_or(terminations, truncations))
+            if ended.size:
+                for store, leaf in zip(self._next, current, strict=True):
+                    store[...] = leaf
+                final_obs = infos["final_obs"]
+                for index in ended.tolist():
+                    self._write_next(index, final_obs[index])
+                next_obs = self._next
+        if self.autoreset_mode is AutoresetMode.NEXT_STEP and np.count_nonzero(
+            self._autoreset
+        ):
+            keep = np.flatnonzero(~self._autoreset)  # the others only reset
+            if keep.size:
+                self.pool._add_leaves(
+                    keep,
+                    [leaf[keep] for leaf in self._obs],
+                    [leaf[keep] for leaf in action],
+                    [leaf[keep] for leaf in next_obs],
+                    np.asarray(rewards)[keep],
+                    np.asarray(terminations)[keep],
+                    np.asarray(truncations)[keep],
+                )
+            return
+        self.pool._add_leaves(
+            None, self._obs, action, next_obs, rewards, terminations, truncations
+        )
+
+    def _split(self, batch: Any) -> list[npt.NDArray[Any]]:
+        if type(batch) is np.ndarray and batch.shape == self._obs_shape:
+            return [batch]
+        space, n = self.single_observation_space, self.num_envs
+        return [np.asarray(leaf) for leaf in flatten_batch(space, batch, n, "obs")]
+
+    def _split_actions(self, actions: Any) -> list[npt.NDArray[Any]]:
+        if type(actions) is np.ndarray and actions.shape == self._action_shape:
+            return [actions]
+        space, n = self.single_action_space, self.num_envs
+        return [
+            np.asarray(leaf) for leaf in flatten_batch(space, actions, n, "actions")
+        ]
