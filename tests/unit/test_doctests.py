@@ -7,13 +7,19 @@ import importlib
 
 import pytest
 
-MODULES = ["vecpool.async_env", "vecpool.make", "vecpool.shared", "vecpool.errors"]
+MODULES = [
+    "vecpool.async_env",
+    "vecpool.make",
+    "vecpool.pool",
+    "vecpool.wrappers",
+    "vecpool.classic",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples(name):
     module = importlib.import_module(name)
-    result = doctest.testmod(
-        module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
-    )
+    flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+    result = doctest.testmod(module, optionflags=flags)
+    assert result.attempted > 0, f"{name} has no examples to run"
     assert result.failed == 0
