@@ -1,0 +1,425 @@
+"""The benchmark (``vecpool bench``), its helpers, its toy envs and ``autotune``."""
+
+from __future__ import annotations
+
+import contextlib
+import doctest
+import importlib
+import importlib.util
+import io
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from vecpool import bench, cli
+from vecpool.bench import (
+    ActionPlan,
+    BackendResult,
+    BusyEnv,
+    GroupResult,
+    Measurement,
+    Progress,
+    compute_ratios,
+    median,
+    physical_limit,
+)
+from vecpool.tune import autotune, candidate_worker_counts
+
+EXPECTED_BACKENDS = {"raw", "gym-sync", "gym-async", "vecpool", "vecpool-batch"}
+if importlib.util.find_spec("envpool") is not None:
+    EXPECTED_BACKENDS.add("envpool")
+ON_LINUX = Path("/proc/self/smaps_rollup").exists()
+
+
+def run_cli(argv):
+    """Run ``vecpool`` in-process; return (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """One ``bench --quick`` run on CartPole with 2 envs, with --json and --plot."""
+    tmp = tmp_path_factory.mktemp("bench")
+    json_path, plot_path = tmp / "bench.json", tmp / "bench.png"
+    argv = ["bench", "--quick", "--workloads", "cartpole", "--num-envs", "2"]
+    code, out, err = run_cli(
+        [*argv, "--json", str(json_path), "--plot", str(plot_path)]
+    )
+    return {
+        "code": code,
+        "out": out,
+        "err": err,
+        "data": json.loads(json_path.read_text()),
+        "plot": plot_path,
+    }
+
+
+# ------------------------------------------------------------------- the quick run
+
+
+def test_quick_run_writes_json_with_every_backend(quick_run):
+    assert quick_run["code"] == 0
+    data = quick_run["data"]
+    assert set(data) == {"machine", "settings", "results", "memory"}
+    assert data["machine"]["cpus"] == bench.available_cpus()
+    assert {"numpy", "gymnasium", "vecpool"} <= set(data["machine"]["versions"])
+    assert data["settings"]["quick"] is True
+    assert data["memory"] is None  # --quick skips the memory probes
+    (group,) = data["results"]
+    assert (group["workload"], group["env_id"], group["num_envs"]) == (
+        "cartpole",
+        "CartPole-v1",
+        2,
+    )
+    assert set(group["backends"]) == EXPECTED_BACKENDS
+    for name, figures in group["backends"].items():
+        rounds = figures["rounds"]
+        assert len(rounds) == data["settings"]["rounds"], name
+        for measured in rounds:
+            assert measured["env_steps"] > 0, name
+            assert measured["seconds"] > 0, name
+            assert measured["steps_per_second"] == pytest.approx(
+                measured["env_steps"] / measured["seconds"]
+            )
+        assert figures["median"] > 0, name
+        assert figures["median"] == pytest.approx(
+            median(r["steps_per_second"] for r in rounds)
+        )
+
+
+def test_quick_run_ratios_use_the_right_baselines(quick_run):
+    data = quick_run["data"]
+    (group,) = data["results"]
+    backends = group["backends"]
+    raw = backends["raw"]["median"]
+    cpus = data["machine"]["cpus"]
+    assert group["physical_limit"] == pytest.approx(raw * cpus)
+    for figures in backends.values():
+        assert figures["vs_gym_async"] == pytest.approx(
+            figures["median"] / backends["gym-async"]["median"]
+        )
+        assert figures["vs_gym_sync"] == pytest.approx(
+            figures["median"] / backends["gym-sync"]["median"]
+        )
+        assert figures["vs_limit"] == pytest.approx(figures["median"] / (raw * cpus))
+
+
+def test_quick_run_table_has_every_backend(quick_run):
+    out = quick_run["out"]
+    assert "CartPole-v1" in out
+    assert "vs gym-async" in out
+    rows = {line.split()[1] for line in out.splitlines() if line.strip()[:1] == "2"}
+    assert rows >= EXPECTED_BACKENDS
+    medians = {
+        name: figures["median"]
+        for name, figures in quick_run["data"]["results"][0]["backends"].items()
+    }
+    for name, value in medians.items():
+        assert f"{name:<14}{value:>12,.0f}" in out
+
+
+def test_quick_run_shows_progress_on_stderr(quick_run):
+    err = quick_run["err"]
+    rounds = quick_run["data"]["settings"]["rounds"]
+    for backend in EXPECTED_BACKENDS:
+        assert f"[cartpole n=2] round {rounds}/{rounds}: {backend}" in err
+
+
+def test_plot_writes_a_png(quick_run):
+    content = quick_run["plot"].read_bytes()
+    assert content.startswith(b"\x89PNG\r\n\x1a\n")
+    assert len(content) > 1000
+
+
+def test_quiet_and_tune_with_json(tmp_path):
+    path = tmp_path / "tune.json"
+    argv = ["bench", "--tune", "--quick", "--quiet", "--workloads", "busy"]
+    code, out, err = run_cli([*argv, "--num-envs", "2", "--json", str(path)])
+    assert code == 0
+    assert err == ""
+    (tuned,) = json.loads(path.read_text())["tune"]
+    tried = {(m["num_workers"], m["wait_strategy"]) for m in tuned["measurements"]}
+    assert tried == {(n, s) for n in (1, 2) for s in ("auto", "spin", "block")}
+    assert (tuned["num_workers"], tuned["wait_strategy"]) in tried
+    assert tuned["steps_per_second"] == max(
+        m["steps_per_second"] for m in tuned["measurements"]
+    )
+    assert tuned["recommendation"] in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--rounds", "2"], "at least 3"),
+        (["--workloads", "NoSuchEnv-v0"], "Unknown workload 'NoSuchEnv-v0'"),
+    ],
+)
+def test_invalid_arguments_exit_with_2(argv, message):
+    code, out, err = run_cli(["bench", "--quiet", *argv])
+    assert code == 2
+    assert message in err
+    assert out == ""
+
+
+# ----------------------------------------------------------------------- helpers
+
+
+def test_median_of_rounds():
+    assert median([3.0, 1.0, 2.0]) == 2.0
+    assert median([10.0, 1.0, 2.0, 3.0]) == 2.5
+    with pytest.raises(ValueError, match="at least one value"):
+        median([])
+
+
+def test_ratios_against_each_baseline():
+    medians = {"raw": 50.0, "gym-sync": 40.0, "gym-async": 10.0, "vecpool": 80.0}
+    ratios = compute_ratios(medians, cpus=4)
+    assert ratios["vecpool"].vs_gym_async == pytest.approx(8.0)
+    assert ratios["vecpool"].vs_gym_sync == pytest.approx(2.0)
+    assert ratios["vecpool"].vs_limit == pytest.approx(0.4)  # 80 / (50 * 4)
+    assert ratios["raw"].vs_limit == pytest.approx(0.25)
+    assert ratios["gym-async"].vs_gym_async == pytest.approx(1.0)
+    assert physical_limit(50.0, 4) == pytest.approx(200.0)
+
+
+def test_ratios_without_baselines_are_none():
+    ratios = compute_ratios({"vecpool": 80.0, "gym-sync": 0.0}, cpus=2)
+    assert ratios["vecpool"].vs_gym_async is None
+    assert ratios["vecpool"].vs_gym_sync is None  # a zero baseline is no baseline
+    assert ratios["vecpool"].vs_limit is None
+
+
+def test_group_result_medians_and_ratios():
+    def result(name, *rates):
+        return BackendResult(name, 10, tuple(Measurement(r, 1.0) for r in rates))
+
+    group = GroupResult(
+        "w",
+        "W-v0",
+        4,
+        2,
+        (
+            result("raw", 100, 120, 110),
+            result("gym-async", 10, 30, 20),
+            result("vecpool", 150, 170, 160),
+        ),
+    )
+    assert group.medians == {"raw": 110.0, "gym-async": 20.0, "vecpool": 160.0}
+    assert group.limit == pytest.approx(220.0)
+    assert group.ratios["vecpool"].vs_gym_async == pytest.approx(8.0)
+    assert group.ratios["vecpool"].vs_limit == pytest.approx(160 / 220)
+    assert group.results[1].spread == pytest.approx(1.0)  # (30 - 10) / 20
+    lines = bench.format_group_table([group])
+    assert any("vecpool" in line and "8.00x" in line for line in lines)
+
+
+def test_measurement_rate():
+    assert Measurement(300, 1.5).steps_per_second == pytest.approx(200.0)
+    assert math.isinf(Measurement(3, 0.0).steps_per_second)
+
+
+def test_progress_lines():
+    stream = io.StringIO()
+    progress = Progress(stream=stream)
+    progress.update("[w n=2] round 1/3: raw")
+    progress.update("detail", minor=True)  # not a terminal: left out of the log
+    assert stream.getvalue() == "[w n=2] round 1/3: raw\n"
+    quiet = io.StringIO()
+    Progress(enabled=False, stream=quiet).update("anything")
+    assert quiet.getvalue() == ""
+
+
+def test_calibrate_sizes_runs_from_the_warmup():
+    calls = []
+
+    def run(steps):
+        calls.append(steps)
+        return Measurement(steps, steps * 0.001)  # 1000 steps/s
+
+    steps = bench.calibrate(run, warmup_seconds=0.01, target_seconds=0.5)
+    assert calls == [1, 2, 4, 8]  # 15 ms spent after the fourth run
+    assert steps == 500
+
+
+def test_action_plan_draws_valid_seeded_actions():
+    box = spaces.Box(-2.0, 3.0, shape=(2,), dtype=np.float32)
+    for space in (spaces.Discrete(5, start=2), box, spaces.MultiBinary(3)):
+        plan = ActionPlan(space, num_envs=3, rows=20, seed=7)
+        batch = plan.batch(21)  # cycles: row 1
+        assert np.array_equal(batch, plan.batch(1))
+        assert plan.batched_space.contains(batch)
+        assert len(plan.singles) == 60
+        assert all(space.contains(action) for action in plan.singles)
+        again = ActionPlan(space, num_envs=3, rows=20, seed=7)
+        other = ActionPlan(space, num_envs=3, rows=20, seed=8)
+        assert np.array_equal(again.batches, plan.batches)
+        assert not np.array_equal(other.batches, plan.batches)
+    plan = ActionPlan(spaces.Discrete(4), num_envs=4, rows=2, seed=0)
+    ids = np.array([3, 1])
+    assert np.array_equal(plan.take(1, ids), plan.batch(1)[ids])
+
+
+def test_resolve_workload():
+    assert bench.resolve_workload("cartpole").env_id == "CartPole-v1"
+    env = bench.resolve_workload("Acrobot-v1").env_fn()
+    assert env.spec is not None
+    assert env.spec.id == "Acrobot-v1"
+    env.close()
+    with pytest.raises(ValueError, match="Unknown workload"):
+        bench.resolve_workload("nope")
+
+
+# -------------------------------------------------------------------------- envs
+
+
+def test_busy_env_step_burns_about_200_microseconds():
+    env = BusyEnv()
+    env.reset(seed=0)
+    durations = []
+    for _ in range(20):
+        start = time.perf_counter()
+        obs, _, terminated, truncated, info = env.step(np.int64(1))
+        durations.append(time.perf_counter() - start)
+    assert min(durations) >= 150e-6
+    assert env.observation_space.contains(obs)
+    assert (terminated, truncated, info) == (False, False, {})
+
+
+def test_busy_env_truncates_after_500_steps():
+    env = BusyEnv(step_seconds=0.0)
+    env.reset(seed=0)
+    flags = [env.step(np.int64(step % 2))[3] for step in range(500)]
+    assert flags == [False] * 499 + [True]
+
+
+def test_big_obs_env():
+    env = bench.BigObsEnv()
+    first, _ = env.reset(seed=3)
+    assert first.shape == (84, 84, 4)
+    assert first.dtype == np.uint8
+    flags = []
+    obs = first
+    for step in range(1000):
+        obs, _, terminated, truncated, _ = env.step(np.int64(step % 4))
+        assert not terminated
+        flags.append(truncated)
+    assert flags == [False] * 999 + [True]
+    assert env.observation_space.contains(obs)
+    assert not np.array_equal(obs, first)
+
+
+# ---------------------------------------------------------------------- autotune
+
+
+def test_candidate_worker_counts():
+    assert candidate_worker_counts(32, cpus=4) == (1, 2, 4, 8)
+    assert candidate_worker_counts(3, cpus=8) == (1, 2, 3)
+    assert candidate_worker_counts(1, cpus=2) == (1,)
+
+
+def test_autotune_recommends_a_candidate_it_tried(capsys):
+    result = autotune(
+        BusyEnv,
+        2,
+        worker_counts=[1, 2],
+        wait_strategies=["auto", "block"],
+        seconds=0.02,
+        rounds=1,
+        verbose=True,
+    )
+    tried = [(m.num_workers, m.wait_strategy) for m in result.measurements]
+    assert tried == [(1, "auto"), (1, "block"), (2, "auto"), (2, "block")]
+    assert (result.num_workers, result.wait_strategy) in tried
+    best = max(result.measurements, key=lambda m: m.steps_per_second)
+    assert result.steps_per_second == best.steps_per_second
+    assert all(m.steps_per_second > 0 for m in result.measurements)
+    assert result.recommendation == (
+        f"vecpool.AsyncVectorEnv(env_fns, num_workers={best.num_workers}, "
+        f'wait_strategy="{best.wait_strategy}")'
+    )
+    out = capsys.readouterr().out
+    assert f"recommended: {result.recommendation}" in out
+    assert "BusyEnv" in out
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"worker_counts": [0]}, {"worker_counts": [3]}, {"wait_strategies": ["nap"]}],
+)
+def test_autotune_rejects_bad_candidates(kwargs):
+    with pytest.raises(ValueError, match="must"):
+        autotune(BusyEnv, 2, verbose=False, **kwargs)
+
+
+# ------------------------------------------------------------------------ memory
+
+
+@pytest.mark.skipif(not ON_LINUX, reason="reads /proc/<pid>/smaps_rollup")
+def test_read_memory_of_this_process():
+    rss, pss = bench.read_memory(os.getpid())
+    assert rss > 10 * 2**20
+    assert pss is not None
+    assert 0 < pss <= rss
+
+
+@pytest.mark.skipif(not ON_LINUX, reason="reads /proc/<pid>/smaps_rollup")
+def test_memory_probe_counts_the_workers():
+    report = bench.measure_memory(("vecpool",), num_envs=2)
+    assert report.skipped is None, report.skipped
+    (figure,) = report.figures
+    workers = min(2, bench.available_cpus())
+    assert figure.processes >= 1 + workers
+    assert figure.rss > figure.parent_rss > 0
+    assert figure.pss is not None
+    assert figure.parent_pss is not None
+    assert figure.pss > figure.parent_pss
+    lines = bench.format_memory(report)
+    assert any(line.startswith("vecpool") for line in lines)
+
+
+def test_plot_without_matplotlib_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ImportError, match=r"vecpool\[plot\]"):
+        bench.require_matplotlib()
+
+
+@pytest.mark.parametrize("name", ["vecpool.bench", "vecpool.tune"])
+def test_docstring_examples(name):
+    module = importlib.import_module(name)
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0
+    assert result.failed == 0
+
+
+def test_tune_table_marks_best_and_default_and_noise():
+    from vecpool.tune import TuneMeasurement, TuneResult
+
+    def measured(workers, strategy, rate):
+        return TuneMeasurement(workers, strategy, rate, (rate,))
+
+    measurements = (
+        measured(1, "auto", 90.0),
+        measured(2, "auto", 100.0),
+        measured(2, "block", 103.0),
+    )
+    result = TuneResult("W-v0", 4, 2, "block", 103.0, measurements, 2)
+    assert result.default is measurements[1]
+    lines = result.format_table()
+    assert any(line.endswith("0.97x  (default)") for line in lines)
+    assert any(line.endswith("1.00x  (best)") for line in lines)
+    assert any("within 5% of the defaults" in line for line in lines)
+    faster = (measured(1, "auto", 200.0), measurements[1])
+    clear_winner = TuneResult("W-v0", 4, 1, "auto", 200.0, faster, 2)
+    assert any("(2.00x the default" in line for line in clear_winner.format_table())
+    assert not any("within" in line for line in clear_winner.format_table())
