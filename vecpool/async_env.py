@@ -321,7 +321,7 @@ def _available_cpus() -> int:
 
 
 _SPIN_BUDGET = 0.002  # seconds to poll before blocking
-_SPIN_MAX_WAIT = 0.0005  # "auto": the parent spins while steps return within this
+_SPIN_MAX_WAIT = 0.00025  # "auto": the parent spins while steps return within this
 _WAIT_STRATEGIES = ("auto", "spin", "block")
 
 
@@ -451,7 +451,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 before blocking, which skips the cost of waking a blocked process;
                 ``"block"`` always blocks on the pipes; ``"auto"`` (default) spins
                 only when there are no more workers than CPUs, and the parent spins
-                only while steps come back within about half a millisecond.
+                only while steps come back within about a quarter millisecond.
             batch_size: Enables EnvPool-style asynchronous batches: :meth:`send`
                 steps the given envs and :meth:`recv` returns the first
                 ``batch_size`` envs to finish (``1 <= batch_size <= num_envs``).

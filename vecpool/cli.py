@@ -281,6 +281,27 @@ def _bench_tune(args: argparse.Namespace, settings: bench.BenchSettings) -> int:
     return 0
 
 
+def _bench_pool(args: argparse.Namespace) -> int:
+    """Run ``bench --pool``: the replay pool's add/sample/wrapper/memory figures."""
+    from vecpool import pool_bench
+
+    machine = bench.machine_info()
+    print("\n".join(machine.lines()))
+    quick = bool(args.quick)
+    report = pool_bench.run_pool_benchmark(
+        seconds=0.05 if quick else 0.5, rounds=bench.MIN_ROUNDS, seed=args.seed
+    )
+    print()
+    print("\n".join(pool_bench.format_pool_report(report)))
+    if args.json is not None:
+        bench.write_json(
+            {"machine": dataclasses.asdict(machine), "pool": report.to_dict()},
+            args.json,
+        )
+        print(f"\nwrote {args.json}")
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     """Run the ``bench`` command.
 
@@ -298,6 +319,8 @@ def _bench(args: argparse.Namespace) -> int:
         return 2
     if args.tune:
         return _bench_tune(args, settings)
+    if args.pool:
+        return _bench_pool(args)
 
     machine = bench.machine_info()
     print("\n".join(machine.lines()))
@@ -403,6 +426,12 @@ def _add_bench_parser(
         action="store_true",
         help="run vecpool.autotune on each workload and num_envs instead of the "
         "comparison",
+    )
+    parser.add_argument(
+        "--pool",
+        action="store_true",
+        help="benchmark the replay pool instead: ReplayPool.add and sample "
+        "throughput, the ReplayPoolWrapper's cost on vecpool's step, and memory",
     )
     parser.add_argument("--json", metavar="PATH", help="write every figure as JSON")
     parser.add_argument(

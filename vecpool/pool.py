@@ -16,7 +16,6 @@ import math
 import os
 import pickle
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -46,8 +45,7 @@ class Transitions(NamedTuple):
     truncated: npt.NDArray[np.bool_]
 
 
-@dataclass(frozen=True)
-class EpisodeStats:
+class EpisodeStats(NamedTuple):
     """Statistics of the episodes that ended in the recorded transitions.
 
     Attributes:
@@ -57,7 +55,7 @@ class EpisodeStats:
             none).
     """
 
-    count: int
+    count: int  # type: ignore[assignment]  # shadows tuple.count, on purpose
     mean_return: float
     mean_length: float
 
@@ -203,6 +201,8 @@ class ReplayPool:
         block = index % self._slots
         self._next_row = index - block + (block + 1) % self._slots
         self._pending = 0
+        self._pending_env = np.zeros(self.num_envs, np.int64)  # masked hot-path adds
+        self._masked = False
         self._plain_shapes = (
             (
                 (self.num_envs, *observation_space.shape),
@@ -234,8 +234,12 @@ class ReplayPool:
 
     def _sync(self) -> None:
         """Apply the counters of the adds the hot path deferred."""
-        adds = self._pending
-        if not adds:
+        adds: Any = self._pending
+        if self._masked:
+            adds = adds + self._pending_env
+            self._pending_env[:] = 0
+            self._masked = False
+        elif not adds:
             return
         self._pending = 0
         self._end = self._row - self._base
@@ -406,10 +410,13 @@ class ReplayPool:
         reward: Any,
         terminated: Any,
         truncated: Any,
+        valid: npt.NDArray[np.bool_] | None = None,
     ) -> None:
         """:meth:`add` for rows already split into leaf arrays.
 
-        ``source`` is ``None`` for one row per env, in env order (the hot path).
+        ``source`` is ``None`` for one row per env, in env order (the hot path);
+        then ``valid`` may mark the rows that are transitions (the others are
+        skipped, e.g. ``NEXT_STEP`` reset steps).
         """
         count = self.num_envs if source is None else source.size
         reward_arr = np.asarray(reward, dtype=np.float64).reshape(-1)
@@ -421,12 +428,27 @@ class ReplayPool:
                 f" got {reward_arr.size}, {terminated_arr.size}, {truncated_arr.size}."
             )
             raise ValueError(msg)
-        scalars = (reward_arr, terminated_arr, truncated_arr)
-        self._record_episodes(source, reward_arr, terminated_arr | truncated_arr)
         rows = {"obs": obs, "action": action, "next_obs": next_obs}
+        if valid is not None and not (
+            source is None
+            and not self.random
+            and self.store_next_obs
+            and self.clearing_freq is None
+        ):
+            keep = np.flatnonzero(valid)  # not the hot path: select the rows
+            rows = {
+                name: [leaf[keep] for leaf in leaves_] for name, leaves_ in rows.items()
+            }
+            reward_arr, terminated_arr = reward_arr[keep], terminated_arr[keep]
+            truncated_arr = truncated_arr[keep]
+            source, valid, count = keep, None, keep.size
+            if count == 0:
+                return
+        scalars = (reward_arr, terminated_arr, truncated_arr)
+        self._record_episodes(source, reward_arr, terminated_arr | truncated_arr, valid)
         if source is None and not self.random:
             if self.store_next_obs and self.clearing_freq is None:
-                self._add_every_env(rows, scalars)
+                self._add_every_env(rows, scalars, valid)
             else:
                 self._add_unique(self._envs, None, rows, scalars)
             return
@@ -452,11 +474,20 @@ class ReplayPool:
         source: npt.NDArray[np.int64] | None,
         reward: npt.NDArray[np.float64],
         done: npt.NDArray[np.bool_],
+        valid: npt.NDArray[np.bool_] | None = None,
     ) -> None:
         if source is None:
-            self._episode_return += reward
-            np.add(self._episode_length, 1, out=self._episode_length)
-            ended: Any = done
+            if valid is None:
+                self._episode_return += reward
+                np.add(self._episode_length, 1, out=self._episode_length)
+                ended: Any = done
+            else:
+                np.add(
+                    self._episode_return, reward, out=self._episode_return, where=valid
+                )
+                self._episode_length += valid
+                ended = done & valid
+                done = ended
         else:
             np.add.at(self._episode_return, source, reward)
             np.add.at(self._episode_length, source, 1)
@@ -498,8 +529,9 @@ class ReplayPool:
         self,
         batch: dict[str, list[npt.NDArray[Any]]],
         scalars: tuple[npt.NDArray[Any], ...],
+        valid: npt.NDArray[np.bool_] | None = None,
     ) -> None:
-        """The hot path: one row per env, plain layout, no clearing."""
+        """The hot path: one row per env (kept where ``valid``), plain layout."""
         row = self._row
         for store, leaf in zip(self._obs, batch["obs"], strict=True):
             store[row] = leaf
@@ -508,8 +540,15 @@ class ReplayPool:
         for store, leaf in zip(self._next_obs, batch["next_obs"], strict=True):
             store[row] = leaf
         self._reward[row], self._terminated[row], self._truncated[row] = scalars
-        self._row = self._next_row[row]
-        self._pending += 1
+        if valid is None:
+            self._row = self._next_row[row]
+            self._pending += 1
+        else:
+            # rows of envs without a transition were written at each sub-pool's free
+            # slot (outside its stored range): they are simply not kept
+            self._row = np.where(valid, self._next_row[row], row)
+            self._pending_env += valid
+            self._masked = True
 
     def _add_unique(
         self,

@@ -173,23 +173,20 @@ class ReplayPoolWrapper(VectorWrapper[Any, Any, Any, Any, Any]):
                 for index in ended.tolist():
                     self._write_next(index, final_obs[index])
                 next_obs = self._next
+        valid = None
         if self.autoreset_mode is AutoresetMode.NEXT_STEP and np.count_nonzero(
             self._autoreset
         ):
-            keep = np.flatnonzero(~self._autoreset)  # the others only reset
-            if keep.size:
-                self.pool._add_leaves(
-                    keep,
-                    [leaf[keep] for leaf in self._obs],
-                    [leaf[keep] for leaf in action],
-                    [leaf[keep] for leaf in next_obs],
-                    np.asarray(rewards)[keep],
-                    np.asarray(terminations)[keep],
-                    np.asarray(truncations)[keep],
-                )
-            return
+            valid = ~self._autoreset  # the others only reset: not transitions
         self.pool._add_leaves(
-            None, self._obs, action, next_obs, rewards, terminations, truncations
+            None,
+            self._obs,
+            action,
+            next_obs,
+            rewards,
+            terminations,
+            truncations,
+            valid,
         )
 
     def _split(self, batch: Any) -> list[npt.NDArray[Any]]:
