@@ -1,0 +1,554 @@
+"""ReplayPoolWrapper records the real transitions of any VectorEnv (DESIGN.md §5).
+
+Each test drives the wrapper with pre-drawn actions and, in lockstep, a separate
+``gymnasium.vector.SyncVectorEnv`` built from the same env fns and seeds. The
+reference transitions are collected from that env with plain lists per env,
+following each autoreset mode's rules, then windowed with a list model of §5, and
+compared exactly with ``wrapper.get_pool()``. Every reset/step result of the
+wrapper is compared with the reference env's too (it must pass them through).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from collections import Counter
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import (
+    batch_space,
+    concatenate,
+    create_empty_array,
+    iterate,
+)
+from gymnasium.wrappers.vector import RecordEpisodeStatistics
+
+import vecpool
+from vecpool.testing import assert_same_data, make_env_fns
+
+pytestmark = pytest.mark.timeout(60)
+
+MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
+NUM_ENVS = 3
+STEPS = 60
+SEED = 17
+
+# name -> (pool_size, window_size, clearing_freq, window_size_); 3 envs
+CONFIGS = {
+    "keep-all": (10_000, None, None, None),
+    "windowed": (24, 5, 7, 2),  # capacity 8
+    "overflow": (13, None, 4, 1),  # capacity 5, drop-oldest overflow and clearing
+}
+
+
+# ------------------------------------------------------------------- model
+
+
+def _stack(space: spaces.Space[Any], items: list[Any]) -> Any:
+    out = create_empty_array(space, len(items))
+    if items:
+        out = concatenate(space, items, out)
+    return out
+
+
+def _rows(batched_space: spaces.Space[Any], batch: Any) -> list[Any]:
+    return [copy.deepcopy(x) for x in iterate(batched_space, batch)]
+
+
+class ModelPool:
+    """One list per sub-pool; append, clearing, overflow exactly as in §5."""
+
+    def __init__(
+        self,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        num_envs: int,
+        pool_size: int,
+        window_size: int | None,
+        clearing_freq: int | None,
+        window_size_: int | None,
+    ) -> None:
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.capacity = math.ceil(pool_size / num_envs)
+        self.window_size = window_size
+        self.clearing_freq = clearing_freq
+        self.window_size_ = window_size_
+        self.subs: list[list[tuple[Any, ...]]] = [[] for _ in range(num_envs)]
+        self.received = [0] * num_envs
+
+    def add_row(self, j: int, row: tuple[Any, ...]) -> None:
+        sub = self.subs[j]
+        sub.append(row)
+        if self.clearing_freq is not None:
+            self.received[j] += 1
+            if self.received[j] % self.clearing_freq == 0:
+                del sub[: self.window_size_]
+        if len(sub) > self.capacity:
+            if self.window_size is not None:
+                del sub[: len(sub) - self.window_size]
+            else:
+                del sub[0]
+
+    def get_pool(self) -> vecpool.Transitions:
+        rows = [r for sub in self.subs for r in sub]
+        return _transitions(self.observation_space, self.action_space, rows)
+
+
+def _transitions(
+    observation_space: spaces.Space[Any],
+    action_space: spaces.Space[Any],
+    rows: list[tuple[Any, ...]],
+) -> vecpool.Transitions:
+    return vecpool.Transitions(
+        obs=_stack(observation_space, [r[0] for r in rows]),
+        action=_stack(action_space, [r[1] for r in rows]),
+        next_obs=_stack(observation_space, [r[2] for r in rows]),
+        reward=np.array([r[3] for r in rows], dtype=np.float64),
+        terminated=np.array([r[4] for r in rows], dtype=bool),
+        truncated=np.array([r[5] for r in rows], dtype=bool),
+    )
+
+
+# ------------------------------------------------------------------- driving
+
+
+def _without_time(result: Any, drop_episode: bool = False) -> Any:
+    """Drop the wall-clock ``t`` of RecordEpisodeStatistics from a result's infos.
+
+    With ``drop_episode``, drop its ``episode`` entries altogether: in DISABLED
+    mode Gymnasium's SyncVectorEnv pops ``reset_mask`` from ``options``, so a
+    RecordEpisodeStatistics above it sees a full reset and zeroes every env's
+    counters, while vecpool leaves ``options`` alone (DESIGN.md §3). That
+    difference is not the replay pool's business.
+    """
+    *head, infos = result
+    infos = dict(infos)
+    if drop_episode:
+        infos.pop("episode", None)
+        infos.pop("_episode", None)
+    if "episode" in infos:
+        infos["episode"] = {k: v for k, v in infos["episode"].items() if k != "t"}
+    return (*head, infos)
+
+
+def _actions(single_space: spaces.Space[Any], steps: int) -> list[Any]:
+    space = batch_space(single_space, NUM_ENVS)
+    space.seed(3)
+    return [space.sample() for _ in range(steps)]
+
+
+class Reference:
+    """Steps the reference env and collects its real transitions per env."""
+
+    def __init__(self, env: gym.vector.VectorEnv[Any, Any, Any], mode: Any) -> None:
+        self.env = env
+        self.mode = mode
+        self.per_env: list[list[tuple[Any, ...]]] = [[] for _ in range(NUM_ENVS)]
+        self.current: list[Any] = []
+        self.pending = np.zeros(NUM_ENVS, dtype=bool)  # NEXT_STEP: resets next step
+        self.order: list[tuple[int, tuple[Any, ...]]] = []  # (env, row) in add order
+
+    def reset(self, **kwargs: Any) -> Any:
+        result = self.env.reset(**copy.deepcopy(kwargs))
+        rows = _rows(self.env.observation_space, result[0])
+        options = kwargs.get("options") or {}
+        mask = options.get("reset_mask")
+        if mask is None:
+            self.current = rows
+            self.pending[:] = False
+        else:
+            for i in np.flatnonzero(mask):
+                self.current[i] = rows[i]
+        return result
+
+    def step(self, action: Any) -> Any:
+        result = self.env.step(action)
+        obs, reward, terminated, truncated, infos = result
+        obs_rows = _rows(self.env.observation_space, obs)
+        act_rows = _rows(self.env.action_space, action)
+        for i in range(NUM_ENVS):
+            if self.mode == AutoresetMode.NEXT_STEP and self.pending[i]:
+                self.current[i] = obs_rows[i]  # the reset step: not a transition
+                continue
+            ended = bool(terminated[i] or truncated[i])
+            if self.mode == AutoresetMode.SAME_STEP and ended:
+                next_obs = copy.deepcopy(infos["final_obs"][i])
+            else:
+                next_obs = obs_rows[i]
+            row = (
+                self.current[i],
+                act_rows[i],
+                next_obs,
+                float(reward[i]),
+                bool(terminated[i]),
+                bool(truncated[i]),
+            )
+            self.per_env[i].append(row)
+            self.order.append((i, row))
+            self.current[i] = obs_rows[i]
+        if self.mode == AutoresetMode.NEXT_STEP:
+            self.pending = np.logical_or(terminated, truncated)
+        return result
+
+    def model(self, config: str) -> ModelPool:
+        pool_size, window_size, clearing_freq, window_size_ = CONFIGS[config]
+        model = ModelPool(
+            self.env.single_observation_space,
+            self.env.single_action_space,
+            NUM_ENVS,
+            pool_size,
+            window_size,
+            clearing_freq,
+            window_size_,
+        )
+        for i, rows in enumerate(self.per_env):
+            for row in rows:
+                model.add_row(i, row)
+        return model
+
+    def all_rows(self) -> vecpool.Transitions:
+        return _transitions(
+            self.env.single_observation_space,
+            self.env.single_action_space,
+            [row for _, row in self.order],
+        )
+
+    def episodes(self) -> list[tuple[float, int]]:
+        found = []
+        for rows in self.per_env:
+            ret, length = 0.0, 0
+            for row in rows:
+                ret += row[3]
+                length += 1
+                if row[4] or row[5]:
+                    found.append((ret, length))
+                    ret, length = 0.0, 0
+        return found
+
+
+def _drive(
+    candidate: Any,
+    reference: Reference,
+    mode: Any,
+    steps: int = STEPS,
+    full_reset_at: tuple[int, ...] = (),
+    mask_running_every: int = 0,
+    drop_episode: bool = False,
+) -> None:
+    """Step both in lockstep; compare every result; reset like a user would.
+
+    DISABLED: after each step, the envs that ended are reset with a ``reset_mask``
+    (plus env 0 every ``mask_running_every`` steps even when it is running).
+    ``full_reset_at``: steps after which both get a plain ``reset(seed=...)``.
+    """
+
+    def same(expected: Any, actual: Any, label: str) -> None:
+        assert_same_data(
+            _without_time(expected, drop_episode),
+            _without_time(actual, drop_episode),
+            label,
+        )
+
+    same(reference.reset(seed=SEED), candidate.reset(seed=SEED), "reset")
+    actions = _actions(reference.env.single_action_space, steps)
+    for t, action in enumerate(actions):
+        expected = reference.step(action)
+        actual = candidate.step(action)
+        same(expected, actual, f"step {t}")
+        if t in full_reset_at:
+            expected = reference.reset(seed=SEED + 100 + t)
+            actual = candidate.reset(seed=SEED + 100 + t)
+            same(expected, actual, f"full reset {t}")
+            continue
+        if mode != AutoresetMode.DISABLED:
+            continue
+        mask = np.logical_or(expected[2], expected[3])
+        if mask_running_every and t % mask_running_every == 0:
+            mask[0] = True
+        if mask.any():
+            expected = reference.reset(options={"reset_mask": mask.copy()})
+            actual = candidate.reset(options={"reset_mask": mask.copy()})
+            same(expected, actual, f"masked reset {t}")
+
+
+def _inner(
+    kind: str,
+    env_fns: Any,
+    mode: Any,
+    make_async: Any,
+    make_sync: Any,
+    make_gym_async: Any = None,
+) -> Any:
+    if kind == "gym-async":
+        return make_gym_async(env_fns, autoreset_mode=mode)
+    if kind == "vecpool-pipes":
+        return make_async(
+            env_fns, autoreset_mode=mode, num_workers=2, shared_memory=False
+        )
+    if kind == "sync":
+        return make_sync(env_fns, autoreset_mode=mode)
+    if kind == "vecpool":
+        return make_async(env_fns, autoreset_mode=mode, num_workers=2)
+    if kind == "vecpool-views":
+        return make_async(env_fns, autoreset_mode=mode, num_workers=2, copy=False)
+    raise AssertionError(kind)
+
+
+def _wrapper(inner: Any, config: str, **kwargs: Any) -> vecpool.ReplayPoolWrapper:
+    pool_size, window_size, clearing_freq, window_size_ = CONFIGS[config]
+    return vecpool.ReplayPoolWrapper(
+        inner,
+        pool_size,
+        window_size=window_size,
+        clearing_freq=clearing_freq,
+        window_size_=window_size_,
+        **kwargs,
+    )
+
+
+def _env_fns(obs_kind: str) -> Any:
+    return make_env_fns(
+        NUM_ENVS, obs_kind=obs_kind, max_steps=6, terminate_prob=0.1, info_every=2
+    )
+
+
+def _mode_id(mode: Any) -> str:
+    return str(mode.value)
+
+
+# ------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("obs_kind", ["box", "dict"])
+@pytest.mark.parametrize("wrapped", [False, True], ids=["bare", "stats-wrapped"])
+@pytest.mark.parametrize("inner_kind", ["sync", "vecpool"])
+@pytest.mark.parametrize("mode", MODES, ids=_mode_id)
+def test_pool_matches_reference(
+    mode, inner_kind, wrapped, obs_kind, config, make_async, make_sync
+):
+    env_fns = _env_fns(obs_kind)
+    inner = _inner(inner_kind, env_fns, mode, make_async, make_sync)
+    ref_env = make_sync(env_fns, autoreset_mode=mode)
+    if wrapped:
+        inner = RecordEpisodeStatistics(inner)
+        ref_env = RecordEpisodeStatistics(ref_env)
+    wrapper = _wrapper(inner, config)
+    assert isinstance(wrapper, gym.vector.VectorWrapper)
+    assert isinstance(wrapper.pool, vecpool.ReplayPool)
+    assert wrapper.pool.num_envs == NUM_ENVS
+    assert wrapper.pool.capacity == math.ceil(CONFIGS[config][0] / NUM_ENVS)
+    reference = Reference(ref_env, mode)
+    disabled = mode == AutoresetMode.DISABLED
+    _drive(wrapper, reference, mode, drop_episode=wrapped and disabled)
+    assert sum(len(r) for r in reference.per_env) > STEPS  # enough happened
+    expected = reference.model(config)
+    assert_same_data(expected.get_pool(), wrapper.get_pool(), "wrapper.get_pool()")
+    assert_same_data(expected.get_pool(), wrapper.pool.get_pool(), "pool.get_pool()")
+    np.testing.assert_array_equal(wrapper.pool.lengths, [len(s) for s in expected.subs])
+    assert len(wrapper.pool) == sum(len(s) for s in expected.subs)
+    episodes = reference.episodes()
+    stats = wrapper.pool.episode_stats
+    assert stats.count == len(episodes) > 0
+    assert stats.mean_return == pytest.approx(np.mean([r for r, _ in episodes]))
+    assert stats.mean_length == pytest.approx(np.mean([n for _, n in episodes]))
+    if wrapped and not disabled:  # Gymnasium's own episode statistics agree
+        assert stats.count == len(inner.return_queue)
+        assert stats.mean_return == pytest.approx(np.mean(inner.return_queue))
+        assert stats.mean_length == pytest.approx(np.mean(inner.length_queue))
+
+
+@pytest.mark.parametrize("obs_kind", ["tuple", "discrete", "image"])
+@pytest.mark.parametrize("mode", MODES, ids=_mode_id)
+def test_other_spaces(mode, obs_kind, make_sync):
+    """Tuple, Discrete and image observations with Box actions."""
+    env_fns = make_env_fns(
+        NUM_ENVS, obs_kind=obs_kind, action_kind="box", max_steps=6, terminate_prob=0.1
+    )
+    wrapper = _wrapper(make_sync(env_fns, autoreset_mode=mode), "overflow")
+    reference = Reference(make_sync(env_fns, autoreset_mode=mode), mode)
+    _drive(wrapper, reference, mode)
+    assert_same_data(
+        reference.model("overflow").get_pool(), wrapper.get_pool(), "get_pool()"
+    )
+
+
+@pytest.mark.parametrize("inner_kind", ["gym-async", "vecpool-pipes"])
+@pytest.mark.parametrize("mode", MODES, ids=_mode_id)
+def test_other_inner_envs(mode, inner_kind, make_async, make_sync, make_gym_async):
+    """Gymnasium's AsyncVectorEnv, and vecpool without shared memory."""
+    env_fns = _env_fns("dict")
+    inner = _inner(inner_kind, env_fns, mode, make_async, make_sync, make_gym_async)
+    wrapper = _wrapper(inner, "windowed")
+    reference = Reference(make_sync(env_fns, autoreset_mode=mode), mode)
+    _drive(wrapper, reference, mode)
+    assert_same_data(
+        reference.model("windowed").get_pool(), wrapper.get_pool(), "get_pool()"
+    )
+
+
+@pytest.mark.parametrize("obs_kind", ["box", "dict"])
+@pytest.mark.parametrize("mode", MODES, ids=_mode_id)
+def test_pool_with_shared_memory_views(mode, obs_kind, make_async, make_sync):
+    """``copy=False``: the inner env's observations are overwritten in place."""
+    env_fns = _env_fns(obs_kind)
+    inner = _inner("vecpool-views", env_fns, mode, make_async, make_sync)
+    wrapper = _wrapper(inner, "windowed")
+    reference = Reference(make_sync(env_fns, autoreset_mode=mode), mode)
+    _drive(wrapper, reference, mode)
+    assert_same_data(
+        reference.model("windowed").get_pool(), wrapper.get_pool(), "get_pool()"
+    )
+
+
+@pytest.mark.parametrize("mode", MODES, ids=_mode_id)
+def test_full_reset_mid_run(mode, make_sync):
+    """A user ``reset()`` mid-run starts fresh episodes; NEXT_STEP skips nothing."""
+    env_fns = _env_fns("box")
+    wrapper = _wrapper(make_sync(env_fns, autoreset_mode=mode), "keep-all")
+    reference = Reference(make_sync(env_fns, autoreset_mode=mode), mode)
+    _drive(wrapper, reference, mode, full_reset_at=(9, 10, 25, 40))
+    assert_same_data(
+        reference.model("keep-all").get_pool(), wrapper.get_pool(), "get_pool()"
+    )
+
+
+def test_disabled_reset_of_running_env(make_async, make_sync):
+    """DISABLED: a reset_mask may reset an env that did not end."""
+    mode = AutoresetMode.DISABLED
+    env_fns = _env_fns("dict")
+    wrapper = _wrapper(
+        _inner("vecpool", env_fns, mode, make_async, make_sync), "keep-all"
+    )
+    reference = Reference(make_sync(env_fns, autoreset_mode=mode), mode)
+    _drive(wrapper, reference, mode, mask_running_every=4)
+    assert_same_data(
+        reference.model("keep-all").get_pool(), wrapper.get_pool(), "get_pool()"
+    )
+
+
+def test_replay_wrapper_outside_other_wrappers(make_sync):
+    """The replay wrapper can itself be wrapped (DISABLED: masks pass through)."""
+    mode = AutoresetMode.DISABLED
+    env_fns = _env_fns("box")
+    replay = _wrapper(make_sync(env_fns, autoreset_mode=mode), "windowed")
+    outer = RecordEpisodeStatistics(replay)
+    reference = Reference(
+        RecordEpisodeStatistics(make_sync(env_fns, autoreset_mode=mode)), mode
+    )
+    _drive(outer, reference, mode)
+    assert_same_data(
+        reference.model("windowed").get_pool(), replay.get_pool(), "get_pool()"
+    )
+
+
+@pytest.mark.parametrize("config", ["keep-all", "windowed"])
+@pytest.mark.parametrize("obs_kind", ["image", "dict"])
+@pytest.mark.parametrize("mode", MODES, ids=_mode_id)
+def test_store_next_obs_false_gives_identical_pools(mode, obs_kind, config, make_sync):
+    env_fns = _env_fns(obs_kind)
+    plain = _wrapper(make_sync(env_fns, autoreset_mode=mode), config)
+    compact = _wrapper(
+        make_sync(env_fns, autoreset_mode=mode), config, store_next_obs=False
+    )
+    reference = Reference(make_sync(env_fns, autoreset_mode=mode), mode)
+    # The same user calls on all three, including resets no flag announces.
+    disabled = mode == AutoresetMode.DISABLED
+    plan = {"full_reset_at": (12, 30), "mask_running_every": 5 if disabled else 0}
+
+    class Both:
+        def reset(self, **kwargs: Any) -> Any:
+            first = plain.reset(**copy.deepcopy(kwargs))
+            second = compact.reset(**copy.deepcopy(kwargs))
+            assert_same_data(first, second, "reset results")
+            return second
+
+        def step(self, action: Any) -> Any:
+            first = plain.step(action)
+            second = compact.step(action)
+            assert_same_data(first, second, "step results")
+            return second
+
+    _drive(Both(), reference, mode, **plan)
+    expected = reference.model(config).get_pool()
+    assert_same_data(expected, plain.get_pool(), "plain layout")
+    assert_same_data(expected, compact.get_pool(), "store_next_obs=False")
+    np.testing.assert_array_equal(plain.pool.lengths, compact.pool.lengths)
+
+
+def _row_keys(transitions: vecpool.Transitions) -> list[tuple[bytes, ...]]:
+    leaves: list[np.ndarray] = []
+
+    def collect(x: Any) -> None:
+        if isinstance(x, dict):
+            for key in sorted(x):
+                collect(x[key])
+        elif isinstance(x, tuple):
+            for value in x:
+                collect(value)
+        else:
+            leaves.append(np.asarray(x))
+
+    collect(tuple(transitions))
+    n = len(transitions.reward)
+    return [tuple(leaf[i].tobytes() for leaf in leaves) for i in range(n)]
+
+
+@pytest.mark.parametrize("inner_kind", ["sync", "vecpool"])
+@pytest.mark.parametrize("mode", MODES, ids=_mode_id)
+def test_random_routing_keeps_every_transition(mode, inner_kind, make_async, make_sync):
+    env_fns = _env_fns("dict")
+    inner = _inner(inner_kind, env_fns, mode, make_async, make_sync)
+    wrapper = _wrapper(inner, "keep-all", random=True, seed=5)
+    reference = Reference(make_sync(env_fns, autoreset_mode=mode), mode)
+    _drive(wrapper, reference, mode, steps=90)
+    stored = wrapper.get_pool()
+    total = len(reference.order)
+    assert len(wrapper.pool) == total == int(wrapper.pool.lengths.sum())
+    assert Counter(_row_keys(stored)) == Counter(_row_keys(reference.all_rows()))
+    lengths = wrapper.pool.lengths
+    assert lengths.max() - lengths.min() <= max(6, total // 5), lengths
+
+
+@pytest.mark.parametrize("mode", MODES, ids=_mode_id)
+def test_random_routing_with_windowing(mode, make_sync):
+    env_fns = _env_fns("box")
+    wrapper = _wrapper(
+        make_sync(env_fns, autoreset_mode=mode), "windowed", random=True, seed=1
+    )
+    reference = Reference(make_sync(env_fns, autoreset_mode=mode), mode)
+    _drive(wrapper, reference, mode)
+    stored = Counter(_row_keys(wrapper.get_pool()))
+    assert stored, "nothing stored"
+    assert not stored - Counter(_row_keys(reference.all_rows())), "unknown rows"
+    assert (wrapper.pool.lengths <= wrapper.pool.capacity).all()
+    assert len(wrapper.pool) == int(wrapper.pool.lengths.sum())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"pool_size": 0}, "pool_size"),
+        ({"pool_size": 12, "window_size": 5}, "window_size"),  # capacity 4
+        ({"pool_size": 12, "window_size": 0}, "window_size"),
+        ({"pool_size": 12, "clearing_freq": 2}, "clearing_freq|window_size_"),
+        ({"pool_size": 12, "window_size_": 2}, "clearing_freq|window_size_"),
+        ({"pool_size": 12, "clearing_freq": 0, "window_size_": 2}, "clearing_freq"),
+        (
+            {"pool_size": 12, "clearing_freq": 2, "window_size_": 0},
+            re.escape("window_size_"),
+        ),
+    ],
+)
+def test_invalid_arguments(kwargs, name, make_sync):
+    env = make_sync(_env_fns("box"))
+    kwargs = dict(kwargs)
+    with pytest.raises(ValueError, match=name):
+        vecpool.ReplayPoolWrapper(env, kwargs.pop("pool_size"), **kwargs)
