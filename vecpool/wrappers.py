@@ -38,6 +38,7 @@ class ReplayPoolWrapper(VectorWrapper[Any, Any, Any, Any, Any]):
         ...     gym.make_vec("CartPole-v1", num_envs=2), pool_size=100
         ... )
         >>> _ = envs.reset(seed=0)
+        >>> _ = envs.action_space.seed(0)
         >>> for _ in range(10):
         ...     _ = envs.step(envs.action_space.sample())
         >>> len(envs.pool), envs.pool.lengths.tolist()
