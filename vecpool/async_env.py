@@ -10,6 +10,7 @@ import multiprocessing
 import pickle
 import select
 import signal
+import sys
 import time
 import warnings
 import weakref
@@ -51,6 +52,7 @@ from vecpool.shared import (
     Layout,
     SharedBlock,
     copy_tree,
+    cut,
     flatten_batch,
     is_native,
     is_native_leaf,
@@ -107,22 +109,28 @@ class _Link:
         self.stale = 0  # replies still owed for calls that timed out
         self.batches: deque[list[int]] = deque()  # env ids of `send`s in flight
 
-    def send_step(self, actions: list[Any] | None) -> None:
+    def send_step(
+        self, actions: list[Any] | None, buffer: int = 0, message: bytes = STEP
+    ) -> None:
         if actions is None:
-            self.conn.send_bytes(STEP)
+            self.conn.send_bytes(message)
         else:
-            self.send(Command.STEP, (actions, None))
+            self.send(Command.STEP, (actions, None, buffer))
 
     def send_step_some(self, local: list[int], actions: list[Any] | None) -> None:
         if actions is None:
             self.conn.send_bytes(STEP_SOME + np.asarray(local, np.uint16).tobytes())
         else:
-            self.send(Command.STEP, (actions, local))
+            self.send(Command.STEP, (actions, local, 0))
 
     def send_reset(
-        self, seeds: list[Any], options: dict[str, Any] | None, flags: list[bool]
+        self,
+        seeds: list[Any],
+        options: dict[str, Any] | None,
+        flags: list[bool],
+        buffer: int = 0,
     ) -> None:
-        self.send(Command.RESET, (seeds, options, flags))
+        self.send(Command.RESET, (seeds, options, flags, buffer))
 
     def send_call(
         self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -173,12 +181,21 @@ class _GymLink(_Link):
         self.conn.send(message)
         self.pending.append(kind)
 
-    def send_step(self, actions: list[Any] | None) -> None:
+    def send_step(
+        self,
+        actions: list[Any] | None,
+        buffer: int = 0,  # noqa: ARG002 - Gymnasium's workers have one buffer
+        message: bytes = STEP,  # noqa: ARG002 - and speak their own protocol
+    ) -> None:
         assert actions is not None
         self._send_gym("step", ("step", actions[0]))
 
     def send_reset(
-        self, seeds: list[Any], options: dict[str, Any] | None, flags: list[bool]
+        self,
+        seeds: list[Any],
+        options: dict[str, Any] | None,
+        flags: list[bool],
+        buffer: int = 0,  # noqa: ARG002 - Gymnasium's workers have one buffer
     ) -> None:
         if flags[0]:
             self._send_gym("reset", ("reset", {"seed": seeds[0], "options": options}))
@@ -264,10 +281,6 @@ def _poll_set(links: list[_Link]) -> tuple[select.poll, dict[int, tuple[_Link, b
     return poller, watched
 
 
-def _send_step(link: _Link) -> None:
-    link.send_step(None)
-
-
 def _split(num_envs: int, num_workers: int) -> list[range]:
     """Contiguous slices of ``range(num_envs)``, sizes differing by at most one."""
     base, extra = divmod(num_envs, num_workers)
@@ -320,6 +333,7 @@ def _available_cpus() -> int:
     return os.cpu_count() or 1
 
 
+_OBS_BUFFERS = 4  # observation buffers with copy=True: 3 handed out, 1 scratch
 _SPIN_BUDGET = 0.002  # seconds to poll before blocking
 _SPIN_MAX_WAIT = 0.00025  # "auto": the parent spins while steps return within this
 _WAIT_STRATEGIES = ("auto", "spin", "block")
@@ -498,6 +512,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._links: list[_Link] = []
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._warned_dtypes: set[tuple[np.dtype[Any], np.dtype[Any]]] = set()
+        self._reset_flags: list[bool] = []
         self._all_poll: tuple[select.poll, dict[int, tuple[_Link, bool]]] | None = None
         self.wait_strategy = _check_wait_strategy(wait_strategy)
         self.batch_size = self._check_batch_size(batch_size)
@@ -623,10 +638,20 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 )
                 raise ValueError(msg) from e
         native_actions = self.worker is None and is_native(self.single_action_space)
+        # With copy=True, observations rotate through several buffers: a step's
+        # observations are handed out as views of a buffer nobody else holds any
+        # more (its reference count says so) instead of being copied; the last
+        # buffer is scratch space, copied out when every other one is still held.
+        buffers = (
+            _OBS_BUFFERS
+            if self._obs_transport == "native" and self.copy and self.batch_size is None
+            else 1
+        )
         self._layout = Layout.build(
             self.num_envs,
             self.single_action_space if native_actions else None,
             space if self._obs_transport == "native" else None,
+            buffers,
         )
         self._block = SharedBlock(self._layout.size, ctx)
         self._action_views = [self._block.view(f) for f in self._layout.actions]
@@ -639,9 +664,22 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._terminations = self._block.view(self._layout.terminations)
         self._truncations = self._block.view(self._layout.truncations)
         self._env_obs: list[Any] = [None] * self.num_envs
+        self._obs_index = self._obs_next = 0  # buffer of the latest / pending obs
+        self._obs_fields: list[tuple[Any, ...]] = []
+        self._obs_owners: list[npt.NDArray[np.uint8]] = []
+        self._step_messages = [STEP + bytes([0])]
         if self._obs_transport == "native":
+            per_buffer = len(self._layout.observations) // buffers
+            self._obs_fields = [
+                self._layout.observations[start : start + per_buffer]
+                for start in range(0, len(self._layout.observations), per_buffer)
+            ]
+            self._obs_owners = [self._block.owner(f) for f in self._obs_fields]
+            # references to an owner while nothing but this list holds it
+            self._obs_free_refs = sys.getrefcount(self._obs_owners[-1])
+            self._step_messages = [STEP + bytes([k]) for k in range(buffers)]
             self.observations = make_views(
-                space, [self._block.view(f) for f in self._layout.observations]
+                space, cut(self._obs_owners[0], self._obs_fields[0])
             )
         elif self._obs_transport == "gym":
             self.observations = read_from_shared_memory(
@@ -840,12 +878,15 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         if options is not None and "reset_mask" in options:
             options = dict(options)  # never mutate the caller's dict
             flags = self._check_reset_mask(options.pop("reset_mask"))
+        self._reset_flags = flags
+        buffer = self._obs_next = self._choose_obs_buffer()
         self._send_all(
             "reset",
             lambda link: link.send_reset(
                 seeds[link.env_indices.start : link.env_indices.stop],
                 options,
                 flags[link.env_indices.start : link.env_indices.stop],
+                buffer,
             ),
         )
         self._state = AsyncState.WAITING_RESET
@@ -898,6 +939,18 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         replies = self._gather("reset", timeout)
         infos = self._collect(replies)
         self._state = AsyncState.DEFAULT
+        if self._obs_next != self._obs_index and not all(self._reset_flags):
+            # envs left out of a masked reset keep their observations: carry them
+            keep = ~np.array(self._reset_flags)
+            previous = cut(
+                self._obs_owners[self._obs_index], self._obs_fields[self._obs_index]
+            )
+            fresh = cut(
+                self._obs_owners[self._obs_next], self._obs_fields[self._obs_next]
+            )
+            for new, old in zip(fresh, previous, strict=True):
+                new[keep] = old[keep]
+        self._obs_index = self._obs_next
         return self._read_observations(), infos
 
     # -- step --------------------------------------------------------------------------
@@ -956,16 +1009,38 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             per_env = None
         else:
             per_env = self._place_actions(actions)
+        buffer = self._obs_next = self._choose_obs_buffer()
+        message = self._step_messages[buffer]
         if per_env is None:
-            self._send_all("step", _send_step)
+            self._send_all("step", lambda link: link.send_step(None, buffer, message))
         else:
             self._send_all(
                 "step",
                 lambda link: link.send_step(
-                    per_env[link.env_indices.start : link.env_indices.stop]
+                    per_env[link.env_indices.start : link.env_indices.stop], buffer
                 ),
             )
         self._state = AsyncState.WAITING_STEP
+
+    def _choose_obs_buffer(self) -> int:
+        """A buffer for the next observations that nothing outside holds any more.
+
+        With ``copy=True``, observations are handed out as views of one of several
+        buffers in shared memory, so the next step may write only into a buffer
+        whose views are all gone (its owner's reference count is back to its
+        resting value). When every one is still held, the last buffer (never handed
+        out) is used and copied out, as Gymnasium copies every time.
+        """
+        owners = self._obs_owners
+        last = len(owners) - 1
+        if last <= 0:
+            return 0
+        current, free = self._obs_index, self._obs_free_refs
+        for step in range(1, last + 1):
+            candidate = (current + step) % last
+            if candidate != current and sys.getrefcount(owners[candidate]) == free:
+                return candidate
+        return last
 
     def _place_actions(self, actions: Any) -> list[Any] | None:
         """Write actions into shared memory, or return them per env for the pipes.
@@ -1101,6 +1176,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             replies = self._gather("step", timeout)
         infos = self._collect(replies)
         self._state = AsyncState.DEFAULT
+        self._obs_index = self._obs_next
         return (
             self._read_observations(),
             self._rewards.copy(),
@@ -1284,6 +1360,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         # (views handed out with copy=False keep their own reference, as they must).
         if self._obs_transport == "native":
             self.observations = copy_tree(self.observations)
+            self._obs_owners = []
         self._action_views = []
         self._fast_action_view = None
         self._rewards = self._rewards.copy()
@@ -1734,7 +1811,17 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             )
             return deepcopy(self.observations) if self.copy else self.observations
         if self._obs_transport == "native":
-            return copy_tree(self.observations) if self.copy else self.observations
+            if not self.copy:
+                return self.observations
+            index = self._obs_index
+            tree = make_views(
+                self.single_observation_space,
+                cut(self._obs_owners[index], self._obs_fields[index]),
+            )
+            self.observations = tree
+            if index == len(self._obs_owners) - 1:  # scratch: never handed out
+                return copy_tree(tree)
+            return tree
         return deepcopy(self.observations) if self.copy else self.observations
 
 

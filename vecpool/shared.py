@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -25,6 +25,7 @@ __all__ = [
     "Layout",
     "SharedBlock",
     "copy_tree",
+    "cut",
     "flatten_batch",
     "is_native",
     "is_native_leaf",
@@ -138,6 +139,7 @@ class Layout:
         num_envs: int,
         action_space: spaces.Space[Any] | None,
         observation_space: spaces.Space[Any] | None,
+        obs_buffers: int = 1,
     ) -> Layout:
         """Lay out the block for ``num_envs`` envs.
 
@@ -145,6 +147,7 @@ class Layout:
             num_envs: Number of sub-environments.
             action_space: Single action space to place in shared memory, or ``None``.
             observation_space: Single observation space to place, or ``None``.
+            obs_buffers: Number of observation buffers (fields are buffer-major).
 
         Returns:
             The layout, every field aligned to 64 bytes.
@@ -163,6 +166,7 @@ class Layout:
         )
         observations = tuple(
             place(dtype, shape)
+            for _ in range(obs_buffers)
             for dtype, shape in (leaves(observation_space) if observation_space else [])
         )
         rewards = place(np.dtype(np.float64), ())
@@ -192,6 +196,24 @@ class SharedBlock:
         # mapping is page-aligned in every process, so the same base works in all.
         self.base = (-ctypes.addressof(self.raw)) % _ALIGN
 
+    def owner(self, fields: tuple[Field, ...]) -> np.ndarray[Any, Any]:
+        """One flat ``uint8`` array spanning ``fields`` (consecutive in the layout).
+
+        Views cut from it (see :func:`cut`) keep it as their ``base``, so its
+        reference count tells whether anything still uses them.
+
+        Args:
+            fields: Consecutive fields of this block's layout.
+
+        Returns:
+            The array.
+        """
+        start = fields[0].offset
+        stop = fields[-1].offset + fields[-1].nbytes
+        return np.frombuffer(
+            self.raw, dtype=np.uint8, count=stop - start, offset=self.base + start
+        )
+
     def view(self, field: Field) -> np.ndarray[Any, Any]:
         """A numpy view of one field of the block.
 
@@ -219,21 +241,46 @@ def make_views(space: spaces.Space[Any], arrays: list[np.ndarray[Any, Any]]) -> 
 
     Args:
         space: The single space the leaves were laid out from.
-        arrays: The leaf arrays in :func:`leaves` order; consumed from the front.
+        arrays: The leaf arrays in :func:`leaves` order.
 
     Returns:
         The nested batch structure.
     """
-    iterator = iter(arrays)
+    if isinstance(space, (spaces.Dict, spaces.Tuple)):
+        return _nest(space, iter(arrays))
+    return arrays[0]
 
-    def build(sub: spaces.Space[Any]) -> Any:
-        if isinstance(sub, spaces.Dict):
-            return {key: build(value) for key, value in sub.spaces.items()}
-        if isinstance(sub, spaces.Tuple):
-            return tuple(build(value) for value in sub.spaces)
-        return next(iterator)
 
-    return build(space)
+def _nest(space: spaces.Space[Any], arrays: Iterator[np.ndarray[Any, Any]]) -> Any:
+    # A module-level recursion: a self-referencing closure would make a reference
+    # cycle, keeping the arrays (and the shared buffer under them) alive until the
+    # garbage collector runs.
+    if isinstance(space, spaces.Dict):
+        return {key: _nest(value, arrays) for key, value in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(_nest(value, arrays) for value in space.spaces)
+    return next(arrays)
+
+
+def cut(
+    owner: np.ndarray[Any, Any], fields: tuple[Field, ...]
+) -> list[np.ndarray[Any, Any]]:
+    """Fresh views of ``fields`` cut from ``owner`` (see :meth:`SharedBlock.owner`).
+
+    Args:
+        owner: The flat array spanning the fields.
+        fields: The fields, consecutive in the layout.
+
+    Returns:
+        One view per field, each with ``owner`` as its base.
+    """
+    start = fields[0].offset
+    return [
+        owner[field.offset - start : field.offset - start + field.nbytes]
+        .view(np.dtype(field.dtype))
+        .reshape(field.shape)
+        for field in fields
+    ]
 
 
 def copy_tree(batch: Any) -> Any:
@@ -347,41 +394,44 @@ def flatten_batch(
     Raises:
         ValueError: If the structure or a shape does not match, naming the expected one.
     """
-    out: list[np.ndarray[Any, Any]] = []
+    out: list[Any] = []
+    _walk(space, batch, name, num_envs, out)
+    return out
 
-    def walk(sub: spaces.Space[Any], value: Any, path: str) -> None:
-        if isinstance(sub, spaces.Dict):
-            if not isinstance(value, Mapping) or set(value) != set(sub.spaces):
-                keys = list(value) if isinstance(value, Mapping) else type(value)
-                msg = (
-                    f"`{path}` must be a dict with keys {list(sub.spaces)} "
-                    f"(one batch per key), got {keys}."
-                )
-                raise ValueError(msg)
-            for key, item in sub.spaces.items():
-                walk(item, value[key], f"{path}[{key!r}]")
-            return
-        if isinstance(sub, spaces.Tuple):
-            if not isinstance(value, (tuple, list)) or len(value) != len(sub.spaces):
-                length = f" of length {len(value)}" if hasattr(value, "__len__") else ""
-                msg = (
-                    f"`{path}` must be a tuple of {len(sub.spaces)} batches, "
-                    f"got {type(value).__name__}{length}."
-                )
-                raise ValueError(msg)
-            for index, item in enumerate(sub.spaces):
-                walk(item, value[index], f"{path}[{index}]")
-            return
-        array = value if isinstance(value, np.ndarray) else np.asarray(value)
-        shape = tuple(sub.shape or ())
-        expected = (num_envs, *shape)
-        if array.shape != expected:
+
+def _walk(
+    sub: spaces.Space[Any], value: Any, path: str, num_envs: int, out: list[Any]
+) -> None:
+    """Collect the leaves of ``value`` into ``out`` (see :func:`flatten_batch`)."""
+    if isinstance(sub, spaces.Dict):
+        if not isinstance(value, Mapping) or set(value) != set(sub.spaces):
+            keys = list(value) if isinstance(value, Mapping) else type(value)
             msg = (
-                f"`{path}` must have shape {expected} ({num_envs} rows, then the "
-                f"single space's shape {shape}), got {array.shape}."
+                f"`{path}` must be a dict with keys {list(sub.spaces)} "
+                f"(one batch per key), got {keys}."
             )
             raise ValueError(msg)
-        out.append(value)
-
-    walk(space, batch, name)
-    return out
+        for key, item in sub.spaces.items():
+            _walk(item, value[key], f"{path}[{key!r}]", num_envs, out)
+        return
+    if isinstance(sub, spaces.Tuple):
+        if not isinstance(value, (tuple, list)) or len(value) != len(sub.spaces):
+            length = f" of length {len(value)}" if hasattr(value, "__len__") else ""
+            msg = (
+                f"`{path}` must be a tuple of {len(sub.spaces)} batches, "
+                f"got {type(value).__name__}{length}."
+            )
+            raise ValueError(msg)
+        for index, item in enumerate(sub.spaces):
+            _walk(item, value[index], f"{path}[{index}]", num_envs, out)
+        return
+    array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    shape = tuple(sub.shape or ())
+    expected = (num_envs, *shape)
+    if array.shape != expected:
+        msg = (
+            f"`{path}` must have shape {expected} ({num_envs} rows, then the "
+            f"single space's shape {shape}), got {array.shape}."
+        )
+        raise ValueError(msg)
+    out.append(value)

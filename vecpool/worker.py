@@ -33,7 +33,7 @@ from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import write_to_shared_memory
 
-from vecpool.shared import Layout, SharedBlock, make_reader, make_writer
+from vecpool.shared import Layout, SharedBlock, leaves, make_reader, make_writer
 
 __all__ = ["STEP", "Command", "ErrorRecord", "Reply", "WorkerConfig", "run_worker"]
 
@@ -48,8 +48,8 @@ STEP_SOME = b"p"
 class Command(enum.IntEnum):
     """Commands the parent sends as ``(Command, payload)``."""
 
-    STEP = 1  # payload: (per-env actions or None, local indices or None for all)
-    RESET = 2  # payload: (list of seeds or None, options, list of reset flags)
+    STEP = 1  # payload: (per-env actions or None, local indices or None, obs buffer)
+    RESET = 2  # payload: (seeds, options, reset flags, obs buffer)
     CALL = 3  # payload: (name, args, kwargs)
     SET_ATTR = 4  # payload: (name, list of per-env values)
     CLOSE = 5  # payload: None
@@ -241,10 +241,18 @@ class _Host:
             else None
         )
         self.write_obs: Callable[[int, Any], None] | None = None
+        self.obs_writers: list[Callable[[int, Any], None]] = []
         if config.obs_transport == "native":
-            self.write_obs = make_writer(
-                config.observation_space, [block.view(f) for f in layout.observations]
-            )
+            per_buffer = len(leaves(config.observation_space))
+            fields = layout.observations
+            self.obs_writers = [
+                make_writer(
+                    config.observation_space,
+                    [block.view(f) for f in fields[start : start + per_buffer]],
+                )
+                for start in range(0, len(fields), per_buffer)
+            ]
+            self.write_obs = self.obs_writers[0]
         elif config.obs_transport == "gym":
             space, memory = config.observation_space, config.gym_obs_memory
 
@@ -261,7 +269,10 @@ class _Host:
     # -- commands ------------------------------------------------------------------
 
     def step(
-        self, actions: list[Any] | None, subset: Sequence[int] | None = None
+        self,
+        actions: list[Any] | None,
+        subset: Sequence[int] | None = None,
+        buffer: int = 0,
     ) -> bytes:
         """Step every hosted env (or the local indices in ``subset``).
 
@@ -271,7 +282,7 @@ class _Host:
         infos: list[tuple[int, dict[str, Any]]] = []
         errors: list[ErrorRecord] = []
         read_action = self.read_action
-        write_obs = self.write_obs
+        write_obs = self.obs_writers[buffer] if self.obs_writers else self.write_obs
         rewards, terminations, truncations = (
             self.rewards,
             self.terminations,
@@ -332,11 +343,16 @@ class _Host:
         )
 
     def reset(
-        self, seeds: list[Any], options: dict[str, Any] | None, flags: list[bool]
+        self,
+        seeds: list[Any],
+        options: dict[str, Any] | None,
+        flags: list[bool],
+        buffer: int = 0,
     ) -> bytes:
         infos: list[tuple[int, dict[str, Any]]] = []
         errors: list[ErrorRecord] = []
         last = max((local for local, flag in enumerate(flags) if flag), default=-1)
+        write_obs = self.obs_writers[buffer] if self.obs_writers else self.write_obs
         if self.semaphore is not None:
             self.semaphore.acquire()
         try:
@@ -350,8 +366,8 @@ class _Host:
                     env_options = options if local == last else copy.deepcopy(options)
                     obs, info = env.reset(seed=seeds[local], options=env_options)
                     self.autoreset[local] = False
-                    if self.write_obs is not None:
-                        self.write_obs(index, obs)
+                    if write_obs is not None:
+                        write_obs(index, obs)
                     else:
                         self.last_obs[local] = obs
                     if info:
@@ -431,11 +447,11 @@ def _dispatch(host: _Host, data: bytes) -> tuple[bytes, bool]:
     """Run one pickled command; return the reply and whether to keep going."""
     command, payload = pickle.loads(data)
     if command is Command.STEP:
-        actions, subset = payload
-        return host.step(actions, subset), True
+        actions, subset, buffer = payload
+        return host.step(actions, subset, buffer), True
     if command is Command.RESET:
-        seeds, options, flags = payload
-        return host.reset(seeds, options, flags), True
+        seeds, options, flags, buffer = payload
+        return host.reset(seeds, options, flags, buffer), True
     if command is Command.CALL:
         name, args, kwargs = payload
         return host.call(name, args, kwargs), True
@@ -525,8 +541,8 @@ def run_worker(
             except (EOFError, OSError):
                 break  # the parent is gone: nothing left to serve
             try:
-                if data == STEP:
-                    reply = host.step(None)
+                if data[:1] == STEP:  # b"s" + the observation buffer's index
+                    reply = host.step(None, None, data[1] if len(data) > 1 else 0)
                 elif data[:1] == STEP_SOME:
                     subset = np.frombuffer(data, np.uint16, offset=1).tolist()
                     reply = host.step(None, subset)
