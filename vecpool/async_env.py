@@ -510,6 +510,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self.processes = []
         self.parent_pipes = []
         self._links: list[_Link] = []
+        self._link_of: dict[int, int] = {}  # env index -> worker index
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._warned_dtypes: set[tuple[np.dtype[Any], np.dtype[Any]]] = set()
         self._reset_flags: list[bool] = []
@@ -764,6 +765,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 else:
                     link = _Link(index, env_indices, process, parent_conn)
                 self._links.append(link)
+                for env_index in env_indices:
+                    self._link_of[env_index] = index
 
     def _check_spaces(self) -> None:
         for link in self._links:
@@ -1310,6 +1313,230 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         )
         self._raise_if_errors(self._gather("set_attr", None))
 
+    # -- env state (planning) ----------------------------------------------------------
+
+    def get_states(self, indices: Sequence[int] | None = None) -> list[Any]:
+        """The state of each sub-environment, from its own ``get_state()``.
+
+        The envs must implement ``get_state()`` and ``set_state(state)`` (looked up
+        on ``env.unwrapped``); states must be picklable.
+
+        Example:
+            >>> import vecpool
+            >>> from vecpool.testing import CountingEnv
+            >>> envs = vecpool.AsyncVectorEnv([CountingEnv] * 2)
+            >>> _ = envs.reset(seed=0)
+            >>> states = envs.get_states()
+            >>> first = envs.step(np.array([1, 0]))
+            >>> envs.set_states(states)  # back to where the step started
+            >>> again = envs.step(np.array([1, 0]))
+            >>> bool(np.array_equal(first[0], again[0]))
+            True
+            >>> envs.close()
+
+        Args:
+            indices: Which sub-environments (default: all), in the order wanted.
+
+        Returns:
+            One state per index.
+
+        Raises:
+            AttributeError: If an env lacks ``get_state``/``set_state``.
+            ValueError: If an index is out of range.
+        """
+        order, groups = self._group_indices(indices, "get_states")
+        replies = self._state_call(
+            "get_states", groups, lambda local, _: (Command.GET_STATES, local)
+        )
+        return self._ungroup(order, groups, replies)
+
+    def set_states(
+        self, states: Sequence[Any], indices: Sequence[int] | None = None
+    ) -> None:
+        """Restore sub-environments to states from :meth:`get_states`.
+
+        A restored env is mid-episode: a pending ``NEXT_STEP`` autoreset is dropped.
+
+        Args:
+            states: One state per index.
+            indices: Which sub-environments (default: all).
+
+        Raises:
+            AttributeError: If an env lacks ``get_state``/``set_state``.
+            ValueError: If the number of states does not match the indices.
+        """
+        order, groups = self._group_indices(indices, "set_states")
+        states = self._check_count("states", states, len(order))
+        self._state_call(
+            "set_states",
+            groups,
+            lambda local, positions: (
+                Command.SET_STATES,
+                (local, [states[p] for p in positions]),
+            ),
+        )
+
+    def step_from(
+        self,
+        states: Sequence[Any],
+        actions: Any,
+        dt: int = 1,
+        indices: Sequence[int] | None = None,
+    ) -> tuple[
+        list[Any],
+        Any,
+        npt.NDArray[np.float64],
+        npt.NDArray[np.bool_],
+        npt.NDArray[np.bool_],
+        dict[str, Any],
+    ]:
+        """Set states, apply each action ``dt`` times, return where that led.
+
+        For planning (tree search, MCTS): each env is set to its state, steps with
+        its action ``dt`` times (frameskip), summing the rewards and stopping early
+        at an episode end (no autoreset), and reports its new state.
+
+        Args:
+            states: One state per index (from :meth:`get_states`).
+            actions: One action per index (a batch of that many actions).
+            dt: Repeats of each action (>= 1).
+            indices: Which sub-environments (default: all).
+
+        Returns:
+            ``(new_states, observations, rewards, terminations, truncations,
+            infos)``, batched over the indices in order.
+
+        Raises:
+            AttributeError: If an env lacks ``get_state``/``set_state``.
+            ValueError: If counts do not match or ``dt < 1``.
+        """
+        given: object = dt
+        if (
+            isinstance(given, bool)
+            or not isinstance(given, (int, np.integer))
+            or dt < 1
+        ):
+            msg = f"`dt` must be an integer >= 1, got {dt!r}."
+            raise ValueError(msg)
+        order, groups = self._group_indices(indices, "step_from")
+        states = self._check_count("states", states, len(order))
+        space = self._batch_spaces.get(len(order)) or batch_space(
+            self.single_action_space, len(order)
+        )
+        self._batch_spaces[len(order)] = space
+        per_env = self._check_count(
+            "actions", list(iterate(space, actions)), len(order)
+        )
+        replies = self._state_call(
+            "step_from",
+            groups,
+            lambda local, positions: (
+                Command.STEP_FROM,
+                (
+                    local,
+                    [states[p] for p in positions],
+                    [per_env[p] for p in positions],
+                    int(dt),
+                ),
+            ),
+        )
+        results = self._ungroup(order, groups, replies)
+        infos: dict[str, Any] = {}
+        merger = _BatchInfos(len(order))
+        for position, (_, _, _, _, _, info) in enumerate(results):
+            if info:
+                infos = merger._add_info(infos, info, position)
+        out: Any = create_empty_array(self.single_observation_space, n=len(order))
+        observations = concatenate(
+            self.single_observation_space, [result[1] for result in results], out
+        )
+        return (
+            [result[0] for result in results],
+            observations,
+            np.array([result[2] for result in results], dtype=np.float64),
+            np.array([result[3] for result in results], dtype=np.bool_),
+            np.array([result[4] for result in results], dtype=np.bool_),
+            infos,
+        )
+
+    def _check_count(self, name: str, values: Sequence[Any], count: int) -> list[Any]:
+        values = list(values)
+        if len(values) != count:
+            msg = (
+                f"`{name}` must hold one entry per index ({count}), got {len(values)}."
+            )
+            raise ValueError(msg)
+        return values
+
+    def _group_indices(
+        self, indices: Sequence[int] | None, method: str
+    ) -> tuple[list[int], dict[int, tuple[list[int], list[int]]]]:
+        """Validate indices; group them by worker as (positions, local indices)."""
+        self._assert_is_running()
+        if self.worker is not None:
+            msg = f"`{method}` is not available with a custom `worker`."
+            raise ValueError(msg)
+        if self._state != AsyncState.DEFAULT:
+            msg = (
+                f"Calling `{method}` while waiting for a pending call to "
+                f"`{self._state.value}` to complete."
+            )
+            raise AlreadyPendingCallError(msg, str(self._state.value))
+        if self.batch_size is not None:
+            self._assert_no_batches(method)
+        order: list[Any] = (
+            list(range(self.num_envs)) if indices is None else list(indices)
+        )
+        for index in order:
+            if (
+                isinstance(index, bool)
+                or not isinstance(index, (int, np.integer))
+                or not 0 <= index < self.num_envs
+            ):
+                msg = (
+                    f"`indices` must hold ints in [0, {self.num_envs}), got {index!r}."
+                )
+                raise ValueError(msg)
+        groups: dict[int, tuple[list[int], list[int]]] = {}
+        for position, index in enumerate(order):
+            link = self._link_of[int(index)]
+            positions, local = groups.setdefault(link, ([], []))
+            positions.append(position)
+            local.append(int(index) - self._links[link].env_indices.start)
+        return order, groups
+
+    def _state_call(
+        self,
+        what: str,
+        groups: dict[int, tuple[list[int], list[int]]],
+        message: Callable[[list[int], list[int]], tuple[Command, Any]],
+    ) -> list[Reply | None]:
+        links = [self._links[index] for index in groups]
+        for link in links:
+            positions, local = groups[link.index]
+            command, payload = message(local, positions)
+            try:
+                link.send(command, payload)
+            except OSError:
+                self._crashed(link, what)
+        replies = self._gather(what, None, links)
+        self._raise_if_errors(replies, log=False)  # not Gymnasium's API: no log lines
+        return replies
+
+    def _ungroup(
+        self,
+        order: list[int],
+        groups: dict[int, tuple[list[int], list[int]]],
+        replies: list[Reply | None],
+    ) -> list[Any]:
+        results: list[Any] = [None] * len(order)
+        for link_index, (positions, _) in groups.items():
+            reply = replies[link_index]
+            values = reply.results if reply is not None and reply.results else []
+            for position, value in zip(positions, values, strict=True):
+                results[position] = value
+        return results
+
     # -- close -------------------------------------------------------------------------
 
     def close_extras(
@@ -1756,7 +1983,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._state = AsyncState.DEFAULT
         raise error
 
-    def _raise_if_errors(self, replies: Iterable[Reply | None]) -> None:
+    def _raise_if_errors(
+        self, replies: Iterable[Reply | None], *, log: bool = True
+    ) -> None:
         errors = [
             error
             for reply in replies
@@ -1765,13 +1994,14 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         ]
         if not errors:
             return
-        for error in errors:
+        for error in errors if log else ():
             logger.error(
                 f"Received the following error from Worker-{error.env_index} - "
                 "Shutting it down"
             )
             logger.error("%s", error.traceback)
-        logger.error("Raising the last exception back to the main process.")
+        if log:  # Gymnasium's log lines, kept for its own API's errors
+            logger.error("Raising the last exception back to the main process.")
         self._state = AsyncState.DEFAULT
         last = errors[-1]
         exception = _rebuild_exception(last)

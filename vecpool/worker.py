@@ -53,6 +53,9 @@ class Command(enum.IntEnum):
     CALL = 3  # payload: (name, args, kwargs)
     SET_ATTR = 4  # payload: (name, list of per-env values)
     CLOSE = 5  # payload: None
+    GET_STATES = 6  # payload: local indices
+    SET_STATES = 7  # payload: (local indices, states)
+    STEP_FROM = 8  # payload: (local indices, states, actions, dt)
 
 
 class ErrorRecord(NamedTuple):
@@ -422,6 +425,69 @@ class _Host:
                 errors.append(pack_error(self.start + local, exc))
         return encode(Reply(errors=errors)) if errors else b""
 
+    def _state_methods(self, local: int) -> Any:
+        env = self.envs[local].unwrapped
+        if not (hasattr(env, "get_state") and hasattr(env, "set_state")):
+            msg = (
+                f"Sub-environment {self.start + local} ({type(env).__name__}) has no "
+                "`get_state()`/`set_state(state)` methods: implement both on the env "
+                "class (they are looked up on `env.unwrapped`) to use `get_states`, "
+                "`set_states` and `step_from`."
+            )
+            raise AttributeError(msg)
+        return env
+
+    def get_states(self, locals_: list[int]) -> bytes:
+        results: list[Any] = []
+        errors: list[ErrorRecord] = []
+        for local in locals_:
+            try:
+                results.append(self._state_methods(local).get_state())
+            except Exception as exc:  # noqa: BLE001 - reported to the parent
+                results.append(None)
+                errors.append(pack_error(self.start + local, exc))
+        return encode_safely(Reply(results=results, errors=errors or None), self.start)
+
+    def set_states(self, locals_: list[int], states: list[Any]) -> bytes:
+        errors: list[ErrorRecord] = []
+        for local, state in zip(locals_, states, strict=True):
+            try:
+                self._state_methods(local).set_state(state)
+                self.autoreset[local] = False  # a restored state is mid-episode
+            except Exception as exc:  # noqa: BLE001 - reported to the parent
+                errors.append(pack_error(self.start + local, exc))
+        return encode(Reply(errors=errors)) if errors else b""
+
+    def step_from(
+        self, locals_: list[int], states: list[Any], actions: list[Any], dt: int
+    ) -> bytes:
+        """Set each state, apply its action ``dt`` times (stopping at an episode end).
+
+        Rewards are summed over the repeats; no autoreset happens here.
+        """
+        results: list[Any] = []
+        errors: list[ErrorRecord] = []
+        for local, state, action in zip(locals_, states, actions, strict=True):
+            try:
+                env = self.envs[local]
+                methods = self._state_methods(local)
+                methods.set_state(state)
+                total = 0.0
+                for _ in range(dt):
+                    obs, reward, terminated, truncated, info = env.step(action)
+                    total += float(reward)
+                    if terminated or truncated:
+                        break
+                if self.mode is AutoresetMode.NEXT_STEP:
+                    self.autoreset[local] = bool(terminated or truncated)
+                results.append(
+                    (methods.get_state(), obs, total, terminated, truncated, info)
+                )
+            except Exception as exc:  # noqa: BLE001 - reported to the parent
+                results.append(None)
+                errors.append(pack_error(self.start + local, exc))
+        return encode_safely(Reply(results=results, errors=errors or None), self.start)
+
     def check_spaces(self) -> bytes:
         single_obs, single_action = self.config.check_spaces
         same_obs_mode = self.config.observation_mode == "same"
@@ -458,6 +524,14 @@ def _dispatch(host: _Host, data: bytes) -> tuple[bytes, bool]:
     if command is Command.SET_ATTR:
         name, values = payload
         return host.set_attr(name, values), True
+    if command is Command.GET_STATES:
+        return host.get_states(payload), True
+    if command is Command.SET_STATES:
+        locals_, states = payload
+        return host.set_states(locals_, states), True
+    if command is Command.STEP_FROM:
+        locals_, states, actions, dt = payload
+        return host.step_from(locals_, states, actions, dt), True
     if command is Command.CLOSE:
         host.close()
         return b"", False

@@ -1,0 +1,124 @@
+"""get_states / set_states / step_from on AsyncVectorEnv (planning support)."""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import data_equivalence
+
+from vecpool.testing import CountingEnv, SlowEnv
+
+pytestmark = pytest.mark.timeout(60)
+
+FN = functools.partial(CountingEnv, obs_kind="dict", max_steps=15, info_every=2)
+
+
+def _steps(envs, actions):
+    return [envs.step(batch) for batch in actions]
+
+
+@pytest.mark.parametrize("num_workers", [1, 2, 3])
+def test_stepping_from_a_saved_state_reproduces_the_trajectory(make_async, num_workers):
+    envs = make_async([FN] * 3, num_workers=num_workers)
+    envs.reset(seed=5)
+    actions = np.random.default_rng(5).integers(0, 2, size=(25, 3))
+    _steps(envs, actions[:4])
+    states = envs.get_states()
+    first = _steps(envs, actions[4:])
+    envs.set_states(states)
+    second = _steps(envs, actions[4:])
+    assert data_equivalence(first, second, exact=True)
+
+
+def test_step_from_matches_a_single_env_with_frameskip(make_async):
+    envs = make_async([FN] * 4, num_workers=2)
+    envs.reset(seed=1)
+    envs.step(np.ones(4, dtype=np.int64))
+    states = envs.get_states()
+    actions = np.array([0, 1, 1, 0])
+    new_states, obs, rewards, terminations, truncations, _ = envs.step_from(
+        states, actions, dt=20, indices=None
+    )
+    for index in range(4):
+        single = FN()
+        single.reset(seed=0)
+        single.unwrapped.set_state(states[index])
+        total, ended = 0.0, False
+        for _ in range(20):
+            single_obs, reward, terminated, truncated, _ = single.step(actions[index])
+            total += float(reward)
+            if terminated or truncated:
+                ended = True
+                break
+        assert rewards[index] == pytest.approx(total, abs=0)
+        assert bool(terminations[index] or truncations[index]) == ended
+        for key, value in obs.items():
+            np.testing.assert_array_equal(value[index], single_obs[key])
+        assert data_equivalence(new_states[index], single.unwrapped.get_state())
+    # stepping from the new states again continues from there
+    again = envs.step_from(new_states, actions, dt=1)
+    assert len(again[0]) == 4
+
+
+def test_indices_pick_and_order_envs(make_async):
+    envs = make_async([FN] * 5, num_workers=2)
+    envs.reset(seed=2)
+    every = envs.get_states()
+    some = envs.get_states(indices=[4, 0, 2])
+    assert data_equivalence(some, [every[4], every[0], every[2]])
+    envs.step(np.ones(5, dtype=np.int64))
+    envs.set_states([every[4]], indices=[4])
+    assert data_equivalence(envs.get_states(indices=[4])[0], every[4])
+    assert not data_equivalence(envs.get_states(indices=[0])[0], every[0])
+
+
+def test_set_states_cancels_a_pending_autoreset(make_async):
+    fn = functools.partial(CountingEnv, max_steps=3, terminate_prob=0.0)
+    envs = make_async([fn] * 2)
+    envs.reset(seed=0)
+    states = envs.get_states()
+    for _ in range(3):
+        *_, truncations, _ = envs.step(np.zeros(2, dtype=np.int64))
+    assert truncations.all()  # next step would autoreset both
+    envs.set_states(states)
+    _, rewards, *_ = envs.step(np.zeros(2, dtype=np.int64))
+    assert np.all(rewards != 0.0)  # a real step, not a reset step (reward 0)
+
+
+def test_envs_without_state_methods_explain_the_fix(make_async):
+    envs = make_async([SlowEnv] * 2)
+    envs.reset(seed=0)
+    with pytest.raises(AttributeError, match=re.escape("has no `get_state()`")):
+        envs.get_states()
+    with pytest.raises(AttributeError, match=re.escape("has no `get_state()`")):
+        envs.set_states([None, None])
+
+
+def test_bad_arguments_are_refused_before_sending(make_async):
+    envs = make_async([FN] * 2)
+    envs.reset(seed=0)
+    states = envs.get_states()
+    with pytest.raises(ValueError, match=re.escape("`dt` must be an integer >= 1")):
+        envs.step_from(states, np.zeros(2, dtype=np.int64), dt=0)
+    with pytest.raises(ValueError, match=re.escape("`states` must hold one entry")):
+        envs.set_states(states[:1])
+    with pytest.raises(
+        ValueError, match=re.escape("`indices` must hold ints in [0, 2)")
+    ):
+        envs.get_states(indices=[2])
+    with pytest.raises(ValueError, match=re.escape("`actions` must hold one entry")):
+        envs.step_from(
+            states, np.zeros(3, dtype=np.int64)[:1].repeat(1), indices=[0, 1]
+        )
+
+
+def test_gymnasium_envs_without_state_fail_cleanly(make_async):
+    envs = make_async([functools.partial(gym.make, "CartPole-v1")] * 2)
+    envs.reset(seed=0)
+    with pytest.raises(AttributeError, match="CartPoleEnv"):
+        envs.get_states()
+    envs.step(np.zeros(2, dtype=np.int64))  # still usable
