@@ -122,6 +122,7 @@ def peer(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Run ``python -m vecpool bench`` with the positional arguments."""
     install_project(session)
+    session.install("matplotlib")  # the `plot` extra, for `--plot`
     session.run("python", "-m", "vecpool", "bench", *session.posargs)
 
 

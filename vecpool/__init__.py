@@ -15,6 +15,7 @@ from vecpool.classic import Pool
 from vecpool.errors import VecPoolError, VecPoolWarning, WorkerCrashedError
 from vecpool.make import VectorEntryPoint, make_vec, vector_entry_point
 from vecpool.pool import EpisodeStats, ReplayPool, Transitions
+from vecpool.tune import TuneResult, autotune
 from vecpool.wrappers import ReplayPoolWrapper
 
 __version__ = "0.1.0"
@@ -27,11 +28,13 @@ __all__ = [
     "ReplayPool",
     "ReplayPoolWrapper",
     "Transitions",
+    "TuneResult",
     "VecPoolError",
     "VecPoolWarning",
     "VectorEntryPoint",
     "WorkerCrashedError",
     "__version__",
+    "autotune",
     "errors",
     "make_vec",
     "vector_entry_point",

@@ -32,6 +32,10 @@ class ReplayPoolWrapper(VectorWrapper[Any, Any, Any, Any, Any]):
 
     ``terminated`` and ``truncated`` are stored separately.
 
+    Attributes:
+        pool: The :class:`ReplayPool` the transitions go to.
+        autoreset_mode: The wrapped env's autoreset mode, as read at construction.
+
     Example:
         >>> import gymnasium as gym, vecpool
         >>> envs = vecpool.ReplayPoolWrapper(

@@ -13,6 +13,8 @@ MODULES = [
     "vecpool.pool",
     "vecpool.wrappers",
     "vecpool.classic",
+    "vecpool.bench",
+    "vecpool.tune",
 ]
 
 
