@@ -203,6 +203,11 @@ class ReplayPool:
         self._pending = 0
         self._pending_env = np.zeros(self.num_envs, np.int64)  # masked hot-path adds
         self._masked = False
+        self._ones = np.ones(self.num_envs, np.int64)
+        # the flat hot path applies (plain layout, no clearing, env i -> sub-pool i)
+        self._hot = (
+            self.store_next_obs and self.clearing_freq is None and not self.random
+        )
         self._plain_shapes = (
             (
                 (self.num_envs, *observation_space.shape),
@@ -418,7 +423,19 @@ class ReplayPool:
         then ``valid`` may mark the rows that are transitions (the others are
         skipped, e.g. ``NEXT_STEP`` reset steps).
         """
-        count = self.num_envs if source is None else source.size
+        n = self.num_envs
+        if (
+            source is None
+            and self._hot
+            and type(reward) is np.ndarray
+            and type(terminated) is np.ndarray
+            and type(truncated) is np.ndarray
+            and reward.shape == terminated.shape == truncated.shape == (n,)
+            and terminated.dtype == truncated.dtype == np.bool_
+        ):
+            self._add_hot(obs, action, next_obs, reward, terminated, truncated, valid)
+            return
+        count = n if source is None else source.size
         reward_arr = np.asarray(reward, dtype=np.float64).reshape(-1)
         terminated_arr = np.asarray(terminated, dtype=np.bool_).reshape(-1)
         truncated_arr = np.asarray(truncated, dtype=np.bool_).reshape(-1)
@@ -524,6 +541,58 @@ class ReplayPool:
                 length = self.window_size if self.window_size else length - 1
             lengths[target] = length
         return dest
+
+    def _add_hot(
+        self,
+        obs: list[npt.NDArray[Any]],
+        action: list[npt.NDArray[Any]],
+        next_obs: list[npt.NDArray[Any]],
+        reward: npt.NDArray[Any],
+        terminated: npt.NDArray[np.bool_],
+        truncated: npt.NDArray[np.bool_],
+        valid: npt.NDArray[np.bool_] | None,
+    ) -> None:
+        """The hot path, flat: a dozen numpy calls for a whole vector step.
+
+        One row per env, written at each sub-pool's free slot; plain layout, no
+        clearing, no random routing. Rows not ``valid`` are written but not kept.
+        """
+        row = self._row
+        for store, leaf in zip(self._obs, obs, strict=True):
+            store[row] = leaf
+        for store, leaf in zip(self._action, action, strict=True):
+            store[row] = leaf
+        for store, leaf in zip(self._next_obs, next_obs, strict=True):
+            store[row] = leaf
+        self._reward[row] = reward
+        self._terminated[row] = terminated
+        self._truncated[row] = truncated
+        returns, lengths = self._episode_return, self._episode_length
+        if valid is None:
+            self._row = self._next_row[row]
+            self._pending += 1
+            np.add(returns, reward, out=returns)
+            np.add(lengths, self._ones, out=lengths)
+            if np.count_nonzero(terminated) or np.count_nonzero(truncated):
+                self._end_episodes(terminated | truncated)
+        else:
+            self._row = np.where(valid, self._next_row[row], row)
+            self._pending_env += valid
+            self._masked = True
+            np.add(returns, reward, out=returns, where=valid)
+            lengths += valid
+            ended = (terminated | truncated) & valid
+            if np.count_nonzero(ended):
+                self._end_episodes(ended)
+
+    def _end_episodes(self, ended: npt.NDArray[np.bool_]) -> None:
+        self._episodes += (
+            np.count_nonzero(ended),
+            self._episode_return[ended].sum(),
+            self._episode_length[ended].sum(),
+        )
+        self._episode_return[ended] = 0.0
+        self._episode_length[ended] = 0
 
     def _add_every_env(
         self,
