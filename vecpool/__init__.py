@@ -15,6 +15,7 @@ from vecpool.classic import Pool
 from vecpool.errors import VecPoolError, VecPoolWarning, WorkerCrashedError
 from vecpool.make import VectorEntryPoint, make_vec, vector_entry_point
 from vecpool.pool import EpisodeStats, ReplayPool, Transitions
+from vecpool.sampler import EpisodeRecord, SampleBatch, Sampler
 from vecpool.tune import TuneResult, autotune
 from vecpool.wrappers import ReplayPoolWrapper
 
@@ -23,10 +24,13 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncState",
     "AsyncVectorEnv",
+    "EpisodeRecord",
     "EpisodeStats",
     "Pool",
     "ReplayPool",
     "ReplayPoolWrapper",
+    "SampleBatch",
+    "Sampler",
     "Transitions",
     "TuneResult",
     "VecPoolError",

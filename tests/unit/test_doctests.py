@@ -15,6 +15,7 @@ MODULES = [
     "vecpool.classic",
     "vecpool.bench",
     "vecpool.tune",
+    "vecpool.sampler",
 ]
 
 
