@@ -446,10 +446,178 @@ def _add_bench_parser(
     parser.set_defaults(handler=handler)
 
 
-# Each entry adds one sub-command; `collect` will join `demo` and `bench` here.
+def _collect(args: argparse.Namespace) -> int:
+    """Run the ``collect`` command.
+
+    Returns:
+        0 on success, 130 if interrupted by Ctrl-C (what was collected is saved),
+        2 on invalid arguments, a policy that cannot be loaded or a missing
+        optional dependency.
+    """
+    from vecpool import collect
+
+    steps: int = args.steps
+    pool_size: int | None = args.pool_size
+    try:
+        if args.plot is not None:
+            bench.require_matplotlib()
+        result = collect.collect(
+            args.env_id,
+            num_envs=args.num_envs,
+            steps=steps,
+            pool_size=steps if pool_size is None else pool_size,
+            out=args.out,
+            window_size=args.window_size,
+            clearing_freq=args.clearing_freq,
+            window_size_=args.window_size_,
+            random_routing=args.random_routing,
+            autoreset_mode=args.autoreset_mode,
+            seed=args.seed,
+            policy=args.policy,
+            num_workers=args.num_workers,
+            store_next_obs=args.store_next_obs,
+            progress=not args.quiet,
+            log=functools.partial(print, flush=True),
+        )
+    except (collect.CollectArgumentError, ImportError) as error:
+        print(f"vecpool collect: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # Ctrl-C before stepping began: nothing to save
+        print("vecpool collect: interrupted before collecting", file=sys.stderr)
+        return 130
+    print("\n".join(result.summary_lines()))
+    if args.plot is not None:
+        collect.plot_collection(result, args.plot)
+        print(f"wrote {args.plot}")
+    return 130 if result.interrupted else 0
+
+
+def _add_collect_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
+    """Register the ``collect`` command."""
+    from vecpool import collect
+
+    parser = subparsers.add_parser(
+        "collect",
+        help="step an env with a policy and save every transition to a replay pool",
+        description=(
+            "Step NUM_ENVS copies of ENV_ID in vecpool worker processes with random "
+            "actions (or --policy), record every real transition in a "
+            "vecpool.ReplayPool, and save it with ReplayPool.save (load it with "
+            "vecpool.ReplayPool.load). --steps counts env steps, rounded up to whole "
+            "vector steps of NUM_ENVS env steps. Ctrl-C stops cleanly: the workers "
+            "are closed, what was collected is saved and the exit code is 130."
+        ),
+    )
+    parser.add_argument(
+        "env_id",
+        nargs="?",
+        default=collect.DEFAULT_ENV_ID,
+        metavar="ENV_ID",
+        help="a registered Gymnasium env id (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--num-envs",
+        type=_positive_int,
+        default=8,
+        help="sub-environments, one sub-pool each (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=_positive_int,
+        default=100_000,
+        help="total env steps, rounded up to whole vector steps (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--pool-size",
+        type=_positive_int,
+        default=None,
+        help="total pool capacity, split evenly over the sub-pools (default: "
+        "--steps, so nothing is dropped)",
+    )
+    parser.add_argument(
+        "--window-size",
+        type=_positive_int,
+        default=None,
+        help="on overflow keep a sub-pool's newest WINDOW_SIZE transitions "
+        "(default: drop the oldest one)",
+    )
+    parser.add_argument(
+        "--clearing-freq",
+        type=_positive_int,
+        default=None,
+        help="every CLEARING_FREQ transitions a sub-pool receives, drop its "
+        "--window-size_ oldest (set both or neither)",
+    )
+    parser.add_argument(
+        "--window-size_",
+        dest="window_size_",
+        type=_positive_int,
+        default=None,
+        help="how many transitions --clearing-freq drops",
+    )
+    parser.add_argument(
+        "--random-routing",
+        action="store_true",
+        help="route each transition to sub-pool j with probability ~ 1/(len_j + 1) "
+        "instead of its env's sub-pool",
+    )
+    parser.add_argument(
+        "--autoreset-mode",
+        default="next_step",
+        metavar="{next_step,same_step,disabled}",
+        help="the vector env's autoreset mode; disabled resets ended envs with "
+        "reset_mask (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seeds the resets, random actions and pool (default: unseeded)",
+    )
+    parser.add_argument(
+        "--policy",
+        metavar="MODULE:CALLABLE",
+        default=None,
+        help="policy(observations) -> actions, called once per vector step "
+        "(default: random actions)",
+    )
+    parser.add_argument(
+        "--num-workers",
+        type=_positive_int,
+        default=None,
+        help="worker processes (default: vecpool's own choice)",
+    )
+    parser.add_argument(
+        "--store-next-obs",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="store next_obs apart (--no-store-next-obs derives it from the next "
+        "row, halving memory for image observations)",
+    )
+    parser.add_argument(
+        "--out",
+        metavar="FILE",
+        default="pool.npz",
+        help="where to save the pool, written atomically (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--plot",
+        metavar="PATH.png",
+        help="draw the episode returns and the sub-pool fill (needs vecpool[plot])",
+    )
+    parser.add_argument(
+        "--quiet", action="store_true", help="no progress display on stderr"
+    )
+    handler: Handler = _collect
+    parser.set_defaults(handler=handler)
+
+
+# Each entry adds one sub-command.
 _COMMANDS: tuple[
     Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...
-] = (_add_demo_parser, _add_bench_parser)
+] = (_add_collect_parser, _add_demo_parser, _add_bench_parser)
 
 
 def build_parser() -> argparse.ArgumentParser:

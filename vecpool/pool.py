@@ -800,6 +800,10 @@ class ReplayPool:
                 savez(handle, **self._state())
                 handle.flush()
                 os.fsync(handle.fileno())
+            # NamedTemporaryFile creates 0600 files; give the usual umask'd mode
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(handle.name, 0o666 & ~umask)
             os.replace(handle.name, target)
         except BaseException:
             with contextlib.suppress(OSError):

@@ -16,6 +16,7 @@ MODULES = [
     "vecpool.bench",
     "vecpool.tune",
     "vecpool.sampler",
+    "vecpool.collect",
 ]
 
 

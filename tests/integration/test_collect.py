@@ -1,0 +1,472 @@
+"""``vecpool collect`` and :func:`vecpool.collect.collect`, with real workers."""
+
+from __future__ import annotations
+
+import contextlib
+import doctest
+import importlib
+import io
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+
+import vecpool
+from vecpool import cli
+from vecpool.collect import (
+    CollectArgumentError,
+    collect,
+    format_bytes,
+    load_policy,
+    parse_autoreset_mode,
+)
+
+ON_LINUX_PROC = Path("/proc/self/stat").exists()
+
+
+def small_run(tmp_path, **kwargs):
+    """A fast collection: 2 envs on 2 workers, seeded, saved to ``tmp_path``."""
+    settings = {
+        "num_envs": 2,
+        "steps": 400,
+        "pool_size": 1000,
+        "out": tmp_path / "pool.npz",
+        "num_workers": 2,
+        "seed": 0,
+        **kwargs,
+    }
+    return collect("CartPole-v1", **settings)
+
+
+def run_cli(argv):
+    """Run ``vecpool`` in-process; return (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+# ---------------------------------------------------------------- the Python API
+
+
+def test_collect_writes_a_loadable_pool_matching_the_arguments(tmp_path):
+    result = small_run(tmp_path, num_envs=4, steps=1001, pool_size=1000)
+    assert result.vector_steps == 251  # ceil(1001 / 4): whole vector steps
+    assert result.env_steps == result.planned_env_steps == 1004
+    assert not result.interrupted
+    assert result.path == tmp_path / "pool.npz"
+    assert result.file_size == result.path.stat().st_size > 0
+
+    pool = vecpool.ReplayPool.load(result.path)
+    assert pool.num_envs == 4
+    assert pool.pool_size == 1000
+    assert pool.capacity == 250
+    assert result.capacity == 1000
+    assert len(pool) == result.kept == len(result.pool)
+    assert pool.lengths.tolist() == result.pool.lengths.tolist()
+    assert np.array_equal(pool.get_pool().obs, result.pool.get_pool().obs)
+    assert result.num_workers == 2
+
+
+def test_summary_figures_agree_with_the_pool(tmp_path):
+    result = small_run(tmp_path, steps=2000, pool_size=4000)
+    stats = vecpool.ReplayPool.load(result.path).episode_stats
+    assert result.episodes == stats.count > 10
+    assert result.mean_return == pytest.approx(stats.mean_return)
+    assert result.mean_length == pytest.approx(stats.mean_length)
+    # nothing was dropped: every recorded transition is in the pool
+    assert result.transitions == result.kept == len(result.pool)
+    assert len(result.episode_ends) == result.episodes
+    assert list(result.episode_ends) == sorted(result.episode_ends)
+    assert result.episode_ends[-1] <= result.env_steps
+    # CartPole pays 1 per step: a return is its episode's length
+    assert result.episode_returns == pytest.approx(result.episode_lengths)
+    assert result.env_steps_per_second > 0
+
+    lines = result.summary_lines()
+    text = "\n".join(lines)
+    assert f"{result.env_steps:,} env steps" in lines[0]
+    assert "env-steps/s" in lines[0]
+    assert f"{result.kept:,} kept / {result.capacity:,} capacity" in text
+    assert f"episodes: {result.episodes:,} ended" in text
+    assert f"mean return {stats.mean_return:.2f}" in text
+    assert f"wrote {result.path} ({format_bytes(result.file_size)})" in text
+    assert "interrupted" not in text
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("next_step", AutoresetMode.NEXT_STEP),
+        ("SameStep", AutoresetMode.SAME_STEP),
+        (AutoresetMode.DISABLED, AutoresetMode.DISABLED),
+    ],
+)
+def test_each_autoreset_mode_records_real_transitions(tmp_path, mode, expected):
+    result = small_run(tmp_path, steps=1000, pool_size=1000, autoreset_mode=mode)
+    assert result.autoreset_mode is expected
+    pool = vecpool.ReplayPool.load(result.path)
+    batch = pool.get_pool()
+    assert result.episodes == pool.episode_stats.count > 5
+    assert result.mean_return == pytest.approx(pool.episode_stats.mean_return)
+    assert np.count_nonzero(batch.terminated | batch.truncated) == result.episodes
+    if expected is AutoresetMode.NEXT_STEP:
+        # the step after an episode ended only resets: an env step, no transition
+        assert result.transitions == result.env_steps - result.episodes + (
+            # an episode that ended on the very last step has no reset step yet
+            sum(end == result.env_steps for end in result.episode_ends)
+        )
+    else:
+        assert result.transitions == result.env_steps
+    assert len(pool) == result.transitions
+    # within a sub-pool, each transition starts where the previous one ended,
+    # unless the previous one ended its episode
+    for env in range(pool.num_envs):
+        rows = slice(int(pool.lengths[:env].sum()), int(pool.lengths[: env + 1].sum()))
+        obs, next_obs = batch.obs[rows], batch.next_obs[rows]
+        ended = (batch.terminated | batch.truncated)[rows]
+        continued = ~ended[:-1]
+        assert np.array_equal(obs[1:][continued], next_obs[:-1][continued])
+        assert not np.array_equal(obs[1:][~continued], next_obs[:-1][~continued])
+
+
+def test_pool_options_are_forwarded(tmp_path):
+    result = small_run(
+        tmp_path,
+        steps=600,
+        pool_size=200,
+        window_size=60,
+        clearing_freq=50,
+        window_size_=10,
+        random_routing=True,
+        store_next_obs=False,
+    )
+    pool = vecpool.ReplayPool.load(result.path)
+    assert (pool.pool_size, pool.capacity) == (200, 100)
+    assert (pool.window_size, pool.clearing_freq, pool.window_size_) == (60, 50, 10)
+    assert pool.random
+    assert not pool.store_next_obs
+    assert result.kept == len(pool) < result.transitions
+    assert pool.lengths.max() <= pool.capacity
+
+
+def test_out_none_writes_nothing(tmp_path):
+    result = small_run(tmp_path, out=None, steps=20)
+    assert result.path is None
+    assert result.file_size is None
+    assert list(tmp_path.iterdir()) == []
+    assert all("wrote" not in line for line in result.summary_lines())
+
+
+def test_seeded_runs_are_identical(tmp_path):
+    first = small_run(tmp_path, out=None, steps=300)
+    second = small_run(tmp_path, out=None, steps=300)
+    assert first.episode_returns == second.episode_returns
+    assert np.array_equal(first.pool.get_pool().action, second.pool.get_pool().action)
+
+
+@pytest.fixture
+def policy_module(tmp_path, monkeypatch):
+    """An importable module ``collect_test_policy`` with ``push_left`` in it."""
+    package = tmp_path / "policies"
+    package.mkdir()
+    (package / "collect_test_policy.py").write_text(
+        textwrap.dedent(
+            """
+            import numpy as np
+
+            calls = []
+
+            def push_left(observations):
+                calls.append(len(observations))
+                return np.zeros(len(observations), dtype=np.int64)
+
+            class Holder:
+                policy = staticmethod(push_left)
+
+            not_callable = 3
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(package))
+    monkeypatch.delitem(sys.modules, "collect_test_policy", raising=False)
+    return "collect_test_policy"
+
+
+def test_policy_is_loaded_by_name(tmp_path, policy_module):
+    result = small_run(tmp_path, steps=100, policy=f"{policy_module}:push_left")
+    module = sys.modules[policy_module]
+    assert module.calls == [2] * result.vector_steps
+    assert np.all(result.pool.get_pool().action == 0)
+    assert load_policy(f"{policy_module}:Holder.policy") is module.push_left
+
+
+def test_policy_can_be_a_callable(tmp_path):
+    result = small_run(
+        tmp_path, steps=60, out=None, policy=lambda obs: np.ones(len(obs), np.int64)
+    )
+    assert np.all(result.pool.get_pool().action == 1)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("no_colon", "must look like 'module:callable'"),
+        ("vecpool_no_such_module:policy", "Cannot import the policy module"),
+        ("collect_test_policy:missing", "has no 'missing'"),
+        ("collect_test_policy:not_callable", "is not callable"),
+    ],
+)
+def test_bad_policies_are_argument_errors(policy_module, spec, message):
+    with pytest.raises(CollectArgumentError, match=message):
+        load_policy(spec)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"clearing_freq": 10}, "`clearing_freq` and `window_size_` go together"),
+        ({"window_size": 10_000}, "`window_size` must be an integer between 1 and"),
+        ({"steps": 0}, "`steps` must be an integer >= 1, got 0."),
+        ({"autoreset_mode": "sometimes"}, "Unknown autoreset mode 'sometimes'"),
+        ({"num_workers": 5}, "`num_workers` must be an integer between 1 and"),
+    ],
+)
+def test_invalid_arguments_raise_argument_errors(tmp_path, kwargs, message):
+    with pytest.raises(CollectArgumentError, match=message):
+        small_run(tmp_path, **kwargs)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_output_directory_is_checked_before_collecting(tmp_path):
+    with pytest.raises(CollectArgumentError, match="does not exist"):
+        small_run(tmp_path, out=tmp_path / "missing" / "pool.npz")
+    with pytest.raises(CollectArgumentError, match="is a directory"):
+        small_run(tmp_path, out=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("text", "mode"),
+    [
+        ("next_step", AutoresetMode.NEXT_STEP),
+        ("NEXT_STEP", AutoresetMode.NEXT_STEP),
+        ("NextStep", AutoresetMode.NEXT_STEP),
+        ("same-step", AutoresetMode.SAME_STEP),
+        ("Disabled", AutoresetMode.DISABLED),
+        (AutoresetMode.SAME_STEP, AutoresetMode.SAME_STEP),
+    ],
+)
+def test_parse_autoreset_mode(text, mode):
+    assert parse_autoreset_mode(text) is mode
+
+
+def test_format_bytes():
+    assert format_bytes(512) == "512 B"
+    assert format_bytes(1536) == "1.5 KiB"
+    assert format_bytes(5 * 2**20) == "5.0 MiB"
+    assert format_bytes(3 * 2**40) == "3.0 TiB"
+
+
+# ---------------------------------------------------------------------- progress
+
+
+def test_progress_is_plain_lines_when_not_a_terminal(tmp_path):
+    stream = io.StringIO()
+    started = []
+    result = small_run(tmp_path, steps=200, progress=stream, log=started.append)
+    lines = stream.getvalue().splitlines()
+    assert lines
+    assert "\r" not in stream.getvalue()
+    assert lines[-1].startswith("collect: 200/200 env steps (100%), ")
+    assert f"{result.episodes:,} episodes, mean return" in lines[-1]
+    assert "env-steps/s" in lines[-1]
+    assert len(started) == 1
+    assert started[0].startswith("collecting CartPole-v1: 200 env steps = 100 vector")
+
+
+def test_progress_redraws_one_line_on_a_terminal(tmp_path):
+    stream = FakeTerminal()
+    small_run(tmp_path, steps=200, progress=stream)
+    text = stream.getvalue()
+    assert text.startswith("\r\x1b[K[")
+    assert text.endswith("\n")
+    assert text.count("\n") == 1
+    assert "200/200 steps" in text.rsplit("\r\x1b[K", 1)[-1]
+
+
+def test_no_progress_by_default(tmp_path, capsys):
+    small_run(tmp_path, steps=20)
+    captured = capsys.readouterr()
+    assert captured.out == captured.err == ""
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def test_cli_collects_and_prints_the_summary(tmp_path):
+    out = tmp_path / "cartpole.npz"
+    argv = ["collect", "--num-envs", "2", "--steps", "300", "--pool-size", "600"]
+    code, stdout, stderr = run_cli(
+        [*argv, "--seed", "1", "--num-workers", "1", "--out", str(out)]
+    )
+    assert code == 0, stderr
+    pool = vecpool.ReplayPool.load(out)
+    assert (pool.num_envs, pool.pool_size) == (2, 600)
+    lines = stdout.splitlines()
+    assert lines[0].startswith("collecting CartPole-v1: 300 env steps = 150 vector")
+    assert "on 1 workers" in lines[0]
+    assert lines[1].startswith("300 env steps (150 vector steps x 2 envs)")
+    assert f"{len(pool):,} kept / 600 capacity" in stdout
+    assert f"episodes: {pool.episode_stats.count:,} ended" in stdout
+    assert f"wrote {out} (" in stdout
+    assert "collect: 300/300 env steps (100%)" in stderr  # not a terminal: plain
+
+
+def test_cli_defaults_pool_size_to_steps_and_quiet_silences_progress(tmp_path):
+    out = tmp_path / "pool.npz"
+    code, stdout, stderr = run_cli(
+        ["collect", "--num-envs", "2", "--steps", "50", "--quiet", "--out", str(out)]
+    )
+    assert code == 0
+    assert stderr == ""
+    assert vecpool.ReplayPool.load(out).pool_size == 50
+    assert "interrupted" not in stdout
+
+
+def test_cli_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    out, plot = tmp_path / "pool.npz", tmp_path / "collect.png"
+    code, stdout, _ = run_cli(
+        [
+            *["collect", "--num-envs", "2", "--steps", "400", "--quiet"],
+            *["--out", str(out), "--plot", str(plot)],
+        ]
+    )
+    assert code == 0
+    assert plot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert stdout.splitlines()[-1] == f"wrote {plot}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--clearing-freq", "5"], "`clearing_freq` and `window_size_` go together"),
+        (["--window-size_", "5"], "`clearing_freq` and `window_size_` go together"),
+        (["--steps", "10", "--window-size", "50"], "`window_size` must be"),
+        (["--policy", "vecpool_no_such_module:act"], "Cannot import the policy"),
+        (["--autoreset-mode", "later"], "Unknown autoreset mode 'later'"),
+        (["NoSuchEnv-v0"], "NoSuchEnv"),
+    ],
+)
+def test_cli_invalid_arguments_exit_with_2(tmp_path, argv, message):
+    out = tmp_path / "pool.npz"
+    code, stdout, stderr = run_cli(["collect", "--quiet", "--out", str(out), *argv])
+    assert code == 2
+    assert stderr.startswith("vecpool collect: error: ")
+    assert message in stderr
+    assert stdout == ""
+    assert not out.exists()
+
+
+def test_cli_rejects_non_positive_numbers(capsys):
+    with pytest.raises(SystemExit) as excinfo:
+        cli.main(["collect", "--steps", "0"])
+    assert excinfo.value.code == 2
+    assert "expected an integer >= 1" in capsys.readouterr().err
+
+
+def test_docstring_examples():
+    module = importlib.import_module("vecpool.collect")
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0
+    assert result.failed == 0
+
+
+# ------------------------------------------------------------------------ Ctrl-C
+
+
+def _children() -> dict[int, list[int]]:
+    """Parent pid -> child pids, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    return children
+
+
+def _descendants(pid: int) -> set[int]:
+    children, found, todo = _children(), set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting to be reaped does not count)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not ON_LINUX_PROC, reason="reads the process tree from /proc")
+def test_ctrl_c_saves_what_was_collected_and_exits_130(tmp_path):
+    out = tmp_path / "pool.npz"
+    command = [sys.executable, "-m", "vecpool", "collect", "--num-envs", "4"]
+    command += ["--steps", "1000000000", "--pool-size", "4000", "--out", str(out)]
+    process = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert process.stdout is not None
+        first_line = process.stdout.readline()  # printed once the workers are up
+        assert first_line.startswith("collecting CartPole-v1"), first_line
+        time.sleep(1.0)  # collecting now
+        workers = _descendants(process.pid)
+        assert workers, "no worker processes found"
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert "interrupted after" in stdout
+    pool = vecpool.ReplayPool.load(out)
+    assert len(pool) > 0
+    assert pool.num_envs == 4
+    assert not list(tmp_path.glob(".pool.npz.*"))  # no temporary file left
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in workers if _alive(pid)]
+    assert math.isfinite(pool.episode_stats.mean_return)
