@@ -61,6 +61,7 @@ from vecpool.shared import (
 from vecpool.worker import (
     STEP,
     STEP_SOME,
+    Channel,
     Command,
     ErrorRecord,
     Reply,
@@ -105,6 +106,7 @@ class _Link:
         self.env_indices = env_indices
         self.process = process
         self.conn = conn
+        self.channel = Channel(conn.fileno())
         self.sentinel: int = process.sentinel
         self.stale = 0  # replies still owed for calls that timed out
         self.batches: deque[list[int]] = deque()  # env ids of `send`s in flight
@@ -113,13 +115,13 @@ class _Link:
         self, actions: list[Any] | None, buffer: int = 0, message: bytes = STEP
     ) -> None:
         if actions is None:
-            self.conn.send_bytes(message)
+            self.channel.send(message)
         else:
             self.send(Command.STEP, (actions, None, buffer))
 
     def send_step_some(self, local: list[int], actions: list[Any] | None) -> None:
         if actions is None:
-            self.conn.send_bytes(STEP_SOME + np.asarray(local, np.uint16).tobytes())
+            self.channel.send(STEP_SOME + np.asarray(local, np.uint16).tobytes())
         else:
             self.send(Command.STEP, (actions, local, 0))
 
@@ -150,10 +152,17 @@ class _Link:
             data = bytes(
                 cloudpickle.dumps((command, payload), protocol=pickle.HIGHEST_PROTOCOL)
             )
-        self.conn.send_bytes(data)
+        self.channel.send(data)
+
+    def has_message(self) -> bool:
+        return self.channel.has_message()
+
+    def poll(self) -> bool:
+        """Whether a reply (or EOF) can be read now."""
+        return self.channel.has_message() or self.conn.poll()
 
     def recv(self) -> Reply | None:
-        data = self.conn.recv_bytes()
+        data = self.channel.recv()
         if not data:
             return None
         reply: Reply = pickle.loads(data)
@@ -1802,7 +1811,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             for fd, is_sentinel in ((link.conn.fileno(), False), (link.sentinel, True)):
                 watched[fd] = (link, is_sentinel)
                 poller.register(fd, select.POLLIN)
-        events = poller.poll(0)
+        events = [
+            (link.conn.fileno(), select.POLLIN) for link in busy if link.has_message()
+        ] or poller.poll(0)
         if not events and self._spin > 0.0:
             events = spin_until_ready(poller, self._spin, self._spin_yield)
         if not events:
@@ -1819,7 +1830,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         for fd, _ in events:
             link, is_sentinel = watched[fd]
             if is_sentinel:
-                if not link.conn.poll():
+                if not link.poll():
                     self._crashed(link, "recv")
                 continue
             try:
@@ -1909,7 +1920,12 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         spin = self._spin
         try:
             while pending:
-                events = poller.poll(0)
+                # replies already read in bulk come first (no system call)
+                events = [
+                    (link.conn.fileno(), select.POLLIN)
+                    for link in links
+                    if not done[link.index] and link.has_message()
+                ] or poller.poll(0)
                 if not events and spin > 0.0:
                     events = spin_until_ready(poller, spin, self._spin_yield)
                 if not events:
@@ -1937,7 +1953,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                             # error at start-up): the next command will find out
                             poller.unregister(fd)
                             del watched[fd]
-                        elif not link.conn.poll():  # dead without an answer
+                        elif not link.poll():  # dead without an answer
                             self._crashed(link, what)
                         continue
                     if done[link.index]:

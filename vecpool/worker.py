@@ -35,7 +35,15 @@ from gymnasium.vector.utils import write_to_shared_memory
 
 from vecpool.shared import Layout, SharedBlock, leaves, make_reader, make_writer
 
-__all__ = ["STEP", "Command", "ErrorRecord", "Reply", "WorkerConfig", "run_worker"]
+__all__ = [
+    "STEP",
+    "Channel",
+    "Command",
+    "ErrorRecord",
+    "Reply",
+    "WorkerConfig",
+    "run_worker",
+]
 
 STEP = b"s"
 """The one-byte step command: actions are in shared memory."""
@@ -43,6 +51,56 @@ STEP = b"s"
 STEP_SOME = b"p"
 """Prefix of a step command for some envs: followed by their local indices as
 ``uint16`` bytes; actions are in shared memory (``send``/``recv`` batches)."""
+
+
+class Channel:
+    """Length-prefixed messages over a pipe's file descriptor, read in bulk.
+
+    The framing is ``multiprocessing.Connection``'s (a 4-byte big-endian length,
+    then the bytes), but each side reads whatever the pipe holds in one system call
+    and keeps the rest: a step costs one ``write`` and one ``read`` per side instead
+    of ``Connection``'s three calls and layers of Python. Because several messages
+    can arrive in one read, callers check :meth:`has_message` before polling.
+    """
+
+    __slots__ = ("buffer", "fd")
+
+    def __init__(self, fd: int) -> None:
+        """Wrap the (blocking) descriptor ``fd``."""
+        self.fd = fd
+        self.buffer = b""
+
+    def send(self, payload: bytes) -> None:
+        """Write one message (all of it, however the pipe splits the write)."""
+        data = memoryview(len(payload).to_bytes(4, "big") + payload)
+        while data:
+            data = data[os.write(self.fd, data) :]
+
+    def has_message(self) -> bool:
+        """Whether a whole message is already buffered (no system call)."""
+        buffer = self.buffer
+        return len(buffer) >= 4 and len(buffer) - 4 >= int.from_bytes(buffer[:4], "big")
+
+    def recv(self) -> bytes:
+        """Read one message, blocking until it is complete.
+
+        Raises:
+            EOFError: If the other end closed the pipe.
+        """
+        buffer = self.buffer
+        while len(buffer) < 4:
+            buffer = self._fill(buffer)
+        end = 4 + int.from_bytes(buffer[:4], "big")
+        while len(buffer) < end:
+            buffer = self._fill(buffer)
+        self.buffer = buffer[end:]
+        return buffer[4:end]
+
+    def _fill(self, buffer: bytes) -> bytes:
+        chunk = os.read(self.fd, 1 << 16)
+        if not chunk:
+            raise EOFError
+        return buffer + chunk if buffer else chunk
 
 
 class Command(enum.IntEnum):
@@ -592,26 +650,27 @@ def run_worker(
     if parent_conn is not None:
         parent_conn.close()
     envs: list[Any] = []
+    channel = Channel(conn.fileno())
     try:
         for local, env_fn in enumerate(config.env_fns()):
             try:
                 envs.append(env_fn())
             except Exception as exc:  # noqa: BLE001 - reported to the parent
-                conn.send_bytes(
+                channel.send(
                     encode(Reply(errors=[pack_error(config.start + local, exc)]))
                 )
                 return
         host = _Host(config, envs)
-        conn.send_bytes(host.check_spaces())
+        channel.send(host.check_spaces())
         poller = select.poll()
         poller.register(conn.fileno(), select.POLLIN)
         spin, spin_yield = config.spin, config.spin_yield
         running = True
         while running:
-            if spin > 0.0 and not poller.poll(0):
+            if spin > 0.0 and not channel.has_message() and not poller.poll(0):
                 spin_until_ready(poller, spin, spin_yield)
             try:
-                data = conn.recv_bytes()
+                data = channel.recv()
             except (EOFError, OSError):
                 break  # the parent is gone: nothing left to serve
             try:
@@ -625,8 +684,8 @@ def run_worker(
             except Exception as exc:  # noqa: BLE001 - protocol errors go back too
                 reply = encode(Reply(errors=[pack_error(config.start, exc)]))
             try:
-                conn.send_bytes(reply)
-            except (BrokenPipeError, OSError):
+                channel.send(reply)
+            except OSError:
                 break
     finally:
         for env in envs:
