@@ -17,6 +17,7 @@ from vecpool.make import VectorEntryPoint, make_vec, vector_entry_point
 from vecpool.pool import EpisodeStats, ReplayPool, Transitions
 from vecpool.sampler import EpisodeRecord, SampleBatch, Sampler
 from vecpool.tune import TuneResult, autotune
+from vecpool.worker import EnvState
 from vecpool.wrappers import ReplayPoolWrapper
 
 __version__ = "0.1.0"
@@ -24,6 +25,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncState",
     "AsyncVectorEnv",
+    "EnvState",
     "EpisodeRecord",
     "EpisodeStats",
     "Pool",

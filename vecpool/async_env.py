@@ -7,6 +7,7 @@ import contextlib
 import inspect
 import math
 import multiprocessing
+import os
 import pickle
 import select
 import signal
@@ -56,6 +57,7 @@ from vecpool.shared import (
     flatten_batch,
     is_native,
     is_native_leaf,
+    leaves,
     make_views,
 )
 from vecpool.worker import (
@@ -335,17 +337,23 @@ def _close_all_at_exit() -> None:
 
 def _available_cpus() -> int:
     """CPUs this process may run on (affinity-aware where the OS tells)."""
-    import os
-
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return os.cpu_count() or 1
 
 
 _OBS_BUFFERS = 4  # observation buffers with copy=True: 3 handed out, 1 scratch
+_OBS_BUFFERS_MAX_BYTES = 64 * 2**20  # bigger observation batches: one buffer, copied
 _SPIN_BUDGET = 0.002  # seconds to poll before blocking
 _SPIN_MAX_WAIT = 0.00025  # "auto": the parent spins while steps return within this
 _WAIT_STRATEGIES = ("auto", "spin", "block")
+
+
+def _batch_nbytes(space: Space[Any], num_envs: int) -> int:
+    """Bytes of one batch of observations of a native ``space``."""
+    return num_envs * sum(
+        dtype.itemsize * math.prod(shape) for dtype, shape in leaves(space)
+    )
 
 
 def _check_wait_strategy(value: object) -> str:
@@ -367,6 +375,27 @@ def _check_max_concurrency(value: object) -> int | None:
         msg = f"`max_concurrency` must be a positive or None, got {value}."
         raise ValueError(msg)
     return int(value)
+
+
+_STARTING_WORKERS = [0]  # > 0 while vecpool itself forks its workers
+
+
+def _retire_held_buffers() -> None:
+    """Before a fork: take observation buffers still in use out of rotation.
+
+    A forked child shares the shared-memory buffers instead of copying them, so an
+    observation array it inherited would change when the parent reuses the buffer.
+    vecpool's own workers never read those buffers, so their forks don't count.
+    """
+    if _STARTING_WORKERS[0]:
+        return
+    for env in list(_LIVE_ENVS):
+        with contextlib.suppress(Exception):
+            env._retire_held_obs_buffers()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_retire_held_buffers)
 
 
 def _describe_exit(exitcode: int | None) -> str:
@@ -522,7 +551,6 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._link_of: dict[int, int] = {}  # env index -> worker index
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._warned_dtypes: set[tuple[np.dtype[Any], np.dtype[Any]]] = set()
-        self._reset_flags: list[bool] = []
         self._all_poll: tuple[select.poll, dict[int, tuple[_Link, bool]]] | None = None
         self.wait_strategy = _check_wait_strategy(wait_strategy)
         self.batch_size = self._check_batch_size(batch_size)
@@ -654,7 +682,10 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         # buffer is scratch space, copied out when every other one is still held.
         buffers = (
             _OBS_BUFFERS
-            if self._obs_transport == "native" and self.copy and self.batch_size is None
+            if self._obs_transport == "native"
+            and self.copy
+            and self.batch_size is None
+            and _batch_nbytes(space, self.num_envs) <= _OBS_BUFFERS_MAX_BYTES
             else 1
         )
         self._layout = Layout.build(
@@ -677,6 +708,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._obs_index = self._obs_next = 0  # buffer of the latest / pending obs
         self._obs_fields: list[tuple[Any, ...]] = []
         self._obs_owners: list[npt.NDArray[np.uint8]] = []
+        self._obs_retired: list[bool] = []
         self._step_messages = [STEP + bytes([0])]
         if self._obs_transport == "native":
             per_buffer = len(self._layout.observations) // buffers
@@ -685,6 +717,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 for start in range(0, len(self._layout.observations), per_buffer)
             ]
             self._obs_owners = [self._block.owner(f) for f in self._obs_fields]
+            self._obs_retired = [False] * len(self._obs_owners)
             # references to an owner while nothing but this list holds it
             self._obs_free_refs = sys.getrefcount(self._obs_owners[-1])
             self._step_messages = [STEP + bytes([k]) for k in range(buffers)]
@@ -757,9 +790,11 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 process.daemon = self.daemon
                 self.processes.append(process)
                 self.parent_pipes.append(parent_conn)
+                _STARTING_WORKERS[0] += 1
                 try:
                     process.start()
                 finally:
+                    _STARTING_WORKERS[0] -= 1
                     child_conn.close()
                 link: _Link
                 if self.worker is not None:
@@ -890,7 +925,6 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         if options is not None and "reset_mask" in options:
             options = dict(options)  # never mutate the caller's dict
             flags = self._check_reset_mask(options.pop("reset_mask"))
-        self._reset_flags = flags
         buffer = self._obs_next = self._choose_obs_buffer()
         self._send_all(
             "reset",
@@ -951,17 +985,6 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         replies = self._gather("reset", timeout)
         infos = self._collect(replies)
         self._state = AsyncState.DEFAULT
-        if self._obs_next != self._obs_index and not all(self._reset_flags):
-            # envs left out of a masked reset keep their observations: carry them
-            keep = ~np.array(self._reset_flags)
-            previous = cut(
-                self._obs_owners[self._obs_index], self._obs_fields[self._obs_index]
-            )
-            fresh = cut(
-                self._obs_owners[self._obs_next], self._obs_fields[self._obs_next]
-            )
-            for new, old in zip(fresh, previous, strict=True):
-                new[keep] = old[keep]
         self._obs_index = self._obs_next
         return self._read_observations(), infos
 
@@ -1047,12 +1070,23 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         last = len(owners) - 1
         if last <= 0:
             return 0
-        current, free = self._obs_index, self._obs_free_refs
+        current, free, retired = self._obs_index, self._obs_free_refs, self._obs_retired
         for step in range(1, last + 1):
             candidate = (current + step) % last
-            if candidate != current and sys.getrefcount(owners[candidate]) == free:
+            if (
+                candidate != current
+                and not retired[candidate]
+                and sys.getrefcount(owners[candidate]) == free
+            ):
                 return candidate
         return last
+
+    def _retire_held_obs_buffers(self) -> None:
+        """Stop rotating through buffers something holds (see the fork hook)."""
+        owners, free = self._obs_owners, self._obs_free_refs
+        for index in range(len(owners) - 1):
+            if sys.getrefcount(owners[index]) != free:
+                self._obs_retired[index] = True
 
     def _place_actions(self, actions: Any) -> list[Any] | None:
         """Write actions into shared memory, or return them per env for the pipes.
@@ -1328,7 +1362,10 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         """The state of each sub-environment, from its own ``get_state()``.
 
         The envs must implement ``get_state()`` and ``set_state(state)`` (looked up
-        on ``env.unwrapped``); states must be picklable.
+        on ``env.unwrapped``); states must be picklable. Each state comes wrapped in
+        a :class:`vecpool.EnvState` that also records whether a ``NEXT_STEP``
+        autoreset was pending, so :meth:`set_states` restores exactly; its
+        ``.state`` is the env's own state.
 
         Example:
             >>> import vecpool
@@ -1347,7 +1384,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             indices: Which sub-environments (default: all), in the order wanted.
 
         Returns:
-            One state per index.
+            One :class:`vecpool.EnvState` per index.
 
         Raises:
             AttributeError: If an env lacks ``get_state``/``set_state``.
@@ -1364,7 +1401,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     ) -> None:
         """Restore sub-environments to states from :meth:`get_states`.
 
-        A restored env is mid-episode: a pending ``NEXT_STEP`` autoreset is dropped.
+        An :class:`vecpool.EnvState` restores the pending-autoreset flag too; a bare
+        env state (e.g. built by hand) is taken as mid-episode.
 
         Args:
             states: One state per index.
@@ -1403,7 +1441,10 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
 
         For planning (tree search, MCTS): each env is set to its state, steps with
         its action ``dt`` times (frameskip), summing the rewards and stopping early
-        at an episode end (no autoreset), and reports its new state.
+        at an episode end (no autoreset), and reports its new state. The envs are
+        left at their new states, as after ``set_states(new_states)``: call
+        :meth:`set_states` to go back (wrappers around this vector env, such as
+        :class:`vecpool.ReplayPoolWrapper`, do not see these moves).
 
         Args:
             states: One state per index (from :meth:`get_states`).
@@ -1576,6 +1617,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             link.stale += len(link.batches)
             link.batches.clear()
         self._in_flight[:] = False
+        self._ready.clear()
         if not terminate:
             # Workers still alive close their envs; a crashed one is simply reaped.
             live = [link for link in self._links if link.process.is_alive()]
@@ -1707,6 +1749,13 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             msg = (
                 f"envs {busy.tolist()} are still in flight: `recv` them before "
                 "sending them again."
+            )
+            raise ValueError(msg)
+        waiting = sorted(set(ids.tolist()) & set(self._ready))
+        if waiting:
+            msg = (
+                f"envs {waiting} have finished but `recv` has not returned them yet: "
+                "`recv` them before sending them again."
             )
             raise ValueError(msg)
         return ids
@@ -1842,7 +1891,15 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 continue
             done = link.batches.popleft()
             self._in_flight[done] = False
-            self._raise_if_errors([reply])
+            if reply is not None and reply.errors:
+                # the envs that stepped fine still come back from a later `recv`
+                failed = {error.env_index for error in reply.errors}
+                done = [index for index in done if index not in failed]
+                for index, info in reply.infos or []:
+                    if index not in failed:
+                        self._ready_infos[index] = info
+                self._ready.extend(done)
+                self._raise_if_errors([reply])
             if reply is not None:
                 if reply.observations is not None:
                     start = link.env_indices.start
@@ -1868,14 +1925,13 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         )
 
     def _assert_no_batches(self, method: str) -> None:
-        if self._in_flight.any():
+        if self._in_flight.any() or self._ready:
+            pending = sorted([*np.flatnonzero(self._in_flight).tolist(), *self._ready])
             msg = (
-                f"Calling `{method}` while envs {np.flatnonzero(self._in_flight)} are "
-                "in flight from `send`; `recv` them first."
+                f"Calling `{method}` while envs {pending} are in flight from `send` "
+                "or waiting to be returned: `recv` them first."
             )
             raise AlreadyPendingCallError(msg, "recv")
-        self._ready.clear()
-        self._ready_infos.clear()
 
     def _assert_is_running(self) -> None:
         if self.closed:

@@ -15,7 +15,6 @@ import json
 import math
 import os
 import pickle
-import tempfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -196,10 +195,12 @@ class ReplayPool:
         self._envs = np.arange(self.num_envs, dtype=np.int64)
         # The hot path writes at `_row` (= base + end), steps it with one lookup in
         # `_next_row`, and defers the counters: `_pending` adds await `_sync()`.
-        self._row = self._base.copy()
+        self._row: npt.NDArray[Any] = self._base.copy()
         index = np.arange(rows, dtype=np.int64)
         block = index % self._slots
-        self._next_row = index - block + (block + 1) % self._slots
+        self._next_row = (index - block + (block + 1) % self._slots).astype(
+            np.int32 if rows < 2**31 else np.int64
+        )
         self._pending = 0
         self._pending_env = np.zeros(self.num_envs, np.int64)  # masked hot-path adds
         self._masked = False
@@ -262,7 +263,7 @@ class ReplayPool:
     def nbytes(self) -> int:
         """Bytes allocated for the stored transitions."""
         arrays = [*self._obs, *self._action, self._reward, self._terminated]
-        arrays.append(self._truncated)
+        arrays += [self._truncated, self._next_row]
         if self.store_next_obs:
             arrays += self._next_obs
         else:
@@ -462,7 +463,13 @@ class ReplayPool:
             if count == 0:
                 return
         scalars = (reward_arr, terminated_arr, truncated_arr)
-        self._record_episodes(source, reward_arr, terminated_arr | truncated_arr, valid)
+        done = terminated_arr | truncated_arr
+        if source is not None and np.unique(source).size != source.size:
+            # one env twice in a batch: its rows are consecutive steps, in order
+            for rows_ in _rounds(source):
+                self._record_episodes(source[rows_], reward_arr[rows_], done[rows_])
+        else:
+            self._record_episodes(source, reward_arr, done, valid)
         if source is None and not self.random:
             if self.store_next_obs and self.clearing_freq is None:
                 self._add_every_env(rows, scalars, valid)
@@ -475,13 +482,7 @@ class ReplayPool:
         if self.random or np.unique(dest).size != count:
             # several transitions for one sub-pool: apply them in rounds of distinct
             # sub-pools, keeping each sub-pool's order (other sub-pools commute)
-            occurrence = np.zeros(count, np.int64)
-            seen: dict[int, int] = {}
-            for position, target in enumerate(dest.tolist()):
-                occurrence[position] = seen.get(target, 0)
-                seen[target] = occurrence[position] + 1
-            for round_ in range(int(occurrence.max()) + 1):
-                chosen = np.flatnonzero(occurrence == round_)
+            for chosen in _rounds(dest):
                 self._add_unique(dest[chosen], chosen, rows, scalars)
             return
         self._add_unique(dest, None, rows, scalars)
@@ -690,8 +691,13 @@ class ReplayPool:
         has_newest = length > 0
         same = has_newest.copy()
         for tail, leaf in zip(self._tail, obs, strict=True):
-            flat_tail = tail[env].reshape(env.size, -1)
-            same &= np.all(flat_tail == leaf.reshape(env.size, -1), axis=1)
+            # bitwise, so -0.0 vs 0.0 or NaNs are never taken for one another
+            flat_tail = np.ascontiguousarray(tail[env]).view(np.uint8)
+            flat_leaf = np.ascontiguousarray(leaf, dtype=tail.dtype).view(np.uint8)
+            same &= np.all(
+                flat_tail.reshape(env.size, -1) == flat_leaf.reshape(env.size, -1),
+                axis=1,
+            )
         keep = np.flatnonzero(has_newest & ~same)
         if keep.size == 0:
             return
@@ -791,24 +797,26 @@ class ReplayPool:
             The path written.
         """
         target = Path(path)
-        handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed below
-            dir=target.parent, prefix=f".{target.name}.", suffix=".tmp", delete=False
-        )
+        temporary = target.with_name(f".{target.name}.{os.getpid()}.{id(self):x}.tmp")
+        # os.open with 0o666 honours the umask, as a plain open() would
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
-            with handle:
+            with os.fdopen(fd, "wb") as handle:
                 savez: Any = np.savez  # typed stubs refuse `**arrays`
                 savez(handle, **self._state())
                 handle.flush()
                 os.fsync(handle.fileno())
-            # NamedTemporaryFile creates 0600 files; give the usual umask'd mode
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(handle.name, 0o666 & ~umask)
-            os.replace(handle.name, target)
+            os.replace(temporary, target)
         except BaseException:
             with contextlib.suppress(OSError):
-                os.unlink(handle.name)
+                os.unlink(temporary)
             raise
+        with contextlib.suppress(OSError):  # make the rename itself durable
+            directory = os.open(target.parent, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
         return target
 
     @classmethod
@@ -872,6 +880,16 @@ class ReplayPool:
             pool._own_next = data["own_next"]
             pool._free = data["free"].tolist()
         return pool
+
+
+def _rounds(targets: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int64]]:
+    """Positions split into rounds of distinct targets, each target's order kept."""
+    occurrence = np.zeros(targets.size, np.int64)
+    seen: dict[int, int] = {}
+    for position, target in enumerate(targets.tolist()):
+        occurrence[position] = seen.get(target, 0)
+        seen[target] = occurrence[position] + 1
+    return [np.flatnonzero(occurrence == r) for r in range(int(occurrence.max()) + 1)]
 
 
 def _leaves(

@@ -39,6 +39,7 @@ __all__ = [
     "STEP",
     "Channel",
     "Command",
+    "EnvState",
     "ErrorRecord",
     "Reply",
     "WorkerConfig",
@@ -132,6 +133,20 @@ class ErrorRecord(NamedTuple):
     exc_type: type[BaseException] | None
     message: str
     traceback: str
+
+
+class EnvState(NamedTuple):
+    """A sub-environment's state as ``AsyncVectorEnv.get_states`` captures it.
+
+    Attributes:
+        state: What the env's own ``get_state()`` returned.
+        autoreset_pending: Whether, under ``NEXT_STEP`` autoreset, the env's next
+            step would reset it (its episode had just ended). Restored by
+            ``set_states`` so a save/restore round trip is exact.
+    """
+
+    state: Any
+    autoreset_pending: bool
 
 
 class Reply(NamedTuple):
@@ -380,8 +395,7 @@ class _Host:
                         self.autoreset[local] = bool(terminated or truncated)
                     if write_obs is not None:
                         write_obs(index, obs)
-                    else:
-                        self.last_obs[local] = obs
+                    self.last_obs[local] = obs  # a reference: no copy
                     rewards[index] = reward
                     terminations[index] = terminated
                     truncations[index] = truncated
@@ -418,9 +432,14 @@ class _Host:
             self.semaphore.acquire()
         try:
             for local, env in enumerate(self.envs):
-                if not flags[local]:
-                    continue
                 index = self.start + local
+                if not flags[local]:
+                    # left out of a masked reset: its observation is unchanged, but
+                    # it must appear in this call's buffer too (the env has not been
+                    # touched since it returned this observation)
+                    if write_obs is not None and self.last_obs[local] is not None:
+                        write_obs(index, self.last_obs[local])
+                    continue
                 try:
                     # Gymnasium unpickles a separate copy of `options` for every env:
                     # copies for all but the last env, which gets the original.
@@ -429,8 +448,7 @@ class _Host:
                     self.autoreset[local] = False
                     if write_obs is not None:
                         write_obs(index, obs)
-                    else:
-                        self.last_obs[local] = obs
+                    self.last_obs[local] = obs  # a reference: no copy
                     if info:
                         infos.append((index, info))
                 except Exception as exc:  # noqa: BLE001 - reported to the parent
@@ -500,7 +518,8 @@ class _Host:
         errors: list[ErrorRecord] = []
         for local in locals_:
             try:
-                results.append(self._state_methods(local).get_state())
+                state = self._state_methods(local).get_state()
+                results.append(EnvState(state, self.autoreset[local]))
             except Exception as exc:  # noqa: BLE001 - reported to the parent
                 results.append(None)
                 errors.append(pack_error(self.start + local, exc))
@@ -510,11 +529,21 @@ class _Host:
         errors: list[ErrorRecord] = []
         for local, state in zip(locals_, states, strict=True):
             try:
-                self._state_methods(local).set_state(state)
-                self.autoreset[local] = False  # a restored state is mid-episode
+                self._restore(local, state)
             except Exception as exc:  # noqa: BLE001 - reported to the parent
                 errors.append(pack_error(self.start + local, exc))
         return encode(Reply(errors=errors)) if errors else b""
+
+    def _restore(self, local: int, state: Any) -> Any:
+        """Set an :class:`EnvState` (or a bare env state: then mid-episode)."""
+        methods = self._state_methods(local)
+        if isinstance(state, EnvState):
+            methods.set_state(state.state)
+            self.autoreset[local] = bool(state.autoreset_pending)
+        else:
+            methods.set_state(state)
+            self.autoreset[local] = False
+        return methods
 
     def step_from(
         self, locals_: list[int], states: list[Any], actions: list[Any], dt: int
@@ -528,19 +557,20 @@ class _Host:
         for local, state, action in zip(locals_, states, actions, strict=True):
             try:
                 env = self.envs[local]
-                methods = self._state_methods(local)
-                methods.set_state(state)
+                methods = self._restore(local, state)
                 total = 0.0
                 for _ in range(dt):
                     obs, reward, terminated, truncated, info = env.step(action)
                     total += float(reward)
                     if terminated or truncated:
                         break
+                ended = bool(terminated or truncated)
                 if self.mode is AutoresetMode.NEXT_STEP:
-                    self.autoreset[local] = bool(terminated or truncated)
-                results.append(
-                    (methods.get_state(), obs, total, terminated, truncated, info)
+                    self.autoreset[local] = ended
+                new_state = EnvState(
+                    methods.get_state(), self.mode is AutoresetMode.NEXT_STEP and ended
                 )
+                results.append((new_state, obs, total, terminated, truncated, info))
             except Exception as exc:  # noqa: BLE001 - reported to the parent
                 results.append(None)
                 errors.append(pack_error(self.start + local, exc))

@@ -83,3 +83,22 @@ def test_masked_reset_carries_unreset_observations(make_async, make_sync):
             assert data_equivalence(mine, theirs, exact=True)
         if step % 7 == 6:
             held.clear()
+
+
+def test_masked_reset_keeps_the_envs_real_observations(make_async, make_gym_async):
+    """Editing returned observations in place never leaks into later results."""
+    fns = [functools.partial(CountingEnv, obs_kind="box")] * 3
+    kwargs = {"autoreset_mode": AutoresetMode.DISABLED}
+    ours, theirs = make_async(fns, **kwargs), make_gym_async(fns, **kwargs)
+    for envs in (ours, theirs):
+        envs.reset(seed=2)
+    mine = ours.step(np.zeros(3, dtype=np.int64))[0]
+    reference = theirs.step(np.zeros(3, dtype=np.int64))[0]
+    mine -= 100.0  # e.g. normalisation done in place by the user
+    reference -= 100.0
+    mask = np.array([True, False, False])
+    assert data_equivalence(
+        ours.reset(options={"reset_mask": mask}),
+        theirs.reset(options={"reset_mask": mask}),
+        exact=True,
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -13,7 +14,7 @@ from gymnasium.vector import AutoresetMode
 
 import vecpool
 from vecpool.errors import AlreadyPendingCallError, NoAsyncCallError
-from vecpool.testing import CountingEnv, SlowEnv
+from vecpool.testing import CountingEnv, RaisingEnv, SlowEnv
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -125,7 +126,7 @@ def test_every_env_is_stepped_once_per_action_sent(make_async):
         envs.send(actions, ids)
         *_, infos = envs.recv()
         ids = infos["env_id"]
-    while envs._in_flight.any():
+    while envs._in_flight.any() or envs._ready:
         envs.recv()
     received = envs.get_attr("actions_received")
     for index in range(num_envs):
@@ -176,3 +177,40 @@ def test_recv_returns_the_rest_when_fewer_are_in_flight(make_async):
     obs, rewards, *_, infos = envs.recv()
     assert sorted(infos["env_id"].tolist()) == [1, 2]
     assert obs.shape[0] == rewards.shape[0] == 2
+
+
+def test_finished_but_unreturned_envs_cannot_be_sent(make_async):
+    envs = make_async([CountingEnv] * 4, num_workers=2, batch_size=2)
+    envs.reset(seed=0)
+    envs.send(np.zeros(4, dtype=np.int64), np.arange(4))
+    *_, infos = envs.recv()
+    returned = set(infos["env_id"].tolist())
+    while envs._in_flight.any():  # let the other worker's envs finish too
+        envs._receive_batches(None, None)
+    waiting = sorted(set(range(4)) - returned)
+    with pytest.raises(ValueError, match=re.escape("has not returned them yet")):
+        envs.send(np.zeros(2, dtype=np.int64), waiting)
+    with pytest.raises(
+        AlreadyPendingCallError, match=re.escape("waiting to be returned")
+    ):
+        envs.step(np.zeros(4, dtype=np.int64))
+    *_, infos = envs.recv()
+    assert sorted(infos["env_id"].tolist()) == waiting
+
+
+def test_an_env_error_in_a_batch_keeps_the_other_envs(make_async):
+    fns = [functools.partial(RaisingEnv, raise_on="step", at=1)]
+    fns += [functools.partial(CountingEnv)] * 3
+    envs = make_async(fns, num_workers=2, batch_size=4)
+    envs.reset(seed=0)
+    envs.send(np.zeros(4, dtype=np.int64), np.arange(4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Gymnasium's error log lines
+        with pytest.raises(ValueError, match="step"):
+            envs.recv()
+    # env 1 shares env 0's worker: it stepped fine and must still come back
+    returned = []
+    while envs._in_flight.any() or envs._ready:
+        *_, infos = envs.recv()
+        returned += infos["env_id"].tolist()
+    assert sorted(returned) == [1, 2, 3]

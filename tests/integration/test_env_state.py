@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import data_equivalence
 
+import vecpool
 from vecpool.testing import CountingEnv, SlowEnv
 
 pytestmark = pytest.mark.timeout(60)
@@ -46,7 +47,7 @@ def test_step_from_matches_a_single_env_with_frameskip(make_async):
     for index in range(4):
         single = FN()
         single.reset(seed=0)
-        single.unwrapped.set_state(states[index])
+        single.unwrapped.set_state(states[index].state)
         total, ended = 0.0, False
         for _ in range(20):
             single_obs, reward, terminated, truncated, _ = single.step(actions[index])
@@ -58,7 +59,7 @@ def test_step_from_matches_a_single_env_with_frameskip(make_async):
         assert bool(terminations[index] or truncations[index]) == ended
         for key, value in obs.items():
             np.testing.assert_array_equal(value[index], single_obs[key])
-        assert data_equivalence(new_states[index], single.unwrapped.get_state())
+        assert data_equivalence(new_states[index].state, single.unwrapped.get_state())
     # stepping from the new states again continues from there
     again = envs.step_from(new_states, actions, dt=1)
     assert len(again[0]) == 4
@@ -122,3 +123,25 @@ def test_gymnasium_envs_without_state_fail_cleanly(make_async):
     with pytest.raises(AttributeError, match="CartPoleEnv"):
         envs.get_states()
     envs.step(np.zeros(2, dtype=np.int64))  # still usable
+
+
+def test_states_round_trip_across_an_episode_end(make_async):
+    """A state captured right after an episode ended restores the pending reset."""
+    fn = functools.partial(CountingEnv, max_steps=2, terminate_prob=0.0)
+    envs = make_async([fn] * 2)
+    envs.reset(seed=0)
+    for _ in range(2):
+        *_, truncations, _ = envs.step(np.zeros(2, dtype=np.int64))
+    assert truncations.all()
+    states = envs.get_states()
+    assert all(isinstance(state, vecpool.EnvState) for state in states)
+    assert all(state.autoreset_pending for state in states)
+    first = envs.step(np.zeros(2, dtype=np.int64))  # the reset step: reward 0
+    envs.set_states(states)
+    again = envs.step(np.zeros(2, dtype=np.int64))
+    assert data_equivalence(first, again, exact=True)
+    assert np.all(again[1] == 0.0)
+    # a bare env state (no EnvState wrapper) is taken as mid-episode
+    envs.set_states([state.state for state in states])
+    *_, truncations, _ = envs.step(np.zeros(2, dtype=np.int64))
+    assert truncations.all()  # stepped past the end, not reset
