@@ -18,7 +18,7 @@ nox.options.default_venv_backend = "uv|virtualenv"  # virtualenv when uv is miss
 
 ROOT = Path(__file__).resolve().parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
-PYTHON_SOURCES = ["vecpool", "tests", "noxfile.py", "docs/conf.py"]
+PYTHON_SOURCES = ["vecpool", "tests", "examples", "noxfile.py", "docs/conf.py"]
 
 # Every session reuses the interpreter that runs nox (`python=None`): CI has
 # a single python3. Pick another with e.g. `nox -s tests --force-python 3.12`.

@@ -13,6 +13,7 @@ import math
 import os
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -40,7 +41,10 @@ def test_gradient_check(ppo: ModuleType) -> None:
 
 
 def test_tiny_training_run(
-    ppo: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ppo: ModuleType,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    leak_checker: Any,
 ) -> None:
     out = tmp_path / "curve.json"
     result = ppo.main(
@@ -77,6 +81,7 @@ def test_tiny_training_run(
     assert header[:3] == ["update", "global_step", "avg_return"]
     assert len(lines) == 1 + len(curve) + 1  # header, one line per update, summary
     assert all(len(line.split(",")) == len(header) for line in lines[1:-1])
+    leak_checker.assert_no_leaks()  # the script closed its env
 
 
 def test_alternating_sampler(ppo: ModuleType) -> None:
