@@ -26,7 +26,7 @@ from vecpool.shared import NATIVE_LEAVES, flatten_batch, is_native, leaves, make
 
 __all__ = ["EpisodeStats", "ReplayPool", "Transitions"]
 
-_FORMAT = "vecpool.ReplayPool/1"
+_FORMAT = "vecpool.ReplayPool/2"  # 2: slot-major rows
 
 
 class Transitions(NamedTuple):
@@ -168,11 +168,12 @@ class ReplayPool:
         self.observation_space = observation_space
         self.action_space = action_space
         self._rng = np.random.default_rng(seed)
-        # Sub-pool j occupies rows [j * slots, (j + 1) * slots) of every array; a
-        # row is addressed with one flat index, the cheapest fancy index there is.
+        # Slot k of sub-pool j is row k * num_envs + j of every array: sub-pools fill
+        # at about the same pace, so one vector step writes neighbouring rows (cache
+        # friendly), and a row is one flat index, the cheapest fancy index there is.
         self._slots = self.capacity + 1
         rows = self.num_envs * self._slots
-        self._base = np.arange(self.num_envs, dtype=np.int64) * self._slots
+        self._base = np.arange(self.num_envs, dtype=np.int64)
         self._obs = [np.zeros((rows, *s), d) for d, s in leaves(observation_space)]
         self._action = [np.zeros((rows, *s), d) for d, s in leaves(action_space)]
         self._reward = np.zeros(rows, np.float64)
@@ -197,10 +198,11 @@ class ReplayPool:
         # `_next_row`, and defers the counters: `_pending` adds await `_sync()`.
         self._row: npt.NDArray[Any] = self._base.copy()
         index = np.arange(rows, dtype=np.int64)
-        block = index % self._slots
-        self._next_row = (index - block + (block + 1) % self._slots).astype(
-            np.int32 if rows < 2**31 else np.int64
+        following = (
+            index % self.num_envs
+            + ((index // self.num_envs + 1) % self._slots) * self.num_envs
         )
+        self._next_row = following.astype(np.int32 if rows < 2**31 else np.int64)
         self._pending = 0
         self._pending_env = np.zeros(self.num_envs, np.int64)  # masked hot-path adds
         self._masked = False
@@ -213,6 +215,7 @@ class ReplayPool:
             (
                 (self.num_envs, *observation_space.shape),
                 (self.num_envs, *action_space.shape),
+                (self.num_envs,),
             )
             if isinstance(observation_space, NATIVE_LEAVES)
             and isinstance(action_space, NATIVE_LEAVES)
@@ -248,7 +251,7 @@ class ReplayPool:
         elif not adds:
             return
         self._pending = 0
-        self._end = self._row - self._base
+        self._end = (self._row - self._base) // self.num_envs
         self._received += adds
         total = self._length + adds
         if self.window_size is None:
@@ -319,14 +322,14 @@ class ReplayPool:
     ) -> Transitions:
         slots = self._slots
         slot = (self._end[env] - self._length[env] + offset) % slots
-        row = self._base[env] + slot
+        row = self._base[env] + slot * self.num_envs
         obs = [array[row] for array in self._obs]
         if self.store_next_obs:
             next_obs = [array[row] for array in self._next_obs]
         else:
             own = self._own_next[row]
             newest = offset == self._length[env] - 1
-            following = self._base[env] + (slot + 1) % slots
+            following = self._base[env] + (slot + 1) % slots * self.num_envs
             kept = own >= 0
             next_obs = []
             for store, tail, extra in zip(
@@ -383,6 +386,16 @@ class ReplayPool:
             and obs.shape == next_obs.shape == shapes[0]
             and action.shape == shapes[1]
         ):  # the common case: one array per field, one row per env
+            if (
+                self._hot
+                and type(reward) is np.ndarray
+                and type(terminated) is np.ndarray
+                and type(truncated) is np.ndarray
+                and reward.shape == terminated.shape == truncated.shape == shapes[2]
+                and terminated.dtype == truncated.dtype == np.bool_
+            ):
+                self._add_arrays(obs, action, next_obs, reward, terminated, truncated)
+                return
             self._add_leaves(
                 None, [obs], [action], [next_obs], reward, terminated, truncated
             )
@@ -558,7 +571,8 @@ class ReplayPool:
         One row per env, written at each sub-pool's free slot; plain layout, no
         clearing, no random routing. Rows not ``valid`` are written but not kept.
         """
-        row = self._row
+        # int32 row links (to keep the index small) widened once, not per write
+        row = self._row.astype(np.intp)
         for store, leaf in zip(self._obs, obs, strict=True):
             store[row] = leaf
         for store, leaf in zip(self._action, action, strict=True):
@@ -586,14 +600,41 @@ class ReplayPool:
             if np.count_nonzero(ended):
                 self._end_episodes(ended)
 
+    def _add_arrays(
+        self,
+        obs: npt.NDArray[Any],
+        action: npt.NDArray[Any],
+        next_obs: npt.NDArray[Any],
+        reward: npt.NDArray[Any],
+        terminated: npt.NDArray[np.bool_],
+        truncated: npt.NDArray[np.bool_],
+    ) -> None:
+        """:meth:`_add_hot` for single-array spaces, unrolled (the 1M/s path)."""
+        row = self._row.astype(np.intp)
+        self._obs[0][row] = obs
+        self._action[0][row] = action
+        self._next_obs[0][row] = next_obs
+        self._reward[row] = reward
+        self._terminated[row] = terminated
+        self._truncated[row] = truncated
+        self._row = self._next_row[row]
+        self._pending += 1
+        returns, lengths = self._episode_return, self._episode_length
+        np.add(returns, reward, out=returns)
+        np.add(lengths, self._ones, out=lengths)
+        done = np.logical_or(terminated, truncated)
+        if np.count_nonzero(done):
+            self._end_episodes(done)
+
     def _end_episodes(self, ended: npt.NDArray[np.bool_]) -> None:
-        self._episodes += (
-            np.count_nonzero(ended),
-            self._episode_return[ended].sum(),
-            self._episode_length[ended].sum(),
-        )
-        self._episode_return[ended] = 0.0
-        self._episode_length[ended] = 0
+        index = np.flatnonzero(ended)
+        returns, lengths = self._episode_return, self._episode_length
+        episodes = self._episodes
+        episodes[0] += index.size
+        episodes[1] += returns[index].sum()
+        episodes[2] += lengths[index].sum()
+        returns[index] = 0.0
+        lengths[index] = 0
 
     def _add_every_env(
         self,
@@ -643,7 +684,7 @@ class ReplayPool:
         base = self._base[env]
         if not self.store_next_obs:
             self._settle_tails(env, base, end, length, [pick(x) for x in batch["obs"]])
-        row = base + end
+        row = base + end * self.num_envs
         for store, leaf in zip(self._obs, batch["obs"], strict=True):
             store[row] = pick(leaf)
         for store, leaf in zip(self._action, batch["action"], strict=True):
@@ -676,7 +717,7 @@ class ReplayPool:
         if not self.store_next_obs:
             self._release(base, start, dropped + trim)
         self._end[env] = (end + 1) % slots
-        self._row[env] = base + (end + 1) % slots
+        self._row[env] = base + (end + 1) % slots * self.num_envs
         self._length[env] = length - trim
 
     def _settle_tails(
@@ -704,7 +745,7 @@ class ReplayPool:
         index = self._allocate(keep.size)
         for extra, tail in zip(self._extra, self._tail, strict=True):
             extra[index] = tail[env[keep]]
-        newest = base[keep] + (end[keep] - 1) % self._slots
+        newest = base[keep] + (end[keep] - 1) % self._slots * self.num_envs
         self._own_next[newest] = index
 
     def _allocate(self, count: int) -> npt.NDArray[np.int64]:
@@ -731,9 +772,8 @@ class ReplayPool:
             return
         first = np.repeat(np.cumsum(dropped) - dropped, dropped)
         step = np.arange(first.size) - first
-        row = (
-            np.repeat(base, dropped) + (np.repeat(start, dropped) + step) % self._slots
-        )
+        slot = (np.repeat(start, dropped) + step) % self._slots
+        row = np.repeat(base, dropped) + slot * self.num_envs
         own = self._own_next[row]
         self._free.extend(own[own >= 0].tolist())
         self._own_next[row] = -1
@@ -857,7 +897,7 @@ class ReplayPool:
             config["store_next_obs"],
         )
         pool._rng.bit_generator.state = rng_state
-        pool._row = pool._base + data["end"]
+        pool._row = pool._base + data["end"] * pool.num_envs
         for name in (
             "reward",
             "terminated",
