@@ -608,6 +608,7 @@ class ReplayPool:
         reward: npt.NDArray[Any],
         terminated: npt.NDArray[np.bool_],
         truncated: npt.NDArray[np.bool_],
+        valid: npt.NDArray[np.bool_] | None = None,
     ) -> None:
         """:meth:`_add_hot` for single-array spaces, unrolled (the 1M/s path)."""
         row = self._row.astype(np.intp)
@@ -617,12 +618,20 @@ class ReplayPool:
         self._reward[row] = reward
         self._terminated[row] = terminated
         self._truncated[row] = truncated
-        self._row = self._next_row[row]
-        self._pending += 1
         returns, lengths = self._episode_return, self._episode_length
-        np.add(returns, reward, out=returns)
-        np.add(lengths, self._ones, out=lengths)
         done = np.logical_or(terminated, truncated)
+        if valid is None:
+            self._row = self._next_row[row]
+            self._pending += 1
+            np.add(returns, reward, out=returns)
+            np.add(lengths, self._ones, out=lengths)
+        else:  # rows not valid stay at their sub-pool's free slot: not kept
+            self._row = np.where(valid, self._next_row[row], row)
+            np.add(self._pending_env, valid, out=self._pending_env)
+            self._masked = True
+            np.add(returns, reward, out=returns, where=valid)
+            np.add(lengths, valid, out=lengths)
+            np.logical_and(done, valid, out=done)
         if np.count_nonzero(done):
             self._end_episodes(done)
 

@@ -183,6 +183,30 @@ class ReplayPoolWrapper(VectorWrapper[Any, Any, Any, Any, Any]):
             self._autoreset
         ):
             valid = ~self._autoreset  # the others only reset: not transitions
+        pool = self.pool
+        if (
+            pool._hot
+            and pool._plain_shapes is not None
+            and len(action) == 1
+            and type(rewards) is np.ndarray
+            and type(terminations) is np.ndarray
+            and type(truncations) is np.ndarray
+            and rewards.shape
+            == terminations.shape
+            == truncations.shape
+            == (self.num_envs,)
+            and terminations.dtype == truncations.dtype == np.bool_
+        ):  # one array per field: the unrolled path
+            pool._add_arrays(
+                self._obs[0],
+                action[0],
+                next_obs[0],
+                rewards,
+                terminations,
+                truncations,
+                valid,
+            )
+            return
         self.pool._add_leaves(
             None,
             self._obs,
