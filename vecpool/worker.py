@@ -406,16 +406,7 @@ class _Host:
         finally:
             if self.semaphore is not None:
                 self.semaphore.release()
-        if not infos and not errors and not self.by_pipe:
-            return b""
-        return encode_safely(
-            Reply(
-                infos=infos or None,
-                observations=self.last_obs if self.by_pipe else None,
-                errors=errors or None,
-            ),
-            self.start,
-        )
+        return self._reply(infos, errors)
 
     def reset(
         self,
@@ -456,6 +447,12 @@ class _Host:
         finally:
             if self.semaphore is not None:
                 self.semaphore.release()
+        return self._reply(infos, errors)
+
+    def _reply(
+        self, infos: list[tuple[int, dict[str, Any]]], errors: list[ErrorRecord]
+    ) -> bytes:
+        """The answer to a step or reset: empty when there is nothing to say."""
         if not infos and not errors and not self.by_pipe:
             return b""
         return encode_safely(
