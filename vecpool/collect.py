@@ -430,7 +430,10 @@ class _StopOnSigint:
         self.requested = True
 
     def __enter__(self) -> _StopOnSigint:
-        if threading.current_thread() is threading.main_thread():
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN  # nohup, &
+        ):
             self._previous = signal.signal(signal.SIGINT, self._handle)
             self._installed = True
         return self
@@ -504,7 +507,13 @@ def _step(
     tracker.started = time.perf_counter()
     while tracker.vector_steps < planned and not stop.requested:
         actions = envs.action_space.sample() if policy is None else policy(obs)
-        obs, rewards, terminations, truncations, _ = envs.step(actions)
+        result = envs.env.step(actions)  # a second Ctrl-C may cut this short ...
+        stop.deferring = True  # ... but never the recording into the pool
+        try:
+            envs.record_step(actions, result)
+        finally:
+            stop.deferring = False
+        obs, rewards, terminations, truncations, _ = result
         ended = tracker.record(rewards, terminations, truncations)
         if ended is not None and disabled:
             obs, _ = envs.reset(options={"reset_mask": ended})
@@ -611,26 +620,28 @@ def collect(
             store_next_obs,
         )
         pool = envs.pool
-        say(
-            f"collecting {env_id}: {planned * num_envs:,} env steps = {planned:,} "
-            f"vector steps x {num_envs} envs on {num_workers} workers, autoreset "
-            f"{mode.value}, "
-            f"{_describe_policy(policy)}, "
-            f"{'unseeded' if seed is None else f'seed {seed}'}; pool of "
-            f"{num_envs * pool.capacity:,} transitions "
-            f"({num_envs} sub-pools x {pool.capacity:,})"
-        )
         tracker = _EpisodeTracker(num_envs, mode)
-        display = _CollectProgress(stream, planned, num_envs)
+        display: _CollectProgress | None = None
         hard_stop = False
         try:
+            say(
+                f"collecting {env_id}: {planned * num_envs:,} env steps = {planned:,} "
+                f"vector steps x {num_envs} envs on {num_workers} workers, autoreset "
+                f"{mode.value}, "
+                f"{_describe_policy(policy)}, "
+                f"{'unseeded' if seed is None else f'seed {seed}'}; pool of "
+                f"{num_envs * pool.capacity:,} transitions "
+                f"({num_envs} sub-pools x {pool.capacity:,})"
+            )
+            display = _CollectProgress(stream, planned, num_envs)
             _step(envs, planned, seed, policy_fn, tracker, display, stop)
         except KeyboardInterrupt:  # a second Ctrl-C: the step was cut short
             hard_stop = True
         finally:
             seconds = tracker.stepping_seconds()
             stop.deferring = True  # closing and saving must finish
-            display.close()
+            if display is not None:
+                display.close()
             # a step cut short leaves a call pending: end the workers at once
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

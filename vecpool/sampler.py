@@ -206,9 +206,14 @@ class Sampler:
         batch_T: Steps per env per :meth:`obtain_samples` call.
         max_decorrelation_steps: At the start, env ``i`` ends up ``n_i`` random
             steps into its run, ``n_i`` drawn uniformly from ``0..max`` (see
-            :attr:`decorrelation_steps`).
+            :attr:`decorrelation_steps`). A lockstep vector env steps every env
+            ``max`` times, resetting env ``i`` before its last ``n_i`` steps.
         wait_reset: Envs whose episode ended are not reset until the batch ends;
-            their remaining rows are ``valid=False``. Needs ``DISABLED`` mode.
+            their remaining rows are ``valid=False``. Needs ``DISABLED`` mode. On
+            a ``vecpool.AsyncVectorEnv`` with ``batch_size`` the waiting envs are
+            not stepped at all; a lockstep vector env must step every env, so a
+            waiting env is reset at once, stepped out of sight (nothing recorded)
+            and reset again at the batch end.
         pool: A :class:`~vecpool.ReplayPool` (with one sub-pool per env) that every
             real transition is also added to.
         eval_env: The vector env :meth:`evaluate` runs on; default: ``env``.

@@ -147,6 +147,20 @@ class ReplayPoolWrapper(VectorWrapper[Any, Any, Any, Any, Any]):
     ]:
         """Step the env and record the step's real transitions."""
         result = self.env.step(actions)
+        self.record_step(actions, result)
+        return result
+
+    def record_step(self, actions: Any, result: tuple[Any, ...]) -> None:
+        """Record the transitions of a step already taken on the inner env.
+
+        :meth:`step` is ``self.env.step`` followed by this; callers that must not
+        be interrupted half-way through recording (e.g. on Ctrl-C) call the two
+        halves themselves.
+
+        Args:
+            actions: The actions of the step.
+            result: What ``self.env.step(actions)`` returned.
+        """
         obs, rewards, terminations, truncations, infos = result
         current = self._split(obs)
         if self._has_obs:
@@ -156,7 +170,6 @@ class ReplayPoolWrapper(VectorWrapper[Any, Any, Any, Any, Any]):
         self._has_obs = True
         if self.autoreset_mode is AutoresetMode.NEXT_STEP:
             np.logical_or(terminations, truncations, out=self._autoreset)
-        return result
 
     def _record(
         self,
