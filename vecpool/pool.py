@@ -438,17 +438,6 @@ class ReplayPool:
         skipped, e.g. ``NEXT_STEP`` reset steps).
         """
         n = self.num_envs
-        if (
-            source is None
-            and self._hot
-            and type(reward) is np.ndarray
-            and type(terminated) is np.ndarray
-            and type(truncated) is np.ndarray
-            and reward.shape == terminated.shape == truncated.shape == (n,)
-            and terminated.dtype == truncated.dtype == np.bool_
-        ):
-            self._add_hot(obs, action, next_obs, reward, terminated, truncated, valid)
-            return
         count = n if source is None else source.size
         reward_arr = np.asarray(reward, dtype=np.float64).reshape(-1)
         terminated_arr = np.asarray(terminated, dtype=np.bool_).reshape(-1)
@@ -459,13 +448,13 @@ class ReplayPool:
                 f" got {reward_arr.size}, {terminated_arr.size}, {truncated_arr.size}."
             )
             raise ValueError(msg)
+        if source is None and self._hot:
+            self._add_hot(
+                obs, action, next_obs, reward_arr, terminated_arr, truncated_arr, valid
+            )
+            return
         rows = {"obs": obs, "action": action, "next_obs": next_obs}
-        if valid is not None and not (
-            source is None
-            and not self.random
-            and self.store_next_obs
-            and self.clearing_freq is None
-        ):
+        if valid is not None:
             keep = np.flatnonzero(valid)  # not the hot path: select the rows
             rows = {
                 name: [leaf[keep] for leaf in leaves_] for name, leaves_ in rows.items()
@@ -484,10 +473,7 @@ class ReplayPool:
         else:
             self._record_episodes(source, reward_arr, done, valid)
         if source is None and not self.random:
-            if self.store_next_obs and self.clearing_freq is None:
-                self._add_every_env(rows, scalars, valid)
-            else:
-                self._add_unique(self._envs, None, rows, scalars)
+            self._add_unique(self._envs, None, rows, scalars)
             return
         if source is None:
             source = self._envs
@@ -644,31 +630,6 @@ class ReplayPool:
         episodes[2] += lengths[index].sum()
         returns[index] = 0.0
         lengths[index] = 0
-
-    def _add_every_env(
-        self,
-        batch: dict[str, list[npt.NDArray[Any]]],
-        scalars: tuple[npt.NDArray[Any], ...],
-        valid: npt.NDArray[np.bool_] | None = None,
-    ) -> None:
-        """The hot path: one row per env (kept where ``valid``), plain layout."""
-        row = self._row
-        for store, leaf in zip(self._obs, batch["obs"], strict=True):
-            store[row] = leaf
-        for store, leaf in zip(self._action, batch["action"], strict=True):
-            store[row] = leaf
-        for store, leaf in zip(self._next_obs, batch["next_obs"], strict=True):
-            store[row] = leaf
-        self._reward[row], self._terminated[row], self._truncated[row] = scalars
-        if valid is None:
-            self._row = self._next_row[row]
-            self._pending += 1
-        else:
-            # rows of envs without a transition were written at each sub-pool's free
-            # slot (outside its stored range): they are simply not kept
-            self._row = np.where(valid, self._next_row[row], row)
-            self._pending_env += valid
-            self._masked = True
 
     def _add_unique(
         self,
