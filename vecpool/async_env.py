@@ -1039,7 +1039,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             and actions.shape == view.shape
             and not self._any_stale()
         ):
-            # the hot path: one copy into shared memory, one byte per worker
+            # the hot path: one copy into shared memory, a 2-byte message per worker
             view[...] = actions
             per_env = None
         else:
@@ -1816,6 +1816,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             ``(observations, rewards, terminations, truncations, infos)``.
 
         Raises:
+            ValueError: If the vector env was created without ``batch_size``.
             NoAsyncCallError: If no env is in flight or ready.
             multiprocessing.TimeoutError: If the timeout expired (envs stay in
                 flight; call :meth:`recv` again).
@@ -1854,17 +1855,17 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     def _receive_batches(self, deadline: float | None, timeout: float | None) -> None:
         """Wait until at least one worker answers a batch; record what finished."""
         busy = [link for link in self._links if link.batches]
-        poller = select.poll()
-        watched: dict[int, tuple[_Link, bool]] = {}
-        for link in busy:
-            for fd, is_sentinel in ((link.conn.fileno(), False), (link.sentinel, True)):
-                watched[fd] = (link, is_sentinel)
-                poller.register(fd, select.POLLIN)
+        poller, watched = _poll_set(busy)
         events = [
             (link.conn.fileno(), select.POLLIN) for link in busy if link.has_message()
         ] or poller.poll(0)
-        if not events and self._spin > 0.0:
-            events = spin_until_ready(poller, self._spin, self._spin_yield)
+        adaptive = self._adaptive_spin and bool(self._worker_spin)
+        spin = self._spin
+        if adaptive:  # as in step_wait: spin only while answers come quickly
+            spin = 0.0 if self._wait_ema > _SPIN_MAX_WAIT else _SPIN_BUDGET
+        started = time.perf_counter()
+        if not events and spin > 0.0:
+            events = spin_until_ready(poller, spin, self._spin_yield)
         if not events:
             if deadline is None:
                 events = poller.poll()
@@ -1875,6 +1876,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         if not events:
             msg = f"The call to `recv` has timed out after {timeout} second(s)."
             raise multiprocessing.TimeoutError(msg)
+        if adaptive:
+            self._wait_ema += 0.1 * (time.perf_counter() - started - self._wait_ema)
         events.sort(key=lambda event: watched[event[0]][1])
         for fd, _ in events:
             link, is_sentinel = watched[fd]

@@ -76,7 +76,6 @@ __all__ = [
     "compute_ratios",
     "format_group_table",
     "format_memory",
-    "format_report",
     "machine_info",
     "measure_memory",
     "median",
@@ -1418,27 +1417,6 @@ def format_memory(report: MemoryReport) -> list[str]:
         "(baseline: RSS of the fresh process before it created the vector env)"
     )
     lines += textwrap.wrap(f"method: {report.method}", width=88)
-    return lines
-
-
-def format_report(report: BenchReport, *, header: bool = True) -> list[str]:
-    """Every table of a report (machine label, one table per workload, memory).
-
-    Args:
-        report: The report.
-        header: Whether to start with the machine label.
-
-    Returns:
-        Lines of text.
-    """
-    lines = report.machine.lines() if header else []
-    by_workload: dict[str, list[GroupResult]] = {}
-    for group in report.groups:
-        by_workload.setdefault(group.workload, []).append(group)
-    for groups in by_workload.values():
-        lines += ["", *format_group_table(groups)]
-    if report.memory is not None:
-        lines += ["", *format_memory(report.memory)]
     return lines
 
 

@@ -288,8 +288,10 @@ def _bench_pool(args: argparse.Namespace) -> int:
     machine = bench.machine_info()
     print("\n".join(machine.lines()))
     quick = bool(args.quick)
+    rounds = max(bench.MIN_ROUNDS, args.rounds or bench.MIN_ROUNDS)
+    seconds = args.seconds or (0.05 if quick else 0.5)
     report = pool_bench.run_pool_benchmark(
-        seconds=0.05 if quick else 0.5, rounds=bench.MIN_ROUNDS, seed=args.seed
+        seconds=seconds, rounds=rounds, seed=args.seed
     )
     print()
     print("\n".join(pool_bench.format_pool_report(report)))
@@ -431,7 +433,8 @@ def _add_bench_parser(
         "--pool",
         action="store_true",
         help="benchmark the replay pool instead: ReplayPool.add and sample "
-        "throughput, the ReplayPoolWrapper's cost on vecpool's step, and memory",
+        "throughput, the ReplayPoolWrapper's cost on vecpool's step, and memory "
+        "(uses --rounds, --seconds (default 0.5), --seed and --json; no plot)",
     )
     parser.add_argument("--json", metavar="PATH", help="write every figure as JSON")
     parser.add_argument(

@@ -315,7 +315,7 @@ class _EpisodeTracker:
         self.vector_steps += 1
         done = np.logical_or(terminations, truncations, out=self.done)
         if self.next_step and self.autoreset.any():
-            # these envs only reset on this step: not transitions (DESIGN.md §5)
+            # these envs only reset on this step: not transitions (docs/replay-pool.md)
             valid = ~self.autoreset
             np.add(self.returns, rewards, out=self.returns, where=valid)
             self.lengths += valid

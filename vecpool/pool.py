@@ -1,6 +1,6 @@
 """The replay pool: preallocated per-env sub-pools of transitions (pure numpy).
 
-Semantics: ``DESIGN.md`` §5. Each of ``num_envs`` sub-pools is a ring of
+Semantics: docs/replay-pool.md. Each of ``num_envs`` sub-pools is a ring of
 ``capacity = ceil(pool_size / num_envs)`` transitions (plus one spare slot, so a
 sub-pool can hold the appended transition before the overflow rule trims it). Every
 field is one array per leaf of its space, shaped ``(num_envs, capacity + 1, ...)``;
@@ -640,7 +640,7 @@ class ReplayPool:
     ) -> None:
         """Append ``batch[rows]`` to the distinct sub-pools ``env``, then trim.
 
-        ``rows=None`` means every row. The trimming is DESIGN.md §5's: periodic
+        ``rows=None`` means every row. The trimming is the documented order: periodic
         clearing, then the overflow rule.
         """
 
@@ -797,8 +797,9 @@ class ReplayPool:
         """Write the whole pool to ``path`` (an ``.npz`` archive), atomically.
 
         The archive is written to a temporary file beside ``path``, flushed to disk,
-        then renamed over ``path``: a crash mid-save leaves any previous file intact
-        and no partial file behind.
+        then renamed over ``path``: ``path`` is never a partial file, and a previous
+        file there stays intact if the save fails. (A process killed mid-save may
+        leave the hidden ``.NAME.*.tmp`` file beside it; an exception removes it.)
 
         Args:
             path: Destination file (written as given; no suffix is added).

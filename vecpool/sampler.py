@@ -4,7 +4,7 @@
 ``SyncVectorEnv`` / ``AsyncVectorEnv``, wrapped or not) with a policy for ``batch_T``
 steps per call and returns preallocated arrays with leading dims ``[batch_T,
 num_envs]``, the records of the episodes that ended, and (optionally) every real
-transition added to a :class:`~vecpool.ReplayPool`. Semantics: ``DESIGN.md`` §6 and
+transition added to a :class:`~vecpool.ReplayPool`. Semantics: docs/sampling.md and
 ``docs/sampling.md``.
 """
 

@@ -2,9 +2,11 @@
 
 This module is what ``spawn``/``forkserver`` children import, so it stays light.
 
-Protocol (one duplex pipe per worker):
+Protocol (one pipe per worker, length-prefixed messages, see :class:`Channel`):
 
-* parent -> worker: ``b"s"`` (step, actions already in shared memory), or a pickled
+* parent -> worker: ``b"s"`` + one byte, the index of the observation buffer to
+  write (step every hosted env; actions are in shared memory); ``b"p"`` + ``uint16``
+  local indices (step those envs: ``send``/``recv`` batches); or a pickled
   ``(Command, payload)`` tuple for everything else.
 * worker -> parent: ``b""`` when a command succeeded with nothing to report (the hot
   path: every info empty, observations in shared memory), otherwise a pickled
@@ -47,7 +49,8 @@ __all__ = [
 ]
 
 STEP = b"s"
-"""The one-byte step command: actions are in shared memory."""
+"""Prefix of the step command (then the observation buffer index): actions are in
+shared memory."""
 
 STEP_SOME = b"p"
 """Prefix of a step command for some envs: followed by their local indices as
