@@ -59,6 +59,7 @@ from vecpool.shared import (
     is_native_leaf,
     leaves,
     make_views,
+    take_rows,
 )
 from vecpool.worker import (
     STEP,
@@ -270,15 +271,6 @@ class _BatchInfos:
             env_num,
         )
         return merged
-
-
-def _take_tree(batch: Any, ids: npt.NDArray[np.int64]) -> Any:
-    """Rows ``ids`` of a nested batch of arrays (dict / tuple / ndarray), copied."""
-    if isinstance(batch, np.ndarray):
-        return batch[ids]
-    if isinstance(batch, dict):
-        return {key: _take_tree(value, ids) for key, value in batch.items()}
-    return tuple(_take_tree(value, ids) for value in batch)
 
 
 def _poll_set(links: list[_Link]) -> tuple[select.poll, dict[int, tuple[_Link, bool]]]:
@@ -912,14 +904,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 f"num_envs={self.num_envs} but got length={len(seeds)}."
             )
             raise ValueError(msg)
-        if self._state != AsyncState.DEFAULT:
-            msg = (
-                "Calling `reset_async` while waiting for a pending call to "
-                f"`{self._state.value}` to complete"
-            )
-            raise AlreadyPendingCallError(msg, str(self._state.value))
-        if self.batch_size is not None:
-            self._assert_no_batches("reset_async")
+        self._assert_idle("reset_async", end="")
 
         flags = [True] * self.num_envs
         if options is not None and "reset_mask" in options:
@@ -1023,14 +1008,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 env; nothing is sent then.
         """
         self._assert_is_running()
-        if self._state != AsyncState.DEFAULT:
-            msg = (
-                "Calling `step_async` while waiting for a pending call to "
-                f"`{self._state.value}` to complete."
-            )
-            raise AlreadyPendingCallError(msg, str(self._state.value))
-        if self.batch_size is not None:
-            self._assert_no_batches("step_async")
+        self._assert_idle("step_async")
         view = self._fast_action_view
         if (
             view is not None
@@ -1265,14 +1243,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             ValueError: If ``name`` is one of ``reset``, ``step``, ``close``.
         """
         self._assert_is_running()
-        if self._state != AsyncState.DEFAULT:
-            msg = (
-                "Calling `call_async` while waiting for a pending call to "
-                f"`{self._state.value}` to complete."
-            )
-            raise AlreadyPendingCallError(msg, str(self._state.value))
-        if self.batch_size is not None:
-            self._assert_no_batches("call_async")
+        self._assert_idle("call_async")
         if name in _RESERVED_CALLS:
             msg = (
                 f"Trying to call function `{name}` with `call`, use `{name}` directly "
@@ -1339,14 +1310,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 "environments."
             )
             raise ValueError(msg)
-        if self._state != AsyncState.DEFAULT:
-            msg = (
-                "Calling `set_attr` while waiting for a pending call to "
-                f"`{self._state.value}` to complete."
-            )
-            raise AlreadyPendingCallError(msg, str(self._state.value))
-        if self.batch_size is not None:
-            self._assert_no_batches("set_attr")
+        self._assert_idle("set_attr")
         per_env = list(values)
         self._send_all(
             "set_attr",
@@ -1526,14 +1490,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         if self.worker is not None:
             msg = f"`{method}` is not available with a custom `worker`."
             raise ValueError(msg)
-        if self._state != AsyncState.DEFAULT:
-            msg = (
-                f"Calling `{method}` while waiting for a pending call to "
-                f"`{self._state.value}` to complete."
-            )
-            raise AlreadyPendingCallError(msg, str(self._state.value))
-        if self.batch_size is not None:
-            self._assert_no_batches(method)
+        self._assert_idle(method)
         order: list[Any] = (
             list(range(self.num_envs)) if indices is None else list(indices)
         )
@@ -1700,12 +1657,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 "`batch_size=k`."
             )
             raise ValueError(msg)
-        if self._state != AsyncState.DEFAULT:
-            msg = (
-                "Calling `send` while waiting for a pending call to "
-                f"`{self._state.value}` to complete."
-            )
-            raise AlreadyPendingCallError(msg, str(self._state.value))
+        self._assert_idle("send", batches=False)
         ids = self._check_env_ids(env_ids)
         per_env = self._place_batch_actions(actions, ids)
         order = np.argsort(ids, kind="stable")
@@ -1916,7 +1868,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     def _take_observations(self, ids: npt.NDArray[np.int64]) -> Any:
         """A fresh batch holding the current observations of ``ids``."""
         if self._obs_transport == "native":
-            return _take_tree(self.observations, ids)
+            return take_rows(self.observations, ids)
         items = (
             self._env_obs
             if self._obs_transport == "pipe"
@@ -1926,6 +1878,23 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         return concatenate(
             self.single_observation_space, [items[i] for i in ids.tolist()], out
         )
+
+    def _assert_idle(
+        self, method: str, *, end: str = ".", batches: bool = True
+    ) -> None:
+        """Refuse ``method`` while a call (or, with ``batches``, a batch) is pending.
+
+        Gymnasium's message text; ``end`` is its final punctuation, which Gymnasium
+        leaves out for ``reset_async``.
+        """
+        if self._state != AsyncState.DEFAULT:
+            msg = (
+                f"Calling `{method}` while waiting for a pending call to "
+                f"`{self._state.value}` to complete{end}"
+            )
+            raise AlreadyPendingCallError(msg, str(self._state.value))
+        if batches and self.batch_size is not None:
+            self._assert_no_batches(method)
 
     def _assert_no_batches(self, method: str) -> None:
         if self._in_flight.any() or self._ready:

@@ -52,6 +52,7 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space, iterate
 
 import vecpool
+from vecpool.shared import take_rows
 
 __all__ = [
     "BACKENDS",
@@ -286,15 +287,6 @@ def resolve_workload(name: str) -> Workload:
 # -------------------------------------------------------------------------- actions
 
 
-def _take_rows(batch: Any, ids: npt.NDArray[np.int64]) -> Any:
-    """Rows ``ids`` of a batched action (an array, or a dict/tuple of arrays)."""
-    if isinstance(batch, np.ndarray):
-        return batch[ids]
-    if isinstance(batch, dict):
-        return {key: _take_rows(value, ids) for key, value in batch.items()}
-    return tuple(_take_rows(value, ids) for value in batch)
-
-
 class ActionPlan:
     """Pre-drawn random actions for ``num_envs`` envs, one batch per vector step.
 
@@ -362,7 +354,7 @@ class ActionPlan:
 
     def take(self, step: int, ids: npt.NDArray[np.int64]) -> Any:
         """The actions of step ``step`` for the envs ``ids`` only."""
-        return _take_rows(self.batch(step), ids)
+        return take_rows(self.batch(step), ids)
 
     @property
     def singles(self) -> list[Any]:

@@ -33,6 +33,7 @@ __all__ = [
     "make_reader",
     "make_views",
     "make_writer",
+    "take_rows",
 ]
 
 _ALIGN = 64  # one cache line: keeps every array aligned and away from its neighbour
@@ -281,6 +282,23 @@ def cut(
         .reshape(field.shape)
         for field in fields
     ]
+
+
+def take_rows(batch: Any, rows: np.ndarray[Any, Any]) -> Any:
+    """Rows ``rows`` of a nested batch of arrays (dict / tuple / ndarray), copied.
+
+    Args:
+        batch: A batch as returned by :func:`make_views` (or batched actions).
+        rows: Integer indices along the leading dimension.
+
+    Returns:
+        The same structure holding only those rows.
+    """
+    if isinstance(batch, np.ndarray):
+        return batch[rows]
+    if isinstance(batch, dict):
+        return {key: take_rows(value, rows) for key, value in batch.items()}
+    return tuple(take_rows(value, rows) for value in batch)
 
 
 def copy_tree(batch: Any) -> Any:
