@@ -1066,45 +1066,56 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             if sys.getrefcount(owners[index]) != free:
                 self._obs_retired[index] = True
 
-    def _place_actions(self, actions: Any) -> list[Any] | None:
+    def _place_actions(
+        self, actions: Any, ids: npt.NDArray[np.int64] | None = None
+    ) -> list[Any] | None:
         """Write actions into shared memory, or return them per env for the pipes.
 
-        A batch whose every leaf is a numpy array of exactly the batched action
-        space's shape and dtype goes through shared memory (checked with a few
-        attribute reads). Anything else Gymnasium accepts (lists, other dtypes,
-        scalars broadcastable to the action shape) travels unchanged through the
-        pipes, so each env receives exactly what Gymnasium would hand it. The count is
-        always checked here, before anything is sent. After a timeout, a worker may
-        still be reading the previous actions, so then everything goes by pipe.
+        ``ids`` names the envs of a ``send`` batch (default: every env). A batch
+        whose every leaf is a numpy array of exactly the batched action space's
+        shape and dtype goes through shared memory (checked with a few attribute
+        reads). Anything else Gymnasium accepts (lists, other dtypes, scalars
+        broadcastable to the action shape) travels unchanged through the pipes, so
+        each env receives exactly what Gymnasium would hand it. The count is always
+        checked here, before anything is sent. After a timeout, a worker may still
+        be reading the previous actions, so then everything goes by pipe.
         """
+        count = self.num_envs if ids is None else ids.size
         views = self._action_views
         if views and not self._any_stale():
-            if len(views) == 1 and is_native_leaf(self.single_action_space):
+            if (
+                ids is None
+                and len(views) == 1
+                and is_native_leaf(self.single_action_space)
+            ):
                 leaves: list[Any] | None = [actions]
             else:
                 try:
-                    leaves = flatten_batch(
-                        self.single_action_space, actions, self.num_envs
-                    )
+                    leaves = flatten_batch(self.single_action_space, actions, count)
                 except ValueError:
                     leaves = None
             if leaves is not None and all(
                 type(leaf) is np.ndarray
                 and leaf.dtype == view.dtype
-                and leaf.shape == view.shape
+                and leaf.shape == (count, *view.shape[1:])
                 for leaf, view in zip(leaves, views, strict=True)
             ):
                 for leaf, view in zip(leaves, views, strict=True):
-                    view[...] = leaf
+                    if ids is None:
+                        view[...] = leaf
+                    else:
+                        view[ids] = leaf
                 return None
             if leaves is not None:
                 self._warn_slow_actions(leaves, views)
-        per_env = list(iterate(self.action_space, actions))
-        if len(per_env) != self.num_envs:
-            msg = (
-                f"`actions` must hold one action per sub-environment "
-                f"(num_envs={self.num_envs}), got {len(per_env)}."
+        per_env = list(iterate(self._batched_action_space(count), actions))
+        if len(per_env) != count:
+            what = (
+                f"sub-environment (num_envs={count})"
+                if ids is None
+                else f"id in `env_ids` ({count})"
             )
+            msg = f"`actions` must hold one action per {what}, got {len(per_env)}."
             raise ValueError(msg)
         shape = getattr(self.single_action_space, "shape", None)
         if is_native_leaf(self.single_action_space) and shape is not None:
@@ -1120,6 +1131,17 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                     )
                     raise ValueError(msg)
         return per_env
+
+    def _batched_action_space(self, count: int) -> Space[Any]:
+        """The action space batched ``count`` times (cached)."""
+        if count == self.num_envs:
+            return self.action_space
+        space = self._batch_spaces.get(count)
+        if space is None:
+            space = self._batch_spaces[count] = batch_space(
+                self.single_action_space, count
+            )
+        return space
 
     def _warn_slow_actions(
         self, leaves: list[Any], views: list[npt.NDArray[Any]]
@@ -1434,10 +1456,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             raise ValueError(msg)
         order, groups = self._group_indices(indices, "step_from")
         states = self._check_count("states", states, len(order))
-        space = self._batch_spaces.get(len(order)) or batch_space(
-            self.single_action_space, len(order)
-        )
-        self._batch_spaces[len(order)] = space
+        space = self._batched_action_space(len(order))
         per_env = self._check_count(
             "actions", list(iterate(space, actions)), len(order)
         )
@@ -1659,7 +1678,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             raise ValueError(msg)
         self._assert_idle("send", batches=False)
         ids = self._check_env_ids(env_ids)
-        per_env = self._place_batch_actions(actions, ids)
+        per_env = self._place_actions(actions, ids)
         order = np.argsort(ids, kind="stable")
         sorted_ids = ids[order]
         for link in self._links:
@@ -1711,40 +1730,6 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             )
             raise ValueError(msg)
         return ids
-
-    def _place_batch_actions(
-        self, actions: Any, ids: npt.NDArray[np.int64]
-    ) -> list[Any] | None:
-        """Write the batch's actions into their rows, or return them per env."""
-        count = ids.size
-        views = self._action_views
-        if views and not any(link.stale for link in self._links):
-            try:
-                leaves: list[Any] | None = flatten_batch(
-                    self.single_action_space, actions, count
-                )
-            except ValueError:
-                leaves = None
-            if leaves is not None and all(
-                type(leaf) is np.ndarray and leaf.dtype == view.dtype
-                for leaf, view in zip(leaves, views, strict=True)
-            ):
-                for leaf, view in zip(leaves, views, strict=True):
-                    view[ids] = leaf
-                return None
-        space = self._batch_spaces.get(count)
-        if space is None:
-            space = self._batch_spaces[count] = batch_space(
-                self.single_action_space, count
-            )
-        per_env = list(iterate(space, actions))
-        if len(per_env) != count:
-            msg = (
-                f"`actions` must hold one action per id in `env_ids` ({count}), "
-                f"got {len(per_env)}."
-            )
-            raise ValueError(msg)
-        return per_env
 
     def recv(
         self, timeout: float | None = None
