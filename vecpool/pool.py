@@ -568,23 +568,7 @@ class ReplayPool:
         self._reward[row] = reward
         self._terminated[row] = terminated
         self._truncated[row] = truncated
-        returns, lengths = self._episode_return, self._episode_length
-        if valid is None:
-            self._row = self._next_row[row]
-            self._pending += 1
-            np.add(returns, reward, out=returns)
-            np.add(lengths, self._ones, out=lengths)
-            if np.count_nonzero(terminated) or np.count_nonzero(truncated):
-                self._end_episodes(terminated | truncated)
-        else:
-            self._row = np.where(valid, self._next_row[row], row)
-            self._pending_env += valid
-            self._masked = True
-            np.add(returns, reward, out=returns, where=valid)
-            lengths += valid
-            ended = (terminated | truncated) & valid
-            if np.count_nonzero(ended):
-                self._end_episodes(ended)
+        self._advance(row, reward, terminated, truncated, valid)
 
     def _add_arrays(
         self,
@@ -604,6 +588,17 @@ class ReplayPool:
         self._reward[row] = reward
         self._terminated[row] = terminated
         self._truncated[row] = truncated
+        self._advance(row, reward, terminated, truncated, valid)
+
+    def _advance(
+        self,
+        row: npt.NDArray[np.intp],
+        reward: npt.NDArray[Any],
+        terminated: npt.NDArray[np.bool_],
+        truncated: npt.NDArray[np.bool_],
+        valid: npt.NDArray[np.bool_] | None,
+    ) -> None:
+        """After the hot writes at ``row``: move on, count, close ended episodes."""
         returns, lengths = self._episode_return, self._episode_length
         done = np.logical_or(terminated, truncated)
         if valid is None:
