@@ -49,11 +49,9 @@ from vecpool.errors import (
     VecPoolWarning,
     WorkerCrashedError,
 )
-from vecpool.shared import (
-    Layout,
-    SharedBlock,
+from vecpool.shared_memory import Layout, SharedBlock, cut
+from vecpool.spaces import (
     copy_tree,
-    cut,
     flatten_batch,
     is_native,
     is_native_leaf,

@@ -52,7 +52,7 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space, iterate
 
 import vecpool
-from vecpool.shared import take_rows
+from vecpool.spaces import take_rows
 
 __all__ = [
     "BACKENDS",

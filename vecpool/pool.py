@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
 
-from vecpool.shared import NATIVE_LEAVES, flatten_batch, is_native, leaves, make_views
+from vecpool.spaces import NATIVE_LEAVES, flatten_batch, is_native, leaves, make_views
 
 __all__ = ["EpisodeStats", "ReplayPool", "Transitions"]
 

@@ -25,7 +25,7 @@ from gymnasium.vector.utils import batch_space
 from vecpool.async_env import AsyncVectorEnv
 from vecpool.errors import VecPoolWarning
 from vecpool.pool import ReplayPool
-from vecpool.shared import flatten_batch, is_native, leaves, make_views
+from vecpool.spaces import flatten_batch, is_native, leaves, make_views
 
 __all__ = ["EpisodeRecord", "Policy", "SampleBatch", "Sampler"]
 

@@ -35,7 +35,8 @@ from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import write_to_shared_memory
 
-from vecpool.shared import Layout, SharedBlock, leaves, make_reader, make_writer
+from vecpool.shared_memory import Layout, SharedBlock
+from vecpool.spaces import leaves, make_reader, make_writer
 
 __all__ = [
     "STEP",

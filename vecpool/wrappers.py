@@ -11,7 +11,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
 from vecpool.errors import VecPoolWarning
 from vecpool.pool import ReplayPool, Transitions
-from vecpool.shared import NATIVE_LEAVES, flatten_batch, leaves, make_writer
+from vecpool.spaces import NATIVE_LEAVES, flatten_batch, leaves, make_writer
 
 __all__ = ["ReplayPoolWrapper"]
 
