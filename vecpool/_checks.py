@@ -49,7 +49,7 @@ def check_int(
     Raises:
         ValueError: (or ``error``) naming the argument, the bound and the value.
     """
-    number = int(value) if is_int(value) else None  # type: ignore[call-overload]
+    number: int | None = int(value) if is_int(value) else None  # type: ignore[call-overload]
     if number is None or number < low or (high is not None and number > high):
         bound = f">= {low}" if high is None else f"between {low} and {high}"
         msg = f"`{name}` must be an integer {bound}{hint}, got {value!r}."
