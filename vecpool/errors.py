@@ -7,6 +7,7 @@ import gymnasium.error
 __all__ = [
     "AlreadyPendingCallError",
     "ClosedEnvironmentError",
+    "ConcurrentUseError",
     "CustomSpaceError",
     "NoAsyncCallError",
     "RemoteTraceback",
@@ -45,7 +46,15 @@ class NoAsyncCallError(VecPoolError, gymnasium.error.NoAsyncCallError):
 
 
 class CustomSpaceError(VecPoolError, gymnasium.error.CustomSpaceError):
-    """A space has no shared-memory layout."""
+    """A space has no shared-memory layout (the cause of the `ValueError` then)."""
+
+
+class ConcurrentUseError(VecPoolError, RuntimeError):
+    """A vector env was called from a second thread while a call was running.
+
+    A vector env is not thread-safe: each thread needs its own, or the callers
+    must hold a lock around every call.
+    """
 
 
 class WorkerCrashedError(VecPoolError):

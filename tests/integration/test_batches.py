@@ -126,7 +126,7 @@ def test_every_env_is_stepped_once_per_action_sent(make_async):
         envs.send(actions, ids)
         *_, infos = envs.recv()
         ids = infos["env_id"]
-    while envs._in_flight.any() or envs._ready:
+    while envs.pending_env_ids:
         envs.recv()
     received = envs.get_attr("actions_received")
     for index in range(num_envs):
@@ -185,8 +185,7 @@ def test_finished_but_unreturned_envs_cannot_be_sent(make_async):
     envs.send(np.zeros(4, dtype=np.int64), np.arange(4))
     *_, infos = envs.recv()
     returned = set(infos["env_id"].tolist())
-    while envs._in_flight.any():  # let the other worker's envs finish too
-        envs._receive_batches(None, None)
+    envs._batches.finish_in_flight()  # let the other worker's envs finish too
     waiting = sorted(set(range(4)) - returned)
     with pytest.raises(ValueError, match=re.escape("has not returned them yet")):
         envs.send(np.zeros(2, dtype=np.int64), waiting)
@@ -210,7 +209,7 @@ def test_an_env_error_in_a_batch_keeps_the_other_envs(make_async):
             envs.recv()
     # env 1 shares env 0's worker: it stepped fine and must still come back
     returned = []
-    while envs._in_flight.any() or envs._ready:
+    while envs.pending_env_ids:
         *_, infos = envs.recv()
         returned += infos["env_id"].tolist()
     assert sorted(returned) == [1, 2, 3]

@@ -224,7 +224,7 @@ def test_close_releases_the_shared_block(make_async):
 
     envs = make_async([functools.partial(CountingEnv) for _ in range(2)])
     envs.reset(seed=0)
-    block = weakref.ref(envs._block.raw)
+    block = weakref.ref(envs._buffers.block.raw)
     envs.close()
     gc.collect()
     assert block() is None

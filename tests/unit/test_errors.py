@@ -16,6 +16,7 @@ INSTANCES: dict[str, Any] = {
     "AlreadyPendingCallError": errors.AlreadyPendingCallError("pending call", "step"),
     "NoAsyncCallError": errors.NoAsyncCallError("no async call", "reset"),
     "CustomSpaceError": errors.CustomSpaceError("custom space"),
+    "ConcurrentUseError": errors.ConcurrentUseError("called from two threads"),
     "WorkerCrashedError": errors.WorkerCrashedError(
         "Worker 1 (envs 2, 3) died with exit code -9", 1, (2, 3), -9
     ),

@@ -1,0 +1,756 @@
+"""The parent's handles on its worker processes: start, send, THE wait, crashes, close.
+
+Every command to a worker gets exactly one reply, in order. A :class:`WorkerHandle`
+numbers both: ``sent`` counts the commands written to the pipe, ``received`` the
+replies read from it, and ``expected`` holds the numbers of the replies a pending
+call is waiting for. A reply that is not the next one expected belongs to a command
+whose call gave up (a timeout, a Ctrl-C) and is dropped. Writing a command and
+counting it, or reading a reply and storing it, happen inside a
+:func:`vecpool._interrupts.held` section, so a Ctrl-C can never come between the two.
+Hence the rule: after an interrupt or a timeout, every later result is the result
+of the commands its call sent, or an error; never an earlier call's rows.
+
+:meth:`WorkerGroup.wait` is the one wait loop, used by step, reset, call, the env
+state calls and the ``send``/``recv`` batches: it waits on every pipe and every
+process sentinel at once, spins first when the :class:`SpinPolicy` says so, honours
+one deadline, reads replies before judging deaths, and drops stale replies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import multiprocessing
+import pickle
+import select
+import signal
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, NoReturn
+
+import cloudpickle
+import numpy as np
+from gymnasium import Env, logger
+
+from vecpool._interrupts import ForcedInterrupt, held
+from vecpool.errors import RemoteTraceback, VecPoolError, WorkerCrashedError
+from vecpool.protocol import (
+    STEP,
+    STEP_SOME,
+    Channel,
+    Command,
+    ErrorRecord,
+    Reply,
+    rebuild_exception,
+    spin_until_ready,
+)
+
+__all__ = [
+    "GymWorkerHandle",
+    "SpinPolicy",
+    "WorkerGroup",
+    "WorkerHandle",
+    "describe_exit",
+    "raise_env_errors",
+    "split",
+]
+
+SPIN_BUDGET = 0.002
+"""Seconds to poll before blocking."""
+SPIN_MAX_WAIT = 0.00025
+"""With ``"auto"``, the parent spins while replies come back within this."""
+
+
+class EnvFns:
+    """Picklable (by cloudpickle) list of env constructors for one worker."""
+
+    def __init__(self, env_fns: list[Callable[[], Env[Any, Any]]]) -> None:
+        """Keep ``env_fns``."""
+        self.env_fns = env_fns
+
+    def __call__(self) -> list[Callable[[], Env[Any, Any]]]:
+        """The constructors."""
+        return self.env_fns
+
+    def __getstate__(self) -> bytes:
+        """Cloudpickle the constructors (lambdas and local functions included)."""
+        return bytes(cloudpickle.dumps(self.env_fns))
+
+    def __setstate__(self, state: bytes) -> None:
+        """Unpickle the constructors."""
+        self.env_fns = pickle.loads(state)
+
+
+def split(num_envs: int, num_workers: int) -> list[range]:
+    """Contiguous slices of ``range(num_envs)``, sizes differing by at most one.
+
+    Args:
+        num_envs: Number of sub-environments.
+        num_workers: Number of slices.
+
+    Returns:
+        One range per worker, in order.
+    """
+    base, extra = divmod(num_envs, num_workers)
+    slices, start = [], 0
+    for worker in range(num_workers):
+        stop = start + base + (1 if worker < extra else 0)
+        slices.append(range(start, stop))
+        start = stop
+    return slices
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """Words for a process exit code (naming the signal of a negative one).
+
+    Args:
+        exitcode: ``Process.exitcode``.
+
+    Returns:
+        E.g. ``"exit code -9 (SIGKILL)"``.
+    """
+    if exitcode is None:
+        return "an unknown exit code"
+    if exitcode < 0:
+        try:
+            return f"exit code {exitcode} ({signal.Signals(-exitcode).name})"
+        except ValueError:
+            return f"exit code {exitcode}"
+    return f"exit code {exitcode}"
+
+
+class OutOfStepError(VecPoolError):
+    """A transfer to or from a worker was cut off half-way (a second Ctrl-C)."""
+
+
+class WorkerHandle:
+    """The parent's handle on one vecpool worker process.
+
+    Attributes:
+        index: Worker index.
+        env_indices: The global indices of the envs it hosts.
+        process: The process.
+        conn: The parent's end of its pipe.
+        sent: Commands written so far.
+        received: Replies read so far.
+        expected: Numbers of the replies a pending call waits for, oldest first.
+        answers: ``(number, reply)`` of expected replies that arrived, oldest first.
+        batches: Env ids of each ``send`` batch in flight, by reply number.
+    """
+
+    def __init__(
+        self,
+        index: int,
+        env_indices: range,
+        process: multiprocessing.process.BaseProcess,
+        conn: Connection,
+    ) -> None:
+        """Wrap a started worker."""
+        self.index = index
+        self.env_indices = env_indices
+        self.process = process
+        self.conn = conn
+        self.channel = Channel(conn.fileno())
+        self.sentinel: int = process.sentinel
+        self.sent = 0
+        self.received = 0
+        self.expected: deque[int] = deque()
+        self.answers: deque[tuple[int, Reply | None]] = deque()
+        self.batches: dict[int, list[int]] = {}
+        self.out_of_step = False
+
+    # -- sending ---------------------------------------------------------------------
+
+    def send_step(
+        self, actions: list[Any] | None, buffer: int = 0, message: bytes = STEP
+    ) -> int:
+        """Step every hosted env; actions in shared memory when ``actions`` is None."""
+        if actions is None:
+            return self._write(message)
+        return self.send(Command.STEP, (actions, None, buffer))
+
+    def send_step_some(self, local: list[int], actions: list[Any] | None) -> int:
+        """Step the hosted envs ``local`` (a ``send`` batch)."""
+        if actions is None:
+            return self._write(STEP_SOME + np.asarray(local, np.uint16).tobytes())
+        return self.send(Command.STEP, (actions, local, 0))
+
+    def send_reset(
+        self,
+        seeds: list[Any],
+        options: dict[str, Any] | None,
+        flags: list[bool],
+        buffer: int = 0,
+    ) -> int:
+        """Reset the hosted envs whose flag is set."""
+        return self.send(Command.RESET, (seeds, options, flags, buffer))
+
+    def send_call(
+        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> int:
+        """Call a method (or read an attribute) of every hosted env."""
+        return self.send(Command.CALL, (name, args, kwargs))
+
+    def send_set_attr(self, name: str, values: list[Any]) -> int:
+        """Set an attribute of every hosted env (one value each)."""
+        return self.send(Command.SET_ATTR, (name, values))
+
+    def send_close(self) -> int:
+        """Close the hosted envs and end the worker."""
+        return self.send(Command.CLOSE, None)
+
+    def send(self, command: Command, payload: Any) -> int:
+        """Pickle and send a command; return its number."""
+        try:
+            data = pickle.dumps((command, payload), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - e.g. a lambda in `call` arguments
+            data = bytes(
+                cloudpickle.dumps((command, payload), protocol=pickle.HIGHEST_PROTOCOL)
+            )
+        return self._write(data)
+
+    def _write(self, data: bytes) -> int:
+        with held():
+            try:
+                self.channel.send(data)
+            except ForcedInterrupt:
+                self.out_of_step = True
+                raise
+            self.sent += 1
+            return self.sent
+
+    # -- receiving -------------------------------------------------------------------
+
+    def has_message(self) -> bool:
+        """Whether a whole reply is already buffered (no system call)."""
+        return self.channel.has_message()
+
+    def poll(self) -> bool:
+        """Whether a reply (or EOF) can be read now."""
+        return self.channel.has_message() or self.conn.poll()
+
+    def expect(self, number: int) -> None:
+        """Wait, in the next :meth:`WorkerGroup.wait`, for reply ``number`` alone."""
+        self.expected.clear()
+        self.answers.clear()
+        self.expected.append(number)
+
+    def receive(self) -> bool:
+        """Read one reply; keep it if expected. Return whether it was expected.
+
+        Raises:
+            EOFError: If the worker closed its pipe.
+            OSError: If the pipe broke.
+        """
+        with held():
+            try:
+                data = self.channel.recv()
+            except ForcedInterrupt:
+                self.out_of_step = True
+                raise
+            self.received = number = self.received + 1
+            reply = self.decode(data)
+            expected = self.expected
+            while expected and expected[0] < number:  # never coming: drop
+                expected.popleft()
+            if not expected or expected[0] != number:
+                return False  # the reply to a command whose call gave up
+            expected.popleft()
+            self.answers.append((number, reply))
+            return True
+
+    def decode(self, data: bytes) -> Reply | None:
+        """Turn a reply's bytes into a :class:`Reply` (``None``: nothing to say)."""
+        if not data:
+            return None
+        reply: Reply = pickle.loads(data)
+        return reply
+
+    def answer(self) -> Reply | None:
+        """The answer to the call that just completed (kept until the next call).
+
+        Left in place, so a call interrupted while it read its answers can be
+        waited for again and find them.
+        """
+        return self.answers[0][1] if self.answers else None
+
+    def drop_pending(self) -> None:
+        """Forget every awaited reply (they will be dropped when they come)."""
+        self.expected.clear()
+        self.answers.clear()
+        self.batches.clear()
+
+    @property
+    def idle(self) -> bool:
+        """Whether every command sent has been answered (shared memory is free)."""
+        return self.received >= self.sent
+
+
+class GymWorkerHandle(WorkerHandle):
+    """Handle of a worker that speaks Gymnasium's protocol (a custom ``worker=``)."""
+
+    def __init__(
+        self,
+        index: int,
+        env_indices: range,
+        process: multiprocessing.process.BaseProcess,
+        conn: Connection,
+        error_queue: Any,
+        by_pipe: bool,
+    ) -> None:
+        """Wrap a started Gymnasium-protocol worker."""
+        super().__init__(index, env_indices, process, conn)
+        self.error_queue = error_queue
+        self.by_pipe = by_pipe
+        self.kinds: deque[str] = deque()
+
+    def _send_gym(self, kind: str, message: tuple[str, Any]) -> int:
+        with held():
+            self.conn.send(message)
+            self.kinds.append(kind)
+            self.sent += 1
+            return self.sent
+
+    def send_step(
+        self,
+        actions: list[Any] | None,
+        buffer: int = 0,  # noqa: ARG002 - Gymnasium's workers have one buffer
+        message: bytes = STEP,  # noqa: ARG002 - and speak their own protocol
+    ) -> int:
+        """Step the env with its action (always by pipe)."""
+        assert actions is not None
+        return self._send_gym("step", ("step", actions[0]))
+
+    def send_reset(
+        self,
+        seeds: list[Any],
+        options: dict[str, Any] | None,
+        flags: list[bool],
+        buffer: int = 0,  # noqa: ARG002 - Gymnasium's workers have one buffer
+    ) -> int:
+        """Reset the env (or leave it, outside a ``reset_mask``)."""
+        if flags[0]:
+            return self._send_gym(
+                "reset", ("reset", {"seed": seeds[0], "options": options})
+            )
+        return self._send_gym("reset", ("reset-noop", None))
+
+    def send_call(
+        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> int:
+        """Call a method of the env."""
+        return self._send_gym("call", ("_call", (name, args, kwargs)))
+
+    def send_set_attr(self, name: str, values: list[Any]) -> int:
+        """Set an attribute of the env."""
+        return self._send_gym("none", ("_setattr", (name, values[0])))
+
+    def send_close(self) -> int:
+        """Close the env and end the worker."""
+        return self._send_gym("none", ("close", None))
+
+    def send_check_spaces(self, data: tuple[Any, Any, Any]) -> int:
+        """Ask for Gymnasium's start-up space check."""
+        return self._send_gym("call", ("_check_spaces", data))
+
+    def has_message(self) -> bool:
+        """Gymnasium's ``Connection`` buffers nothing of its own."""
+        return False
+
+    def poll(self) -> bool:
+        """Whether a reply (or EOF) can be read now."""
+        return self.conn.poll()
+
+    def receive(self) -> bool:
+        """Read one reply in Gymnasium's protocol (see :meth:`WorkerHandle.receive`)."""
+        with held():
+            data, success = self.conn.recv()
+            kind = self.kinds.popleft() if self.kinds else "none"
+            self.received = number = self.received + 1
+            reply = self._translate(kind, data, success)
+            expected = self.expected
+            while expected and expected[0] < number:
+                expected.popleft()
+            if not expected or expected[0] != number:
+                return False
+            expected.popleft()
+            self.answers.append((number, reply))
+            return True
+
+    def _translate(self, kind: str, data: Any, success: bool) -> Reply | None:
+        index = self.env_indices[0]
+        if not success:
+            env_index, exc_type, value, trace = self.error_queue.get()
+            return Reply(
+                errors=[ErrorRecord(env_index, None, exc_type, str(value), trace)]
+            )
+        if kind == "step":
+            obs, reward, terminated, truncated, info = data
+            return Reply(
+                infos=[(index, info)] if info else None,
+                observations=[obs] if self.by_pipe else None,
+                step_values=[(index, reward, terminated, truncated)],
+            )
+        if kind == "reset":
+            obs, info = data
+            return Reply(
+                infos=[(index, info)] if info else None,
+                observations=[obs] if self.by_pipe else None,
+            )
+        if kind == "call":
+            return Reply(results=[data])
+        return None
+
+
+@dataclass
+class SpinPolicy:
+    """How long the parent polls before blocking, adapted to the gap between steps.
+
+    Spinning (poll + ``sched_yield``) skips the 50-150 microseconds it costs to wake
+    a blocked process; it pays only while replies come back quickly and no more
+    processes run than cores.
+
+    Attributes:
+        worker_spin: The workers' spin budget (0: they block).
+        spin: The parent's current spin budget.
+        spin_yield: Whether spinners yield the CPU between polls.
+        adaptive: Whether :meth:`timed` adapts ``spin`` (``wait_strategy="auto"``).
+        wait_ema: Seconds a wait takes, smoothed.
+    """
+
+    worker_spin: float
+    spin: float
+    spin_yield: bool = True
+    adaptive: bool = False
+    wait_ema: float = 0.0
+
+    @classmethod
+    def from_strategy(
+        cls, wait_strategy: str, num_workers: int, cpus: int
+    ) -> SpinPolicy:
+        """The policy for ``wait_strategy`` with ``num_workers`` on ``cpus`` CPUs."""
+        spins = wait_strategy == "spin" or (
+            wait_strategy == "auto" and num_workers <= cpus
+        )
+        budget = SPIN_BUDGET if spins else 0.0
+        return cls(budget, budget, True, wait_strategy == "auto")
+
+    def before_wait(self) -> float:
+        """The spin budget for the next wait (and start timing it)."""
+        if self.adaptive and self.worker_spin:
+            self.spin = 0.0 if self.wait_ema > SPIN_MAX_WAIT else SPIN_BUDGET
+            self._started = time.perf_counter()
+        return self.spin
+
+    def after_wait(self) -> None:
+        """Fold the wait just finished into the average."""
+        if self.adaptive and self.worker_spin:
+            waited = time.perf_counter() - self._started
+            self.wait_ema += 0.1 * (waited - self.wait_ema)
+
+    _started: float = 0.0
+
+
+def raise_env_errors(
+    replies: Iterable[Reply | None], owner: str, *, log: bool = True
+) -> None:
+    """Raise the last env exception in ``replies`` (if any), as Gymnasium does.
+
+    Args:
+        replies: Worker replies.
+        owner: The vector env's class name, for the note.
+        log: Whether to write Gymnasium's log lines (its own API's errors only).
+
+    Raises:
+        BaseException: The env's exception, original type, with the remote
+            traceback as ``__cause__`` and a note naming the env.
+    """
+    errors = [
+        error for reply in replies if reply and reply.errors for error in reply.errors
+    ]
+    if not errors:
+        return
+    for error in errors if log else ():
+        logger.error(
+            f"Received the following error from Worker-{error.env_index} - "
+            "Shutting it down"
+        )
+        logger.error("%s", error.traceback)
+    if log:
+        logger.error("Raising the last exception back to the main process.")
+    last = errors[-1]
+    exception = rebuild_exception(last)
+    where = f"raised in sub-environment {last.env_index} of {owner}"
+    add_note = getattr(exception, "add_note", None)
+    if add_note is not None:  # Python >= 3.11
+        add_note(where)
+    raise exception from RemoteTraceback(f"({where})\n{last.traceback}")
+
+
+class WorkerGroup:
+    """All the worker handles of one vector env, and the one wait loop over them.
+
+    Attributes:
+        handles: One handle per worker, in order.
+        handle_of: Env index -> worker index.
+        spin: The spin policy.
+        broken: The crash that made the group unusable, once one happened.
+    """
+
+    def __init__(self, spin: SpinPolicy) -> None:
+        """An empty group (see :meth:`add`)."""
+        self.handles: list[WorkerHandle] = []
+        self.handle_of: dict[int, int] = {}
+        self.spin = spin
+        self.broken: WorkerCrashedError | None = None
+        self._poll_all: tuple[select.poll, dict[int, tuple[WorkerHandle, bool]]]
+        self._poll_all_built = False
+
+    def add(self, handle: WorkerHandle) -> None:
+        """Add the handle of a started worker."""
+        self.handles.append(handle)
+        for env_index in handle.env_indices:
+            self.handle_of[env_index] = handle.index
+        self._poll_all_built = False
+
+    def any_abandoned(self) -> bool:
+        """Whether a worker still runs a command whose call gave up.
+
+        Such a worker may still read the shared actions, so new actions then go
+        by pipe.
+        """
+        return any(
+            handle.sent - handle.received > len(handle.expected)
+            for handle in self.handles
+        )
+
+    def check_in_step(self) -> None:
+        """Raise if a cut-off transfer left a pipe out of step.
+
+        Raises:
+            OutOfStepError: Naming the worker and the fix.
+        """
+        for handle in self.handles:
+            if handle.out_of_step:
+                msg = (
+                    f"A second Ctrl-C cut off a transfer to or from worker "
+                    f"{handle.index} half-way, so its pipe is out of step: call "
+                    "`close()` and create a new vector env."
+                )
+                raise OutOfStepError(msg)
+
+    def send_all(
+        self, what: str, send: Callable[[WorkerHandle], int]
+    ) -> list[WorkerHandle]:
+        """Send one command to every worker; each then awaits its reply.
+
+        Args:
+            what: The call's name, for a crash message.
+            send: Sends the command on one handle and returns its number.
+
+        Returns:
+            The handles.
+
+        Raises:
+            WorkerCrashedError: If a worker's pipe is broken.
+        """
+        for handle in self.handles:
+            try:
+                number = send(handle)
+            except OSError:
+                self.crashed(handle, what)
+            handle.expect(number)
+        return self.handles
+
+    def wait(
+        self,
+        what: str,
+        timeout: float | None,
+        handles: list[WorkerHandle] | None = None,
+        *,
+        any_answer: bool = False,
+        label: str | None = None,
+        deadline: float | None = None,
+    ) -> None:
+        """Wait until every handle (or, with ``any_answer``, one) has its answers.
+
+        Args:
+            what: The call's name, for the crash message.
+            timeout: Seconds to wait; ``None`` waits as long as the workers live.
+            handles: The workers to wait for (default: all).
+            any_answer: Return as soon as any handle holds an answer.
+            label: The name the timeout message gives (default: ``what``).
+            deadline: A ``time.monotonic()`` deadline replacing ``timeout``'s (which
+                the message still shows).
+
+        Raises:
+            multiprocessing.TimeoutError: If the deadline passed.
+            WorkerCrashedError: If a worker died without answering.
+        """
+        if handles is None:
+            handles = self.handles
+            poller, watched = self._all_poll()
+        else:
+            poller, watched = poll_set(handles)
+
+        def finished() -> bool:
+            if any_answer:
+                return any(handle.answers for handle in handles)
+            return not any(handle.expected for handle in handles)
+
+        if finished():
+            return
+        if deadline is None and timeout is not None:
+            deadline = time.monotonic() + timeout
+        spin = self.spin.before_wait()
+        while True:
+            # replies already read in bulk come first (no system call)
+            events = [
+                (handle.conn.fileno(), select.POLLIN)
+                for handle in handles
+                if handle.has_message()
+            ] or poller.poll(0)
+            if not events and spin > 0.0:
+                events = spin_until_ready(poller, spin, self.spin.spin_yield)
+            if not events:
+                if deadline is None:
+                    events = poller.poll()
+                else:
+                    remaining = deadline - time.monotonic()
+                    if remaining > 0:
+                        events = poller.poll(max(1, math.ceil(remaining * 1000)))
+            if not events:
+                name = label or what
+                msg = f"The call to `{name}` has timed out after {timeout} second(s)."
+                raise multiprocessing.TimeoutError(msg)
+            # read replies before judging deaths: a worker may answer, then exit
+            events.sort(key=lambda event: watched.get(event[0], (None, True))[1])
+            for fd, _ in events:
+                entry = watched.get(fd)
+                if entry is None:
+                    continue
+                handle, is_sentinel = entry
+                if is_sentinel:
+                    if handle.poll():
+                        continue  # its last words come first
+                    if handle.expected:
+                        self.crashed(handle, what)
+                    # it answered, then exited (e.g. after reporting an env error
+                    # at start-up): the next command will find out
+                    with contextlib.suppress(KeyError, ValueError):
+                        poller.unregister(fd)
+                    watched.pop(fd, None)
+                    continue
+                try:
+                    handle.receive()
+                    while handle.has_message():
+                        handle.receive()
+                except (EOFError, OSError):
+                    self.crashed(handle, what)
+            if finished():
+                self.spin.after_wait()
+                return
+
+    def _all_poll(self) -> tuple[select.poll, dict[int, tuple[WorkerHandle, bool]]]:
+        if not self._poll_all_built:
+            self._poll_all = poll_set(self.handles)
+            self._poll_all_built = True
+        poller, watched = self._poll_all
+        return poller, watched
+
+    def crashed(self, handle: WorkerHandle, what: str) -> NoReturn:
+        """Record and raise the death of ``handle``'s worker.
+
+        Raises:
+            WorkerCrashedError: Naming the worker, its envs and its exit code.
+        """
+        handle.process.join(1.0)
+        envs = handle.env_indices
+        hosted = (
+            f"env {envs.start}"
+            if len(envs) == 1
+            else f"envs {envs.start}-{envs.stop - 1}"
+        )
+        msg = (
+            f"Worker {handle.index} (hosting {hosted}) died with "
+            f"{describe_exit(handle.process.exitcode)} while running `{what}`. Its "
+            "sub-environments are lost: call `close()` and create a new vector env."
+        )
+        error = WorkerCrashedError(
+            msg, handle.index, tuple(envs), handle.process.exitcode
+        )
+        self.broken = error
+        raise error
+
+    def drop_pending(self) -> None:
+        """Forget every awaited reply of every worker."""
+        for handle in self.handles:
+            handle.drop_pending()
+
+    def close(self, timeout: float | None) -> bool:
+        """Ask live workers to close their envs; return whether all answered.
+
+        Args:
+            timeout: Seconds to wait for the answers.
+        """
+        self.drop_pending()
+        live = [
+            handle
+            for handle in self.handles
+            if handle.process.is_alive() and not handle.out_of_step
+        ]
+        try:
+            for handle in live:
+                handle.expect(handle.send_close())
+            self.wait("close", timeout, live)
+        except Exception:  # noqa: BLE001 - the caller terminates the workers
+            return False
+        return True
+
+
+def poll_set(
+    handles: list[WorkerHandle],
+) -> tuple[select.poll, dict[int, tuple[WorkerHandle, bool]]]:
+    """A poll set over the handles' pipes and process sentinels.
+
+    Args:
+        handles: Worker handles.
+
+    Returns:
+        The poll object and a map fd -> (handle, whether it is the sentinel).
+    """
+    poller = select.poll()
+    watched: dict[int, tuple[WorkerHandle, bool]] = {}
+    for handle in handles:
+        for fd, is_sentinel in ((handle.conn.fileno(), False), (handle.sentinel, True)):
+            watched[fd] = (handle, is_sentinel)
+            poller.register(fd, select.POLLIN)
+    return poller, watched
+
+
+def shutdown(
+    processes: list[multiprocessing.process.BaseProcess], conns: list[Connection]
+) -> None:
+    """Terminate and reap worker processes; close pipes. Safe to call twice.
+
+    Args:
+        processes: The worker processes.
+        conns: The parent's pipe ends.
+    """
+    for process in processes:
+        with contextlib.suppress(Exception):
+            if process.is_alive():
+                process.terminate()
+    deadline = time.monotonic() + 2.0
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join(1.0)
+    for conn in conns:
+        with contextlib.suppress(Exception):
+            conn.close()
