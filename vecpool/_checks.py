@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import inspect
 import os
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-__all__ = ["WAIT_STRATEGIES", "available_cpus", "check_int", "is_int"]
+__all__ = [
+    "WAIT_STRATEGIES",
+    "available_cpus",
+    "check_custom_worker",
+    "check_int",
+    "check_max_concurrency",
+    "check_reset_mask",
+    "is_int",
+]
 
 WAIT_STRATEGIES: tuple[str, ...] = ("auto", "spin", "block")
 """The values ``AsyncVectorEnv(wait_strategy=...)`` accepts."""
@@ -66,3 +77,88 @@ def available_cpus() -> int:
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return os.cpu_count() or 1
+
+
+def check_max_concurrency(value: object) -> int | None:
+    """Validate ``max_concurrency`` with Gymnasium's messages.
+
+    Args:
+        value: The value given.
+
+    Returns:
+        The value as an ``int``, or ``None``.
+
+    Raises:
+        ValueError: If it is not a positive integer or ``None``.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, (int, np.integer)):
+        msg = f"`max_concurrency` must be an integer or None, got {type(value)}."
+        raise ValueError(msg)
+    if value < 1:
+        msg = f"`max_concurrency` must be a positive or None, got {value}."
+        raise ValueError(msg)
+    return int(value)
+
+
+def check_reset_mask(reset_mask: Any, num_envs: int) -> list[bool]:
+    """Validate ``options["reset_mask"]`` with Gymnasium's messages.
+
+    Args:
+        reset_mask: The mask given.
+        num_envs: Number of sub-environments.
+
+    Returns:
+        One flag per env.
+
+    Raises:
+        TypeError: If it is not a bool numpy array.
+        ValueError: If its shape is wrong or no flag is set.
+    """
+    if not isinstance(reset_mask, np.ndarray):
+        msg = f"`options['reset_mask']` must be a numpy array, got {type(reset_mask)}"
+        raise TypeError(msg)
+    if reset_mask.shape != (num_envs,):
+        msg = (
+            f"`options['reset_mask']` must have shape `({num_envs},)`, got "
+            f"{reset_mask.shape}"
+        )
+        raise ValueError(msg)
+    if reset_mask.dtype != np.bool_:
+        msg = (
+            "`options['reset_mask']` must have `dtype=np.bool_`, got "
+            f"{reset_mask.dtype}"
+        )
+        raise TypeError(msg)
+    if not np.any(reset_mask):
+        msg = (
+            "`options['reset_mask']` must contain a boolean array with at least "
+            f"one True value, got reset_mask={reset_mask}"
+        )
+        raise ValueError(msg)
+    return [bool(flag) for flag in reset_mask]
+
+
+def check_custom_worker(worker: Callable[..., None] | None) -> None:
+    """Check that a custom ``worker`` takes Gymnasium's 8 arguments.
+
+    Args:
+        worker: The ``worker=`` argument, or ``None``.
+
+    Raises:
+        ValueError: With Gymnasium's message, if its signature does not fit.
+    """
+    if worker is None:
+        return
+    from gymnasium.vector.async_vector_env import _async_worker
+
+    try:
+        inspect.signature(worker).bind(*(None,) * 8)
+    except TypeError as e:
+        msg = (
+            "A custom `worker` must accept 8 arguments. Got the signature "
+            f"{inspect.signature(worker)} which should match "
+            f"{inspect.signature(_async_worker)}."
+        )
+        raise ValueError(msg) from e

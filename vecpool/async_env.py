@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import inspect
 import multiprocessing
 import os
 import threading
@@ -31,45 +30,43 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium import Env, Space, logger
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.async_vector_env import AsyncState, _async_worker
-from gymnasium.vector.utils import (
-    CloudpickleWrapper,
-    batch_differing_spaces,
-    batch_space,
-    clear_mpi_env_vars,
-)
+from gymnasium.vector.async_vector_env import AsyncState
+from gymnasium.vector.utils import batch_space
 
-from vecpool import _interrupts
-from vecpool._checks import WAIT_STRATEGIES, available_cpus, check_int
-from vecpool._interrupts import held
+from vecpool import _guards
+from vecpool._checks import (
+    WAIT_STRATEGIES,
+    available_cpus,
+    check_custom_worker,
+    check_int,
+    check_max_concurrency,
+    check_reset_mask,
+)
+from vecpool._guards import exclusive, held
 from vecpool.batches import Batches
 from vecpool.buffers import StepBuffers
 from vecpool.env_states import EnvStates
 from vecpool.errors import (
     AlreadyPendingCallError,
     ClosedEnvironmentError,
-    ConcurrentUseError,
     NoAsyncCallError,
     WorkerCrashedError,
 )
-from vecpool.protocol import ObsTransport, Reply, WorkerConfig
-from vecpool.worker import run_worker
+from vecpool.protocol import Reply
+from vecpool.spaces import observation_spaces
 from vecpool.worker_group import (
-    EnvFns,
-    GymWorkerHandle,
+    STARTING_WORKERS,
     SpinPolicy,
+    StartSpec,
     WorkerGroup,
-    WorkerHandle,
     raise_env_errors,
     shutdown,
-    split,
 )
 
 __all__ = ["AsyncState", "AsyncVectorEnv"]
 
 _RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
 _LIVE_ENVS: weakref.WeakSet[AsyncVectorEnv] = weakref.WeakSet()
-_STARTING_WORKERS = [0]  # > 0 while vecpool itself forks its workers
 
 StepResult = tuple[
     Any,
@@ -99,7 +96,7 @@ def _retire_held_buffers() -> None:
     observation array it inherited would change when the parent reuses the buffer.
     vecpool's own workers never read those buffers, so their forks don't count.
     """
-    if _STARTING_WORKERS[0]:
+    if STARTING_WORKERS[0]:
         return
     for env in list(_LIVE_ENVS):
         with contextlib.suppress(Exception):
@@ -108,19 +105,6 @@ def _retire_held_buffers() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_retire_held_buffers)
-
-
-def _check_max_concurrency(value: object) -> int | None:
-    """Validate ``max_concurrency`` with Gymnasium's messages."""
-    if value is None:
-        return None
-    if not isinstance(value, (int, np.integer)):
-        msg = f"`max_concurrency` must be an integer or None, got {type(value)}."
-        raise ValueError(msg)
-    if value < 1:
-        msg = f"`max_concurrency` must be a positive or None, got {value}."
-        raise ValueError(msg)
-    return int(value)
 
 
 class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
@@ -238,17 +222,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             if isinstance(autoreset_mode, AutoresetMode)
             else AutoresetMode(autoreset_mode)
         )
-        self.max_concurrency = _check_max_concurrency(max_concurrency)
-        if worker is not None:
-            try:
-                inspect.signature(worker).bind(*(None,) * 8)
-            except TypeError as e:
-                msg = (
-                    "A custom `worker` must accept 8 arguments. Got the signature "
-                    f"{inspect.signature(worker)} which should match "
-                    f"{inspect.signature(_async_worker)}."
-                )
-                raise ValueError(msg) from e
+        self.max_concurrency = check_max_concurrency(max_concurrency)
+        check_custom_worker(worker)
         self.num_envs = len(env_fns)
         if self.num_envs == 0:
             msg = "`env_fns` is empty: pass at least one function that creates an env."
@@ -264,8 +239,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self.batch_size = self._check_batch_size(batch_size)
 
         self._state = AsyncState.DEFAULT
-        self._lock = threading.Lock()
-        self._lock_holder = ("", "")  # (thread name, method) of the running call
+        self._lock = threading.RLock()
         self.processes = []
         self.parent_pipes = []
         self._finalizer: weakref.finalize[Any, Any] | None = None
@@ -282,7 +256,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self.single_action_space = dummy_env.action_space
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         try:
-            self._init_observation_spaces(dummy_env)
+            self.observation_space, self.single_observation_space = observation_spaces(
+                self.observation_mode, dummy_env, self.env_fns, self.num_envs
+            )
         finally:
             dummy_env.close()
             del dummy_env
@@ -312,10 +288,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             self._group, self._buffers, self.single_observation_space, owner
         )
         _LIVE_ENVS.add(self)
-        _interrupts.install()
+        _guards.install()
         try:
             self._start_workers(ctx)
-            self._check_spaces()
         except BaseException:
             self.close(terminate=True)
             raise
@@ -358,154 +333,37 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             raise ValueError(msg)
         return size
 
-    def _init_observation_spaces(self, dummy_env: Env[Any, Any]) -> None:
-        mode: object = self.observation_mode
-        if isinstance(mode, tuple) and len(mode) == 2:
-            if not isinstance(mode[0], Space) or not isinstance(mode[1], Space):
-                msg = (
-                    "Expected both elements of observation_mode to be Spaces, got "
-                    f"{type(mode[0])} and {type(mode[1])}"
-                )
-                raise TypeError(msg)
-            self.observation_space, self.single_observation_space = mode
-        elif mode == "same":
-            self.single_observation_space = dummy_env.observation_space
-            self.observation_space = batch_space(
-                self.single_observation_space, self.num_envs
-            )
-        elif mode == "different":
-            env_spaces = []
-            for env_fn in self.env_fns:
-                env = env_fn()
-                env_spaces.append(env.observation_space)
-                env.close()
-            self.single_observation_space = env_spaces[0]
-            self.observation_space = batch_differing_spaces(env_spaces)
-        else:
-            msg = (
-                "Invalid `observation_mode`, expected: 'same' or 'different' or tuple "
-                f"of single and batch observation space, actual got {mode}"
-            )
-            raise ValueError(msg)
-
     def _start_workers(self, ctx: Any) -> None:
-        semaphore = None
-        if self.max_concurrency is not None and (
-            self.worker is not None or self.max_concurrency < self.num_workers
-        ):
-            semaphore = ctx.BoundedSemaphore(self.max_concurrency)
-        error_queue = ctx.Queue() if self.worker is not None else None
-        self.error_queue = error_queue
         # Registered before the first start: a failure half-way still reaps everything.
         self._finalizer = weakref.finalize(
             self, shutdown, self.processes, self.parent_pipes
         )
-        buffers, spin = self._buffers, self._group.spin
-        with clear_mpi_env_vars():
-            for index, env_indices in enumerate(split(self.num_envs, self.num_workers)):
-                parent_conn, child_conn = ctx.Pipe()
-                if self.worker is not None:
-                    args: tuple[Any, ...] = (
-                        index,
-                        CloudpickleWrapper(self.env_fns[index]),
-                        child_conn,
-                        parent_conn,
-                        buffers.gym_obs_memory,
-                        error_queue,
-                        self.autoreset_mode,
-                        semaphore,
-                    )
-                    target = self.worker
-                else:
-                    config = WorkerConfig(
-                        index=index,
-                        start=env_indices.start,
-                        env_fns=EnvFns([self.env_fns[i] for i in env_indices]),
-                        block=buffers.block,
-                        layout=buffers.layout,
-                        action_space=self.single_action_space,
-                        observation_space=self.single_observation_space,
-                        obs_transport=buffers.transport,
-                        gym_obs_memory=buffers.gym_obs_memory,
-                        autoreset_mode=self.autoreset_mode,
-                        observation_mode=self.observation_mode,
-                        check_spaces=(
-                            self.single_observation_space,
-                            self.single_action_space,
-                        ),
-                        semaphore=semaphore,
-                        spin=spin.worker_spin,
-                        spin_yield=spin.spin_yield,
-                    )
-                    args, target = (child_conn, parent_conn, config), run_worker
-                process = ctx.Process(
-                    target=target,
-                    name=f"Worker<{type(self).__name__}>-{index}",
-                    args=args,
-                )
-                process.daemon = self.daemon
-                self.processes.append(process)
-                self.parent_pipes.append(parent_conn)
-                _STARTING_WORKERS[0] += 1
-                try:
-                    process.start()
-                finally:
-                    _STARTING_WORKERS[0] -= 1
-                    child_conn.close()
-                handle: WorkerHandle
-                if self.worker is not None:
-                    handle = GymWorkerHandle(
-                        index,
-                        env_indices,
-                        process,
-                        parent_conn,
-                        error_queue,
-                        buffers.transport is ObsTransport.PIPE,
-                    )
-                else:
-                    handle = WorkerHandle(index, env_indices, process, parent_conn)
-                    # a vecpool worker answers its start-up space check unasked
-                    handle.sent += 1
-                    handle.expected.append(handle.sent)
-                self._group.add(handle)
-
-    def _check_spaces(self) -> None:
-        for handle in self._group.handles:
-            if isinstance(handle, GymWorkerHandle):
-                handle.expect(
-                    handle.send_check_spaces(
-                        (
-                            self.observation_mode,
-                            self.single_observation_space,
-                            self.single_action_space,
-                        )
-                    )
-                )
-        replies = self._wait_all("__init__", None)
-        raise_env_errors(replies, type(self).__name__)
-        checks = [check for reply in replies if reply for check in reply.results or []]
-        same_observation_spaces, same_action_spaces = zip(*checks, strict=True)
-        if not all(same_observation_spaces):
-            if self.observation_mode == "same":
-                msg = (
-                    "AsyncVectorEnv(..., observation_mode='same') however some of "
-                    "the sub-environments observation spaces are not equivalent. If "
-                    "this is intentional, use `observation_mode='different'` instead."
-                )
-            else:
-                msg = (
-                    "AsyncVectorEnv(..., observation_mode='different' or custom space) "
-                    "however the sub-environment's observation spaces do not share a "
-                    "common shape and dtype."
-                )
-            raise RuntimeError(msg)
-        if not all(same_action_spaces):
-            msg = (
-                "Some environments have an action space different from "
-                f"`{self.single_action_space}`. In order to batch actions, the action "
-                "spaces from all environments must be equal."
-            )
-            raise RuntimeError(msg)
+        self.error_queue = ctx.Queue() if self.worker is not None else None
+        self._group.start(
+            StartSpec(
+                env_fns=self.env_fns,
+                num_workers=self.num_workers,
+                custom_worker=self.worker,
+                daemon=self.daemon,
+                name=type(self).__name__,
+                buffers=self._buffers,
+                autoreset_mode=self.autoreset_mode,
+                observation_mode=self.observation_mode,
+                observation_space=self.single_observation_space,
+                action_space=self.single_action_space,
+                max_concurrency=self.max_concurrency,
+                error_queue=self.error_queue,
+            ),
+            ctx,
+            self.processes,
+            self.parent_pipes,
+        )
+        self._group.check_spaces(
+            self.observation_mode,
+            self.single_observation_space,
+            self.single_action_space,
+            type(self).__name__,
+        )
 
     # -- seeding -----------------------------------------------------------------------
 
@@ -524,27 +382,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         """The latest observations (the shared buffers themselves)."""
         return self._buffers.observations
 
-    # -- one caller at a time ----------------------------------------------------------
-
-    def _enter(self, method: str) -> None:
-        """Take the call lock, or refuse a call from a second thread."""
-        if not self._lock.acquire(blocking=False):
-            thread, running = self._lock_holder
-            msg = (
-                f"`{method}` was called from thread "
-                f"{threading.current_thread().name!r} while thread {thread!r} is "
-                f"inside `{running}` on the same vector env. A vector env is not "
-                "thread-safe: give each thread its own, or hold a lock around every "
-                "call."
-            )
-            raise ConcurrentUseError(msg)
-        self._lock_holder = (threading.current_thread().name, method)
-
-    def _leave(self) -> None:
-        self._lock.release()
-
     # -- reset -------------------------------------------------------------------------
 
+    @exclusive
     def reset(
         self,
         *,
@@ -562,13 +402,10 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         Returns:
             The batched observations and infos.
         """
-        self._enter("reset")
-        try:
-            self._reset_async(seed, options)
-            return self._reset_wait(None)
-        finally:
-            self._leave()
+        self.reset_async(seed=seed, options=options)
+        return self.reset_wait()
 
+    @exclusive
     def reset_async(
         self,
         seed: int | list[int | None] | None = None,
@@ -586,15 +423,6 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             ValueError: If the seed list or the reset mask has the wrong length.
             TypeError: If the reset mask is not a bool numpy array.
         """
-        self._enter("reset_async")
-        try:
-            self._reset_async(seed, options)
-        finally:
-            self._leave()
-
-    def _reset_async(
-        self, seed: int | list[int | None] | None, options: dict[str, Any] | None
-    ) -> None:
         self._assert_is_running()
         if seed is None:
             seeds: list[Any] = [None for _ in range(self.num_envs)]
@@ -612,7 +440,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         flags = [True] * self.num_envs
         if options is not None and "reset_mask" in options:
             options = dict(options)  # never mutate the caller's dict
-            flags = self._check_reset_mask(options.pop("reset_mask"))
+            flags = check_reset_mask(options.pop("reset_mask"), self.num_envs)
         with held():
             buffer = self._buffers.choose_obs_buffer()
             self._group.send_all(
@@ -626,32 +454,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             )
             self._state = AsyncState.WAITING_RESET
 
-    def _check_reset_mask(self, reset_mask: Any) -> list[bool]:
-        if not isinstance(reset_mask, np.ndarray):
-            msg = (
-                f"`options['reset_mask']` must be a numpy array, got {type(reset_mask)}"
-            )
-            raise TypeError(msg)
-        if reset_mask.shape != (self.num_envs,):
-            msg = (
-                f"`options['reset_mask']` must have shape `({self.num_envs},)`, got "
-                f"{reset_mask.shape}"
-            )
-            raise ValueError(msg)
-        if reset_mask.dtype != np.bool_:
-            msg = (
-                "`options['reset_mask']` must have `dtype=np.bool_`, got "
-                f"{reset_mask.dtype}"
-            )
-            raise TypeError(msg)
-        if not np.any(reset_mask):
-            msg = (
-                "`options['reset_mask']` must contain a boolean array with at least "
-                f"one True value, got reset_mask={reset_mask}"
-            )
-            raise ValueError(msg)
-        return [bool(flag) for flag in reset_mask]
-
+    @exclusive
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """Wait for the resets sent by :meth:`reset_async`.
 
@@ -667,13 +470,6 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             multiprocessing.TimeoutError: If the timeout expired.
             WorkerCrashedError: If a worker died.
         """
-        self._enter("reset_wait")
-        try:
-            return self._reset_wait(timeout)
-        finally:
-            self._leave()
-
-    def _reset_wait(self, timeout: float | None) -> tuple[Any, dict[str, Any]]:
         self._assert_is_running()
         if self._state != AsyncState.WAITING_RESET:
             msg = "Calling `reset_wait` without any prior call to `reset_async`."
@@ -686,6 +482,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
 
     # -- step --------------------------------------------------------------------------
 
+    @exclusive
     def step(self, actions: Any) -> StepResult:
         """Step every sub-environment with its action.
 
@@ -695,13 +492,10 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         Returns:
             Batched ``(observations, rewards, terminations, truncations, infos)``.
         """
-        self._enter("step")
-        try:
-            self._step_async(actions)
-            return self._step_wait(None)
-        finally:
-            self._leave()
+        self.step_async(actions)
+        return self.step_wait()
 
+    @exclusive
     def step_async(self, actions: Any) -> None:
         """Check the actions, place them in shared memory and wake the workers.
 
@@ -714,13 +508,6 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             ValueError: If the actions do not hold one action of the right shape per
                 env; nothing is sent then.
         """
-        self._enter("step_async")
-        try:
-            self._step_async(actions)
-        finally:
-            self._leave()
-
-    def _step_async(self, actions: Any) -> None:
         self._assert_is_running()
         self._assert_idle("step_async")
         buffers, group = self._buffers, self._group
@@ -747,6 +534,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 )
             self._state = AsyncState.WAITING_STEP
 
+    @exclusive
     def step_wait(self, timeout: float | None = None) -> StepResult:
         """Wait for the steps sent by :meth:`step_async`.
 
@@ -762,13 +550,6 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             multiprocessing.TimeoutError: If the timeout expired.
             WorkerCrashedError: If a worker died.
         """
-        self._enter("step_wait")
-        try:
-            return self._step_wait(timeout)
-        finally:
-            self._leave()
-
-    def _step_wait(self, timeout: float | None) -> StepResult:
         self._assert_is_running()
         if self._state != AsyncState.WAITING_STEP:
             msg = "Calling `step_wait` without any prior call to `step_async`."
@@ -788,6 +569,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
 
     # -- call / attributes -------------------------------------------------------------
 
+    @exclusive
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call a method (or read an attribute) of every sub-environment.
 
@@ -799,17 +581,14 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         Returns:
             One result per sub-environment.
         """
-        self._enter("call")
-        try:
-            self._call_async(name, args, kwargs)
-            return self._call_wait(None)
-        finally:
-            self._leave()
+        self.call_async(name, *args, **kwargs)
+        return self.call_wait()
 
     def render(self) -> tuple[Any, ...] | None:
         """Returns a list of rendered frames from the environments."""
         return self.call("render")
 
+    @exclusive
     def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
         """Send a method call to every sub-environment.
 
@@ -823,15 +602,6 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             AlreadyPendingCallError: If another call is pending.
             ValueError: If ``name`` is one of ``reset``, ``step``, ``close``.
         """
-        self._enter("call_async")
-        try:
-            self._call_async(name, args, kwargs)
-        finally:
-            self._leave()
-
-    def _call_async(
-        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> None:
         self._assert_is_running()
         self._assert_idle("call_async")
         if name in _RESERVED_CALLS:
@@ -846,6 +616,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             )
             self._state = AsyncState.WAITING_CALL
 
+    @exclusive
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         """Wait for the calls sent by :meth:`call_async`.
 
@@ -859,13 +630,6 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             NoAsyncCallError: If :meth:`call_async` was not called first.
             multiprocessing.TimeoutError: If the timeout expired.
         """
-        self._enter("call_wait")
-        try:
-            return self._call_wait(timeout)
-        finally:
-            self._leave()
-
-    def _call_wait(self, timeout: float | None) -> tuple[Any, ...]:
         self._assert_is_running()
         if self._state != AsyncState.WAITING_CALL:
             msg = "Calling `call_wait` without any prior call to `call_async`."
@@ -888,6 +652,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         """
         return self.call(name)
 
+    @exclusive
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | object) -> None:
         """Set an attribute of every sub-environment.
 
@@ -900,33 +665,30 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             ValueError: If a list/tuple of values has the wrong length.
             AlreadyPendingCallError: If another call is pending.
         """
-        self._enter("set_attr")
-        try:
-            self._assert_is_running()
-            if not isinstance(values, (list, tuple)):
-                values = [values for _ in range(self.num_envs)]
-            if len(values) != self.num_envs:
-                msg = (
-                    "Values must be a list or tuple with length equal to the number "
-                    f"of environments. Got `{len(values)}` values for {self.num_envs} "
-                    "environments."
-                )
-                raise ValueError(msg)
-            self._assert_idle("set_attr")
-            per_env = list(values)
-            self._group.send_all(
-                "set_attr",
-                lambda handle: handle.send_set_attr(
-                    name, per_env[handle.env_indices.start : handle.env_indices.stop]
-                ),
+        self._assert_is_running()
+        if not isinstance(values, (list, tuple)):
+            values = [values for _ in range(self.num_envs)]
+        if len(values) != self.num_envs:
+            msg = (
+                "Values must be a list or tuple with length equal to the number "
+                f"of environments. Got `{len(values)}` values for {self.num_envs} "
+                "environments."
             )
-            replies = self._wait_all("set_attr", None)
-            raise_env_errors(replies, type(self).__name__)
-        finally:
-            self._leave()
+            raise ValueError(msg)
+        self._assert_idle("set_attr")
+        per_env = list(values)
+        self._group.send_all(
+            "set_attr",
+            lambda handle: handle.send_set_attr(
+                name, per_env[handle.env_indices.start : handle.env_indices.stop]
+            ),
+        )
+        replies = self._wait_all("set_attr", None)
+        raise_env_errors(replies, type(self).__name__)
 
     # -- env state (planning) ----------------------------------------------------------
 
+    @exclusive
     def get_states(self, indices: Sequence[int] | None = None) -> list[Any]:
         """The state of each sub-environment, from its own ``get_state()``.
 
@@ -959,13 +721,10 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             AttributeError: If an env lacks ``get_state``/``set_state``.
             ValueError: If an index is out of range.
         """
-        self._enter("get_states")
-        try:
-            self._assert_state_calls("get_states")
-            return self._env_states.get_states(indices)
-        finally:
-            self._leave()
+        self._assert_state_calls("get_states")
+        return self._env_states.get_states(indices)
 
+    @exclusive
     def set_states(
         self, states: Sequence[Any], indices: Sequence[int] | None = None
     ) -> None:
@@ -982,13 +741,10 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             AttributeError: If an env lacks ``get_state``/``set_state``.
             ValueError: If the number of states does not match the indices.
         """
-        self._enter("set_states")
-        try:
-            self._assert_state_calls("set_states")
-            self._env_states.set_states(states, indices)
-        finally:
-            self._leave()
+        self._assert_state_calls("set_states")
+        self._env_states.set_states(states, indices)
 
+    @exclusive
     def step_from(
         self,
         states: Sequence[Any],
@@ -1026,12 +782,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             AttributeError: If an env lacks ``get_state``/``set_state``.
             ValueError: If counts do not match or ``dt < 1``.
         """
-        self._enter("step_from")
-        try:
-            self._assert_state_calls("step_from")
-            return self._env_states.step_from(states, actions, dt, indices)
-        finally:
-            self._leave()
+        self._assert_state_calls("step_from")
+        return self._env_states.step_from(states, actions, dt, indices)
 
     def _assert_state_calls(self, method: str) -> None:
         self._assert_is_running()
@@ -1042,6 +794,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
 
     # -- EnvPool-style asynchronous batches --------------------------------------------
 
+    @exclusive
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Step the envs ``env_ids`` with ``actions``, without waiting (EnvPool style).
 
@@ -1069,14 +822,11 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 repeated or still in flight, or if the actions do not match the ids.
             AlreadyPendingCallError: If a ``*_async`` call is pending.
         """
-        self._enter("send")
-        try:
-            batches = self._batches_or_raise()
-            self._assert_idle("send", batches=False)
-            batches.send(actions, env_ids)
-        finally:
-            self._leave()
+        batches = self._batches_or_raise()
+        self._assert_idle("send", batches=False)
+        batches.send(actions, env_ids)
 
+    @exclusive
     def recv(self, timeout: float | None = None) -> StepResult:
         """Return the first ``batch_size`` envs to finish the steps :meth:`send` sent.
 
@@ -1097,11 +847,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 flight; call :meth:`recv` again).
             WorkerCrashedError: If a worker died.
         """
-        self._enter("recv")
-        try:
-            return self._batches_or_raise().recv(timeout)
-        finally:
-            self._leave()
+        return self._batches_or_raise().recv(timeout)
 
     @property
     def pending_env_ids(self) -> list[int]:
@@ -1132,7 +878,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         """
         if self in _LIVE_ENVS:
             _LIVE_ENVS.discard(self)
-            _interrupts.uninstall()
+            _guards.uninstall()
         timeout = 0 if terminate else timeout
         if self._state != AsyncState.DEFAULT:
             logger.warn(

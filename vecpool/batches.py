@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from vecpool._interrupts import held
+from vecpool._guards import held
 from vecpool.buffers import StepBuffers, merge_infos
 from vecpool.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecpool.worker_group import WorkerGroup, raise_env_errors

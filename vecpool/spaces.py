@@ -6,11 +6,12 @@ worker, the replay pool, the sampler and the wrappers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 __all__ = [
     "NATIVE_LEAVES",
@@ -22,6 +23,7 @@ __all__ = [
     "make_reader",
     "make_views",
     "make_writer",
+    "observation_spaces",
     "take_rows",
 ]
 
@@ -284,3 +286,53 @@ def _walk(
         )
         raise ValueError(msg)
     out.append(value)
+
+
+def observation_spaces(
+    observation_mode: Any,
+    dummy_env: Any,
+    env_fns: Sequence[Callable[[], Any]],
+    num_envs: int,
+) -> tuple[spaces.Space[Any], spaces.Space[Any]]:
+    """The batched and single observation spaces of a vector env, as Gymnasium's.
+
+    Args:
+        observation_mode: ``"same"``, ``"different"`` or a tuple
+            ``(observation_space, single_observation_space)``.
+        dummy_env: The first env (already built).
+        env_fns: Every env's constructor (``"different"`` builds them all).
+        num_envs: Number of sub-environments.
+
+    Returns:
+        ``(observation_space, single_observation_space)``.
+
+    Raises:
+        TypeError: If a tuple does not hold two spaces.
+        ValueError: On an unknown mode.
+    """
+    mode: object = observation_mode
+    if isinstance(mode, tuple) and len(mode) == 2:
+        if not isinstance(mode[0], spaces.Space) or not isinstance(
+            mode[1], spaces.Space
+        ):
+            msg = (
+                "Expected both elements of observation_mode to be Spaces, got "
+                f"{type(mode[0])} and {type(mode[1])}"
+            )
+            raise TypeError(msg)
+        return mode[0], mode[1]
+    if mode == "same":
+        single = dummy_env.observation_space
+        return batch_space(single, num_envs), single
+    if mode == "different":
+        env_spaces = []
+        for env_fn in env_fns:
+            env = env_fn()
+            env_spaces.append(env.observation_space)
+            env.close()
+        return batch_differing_spaces(env_spaces), env_spaces[0]
+    msg = (
+        "Invalid `observation_mode`, expected: 'same' or 'different' or tuple "
+        f"of single and batch observation space, actual got {mode}"
+    )
+    raise ValueError(msg)

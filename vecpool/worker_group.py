@@ -6,7 +6,7 @@ replies read from it, and ``expected`` holds the numbers of the replies a pendin
 call is waiting for. A reply that is not the next one expected belongs to a command
 whose call gave up (a timeout, a Ctrl-C) and is dropped. Writing a command and
 counting it, or reading a reply and storing it, happen inside a
-:func:`vecpool._interrupts.held` section, so a Ctrl-C can never come between the two.
+:func:`vecpool._guards.held` section, so a Ctrl-C can never come between the two.
 Hence the rule: after an interrupt or a timeout, every later result is the result
 of the commands its call sent, or an error; never an earlier call's rows.
 
@@ -26,16 +26,18 @@ import select
 import signal
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import cloudpickle
 import numpy as np
-from gymnasium import Env, logger
+from gymnasium import Env, Space, logger
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import CloudpickleWrapper, clear_mpi_env_vars
 
-from vecpool._interrupts import ForcedInterrupt, held
+from vecpool._guards import ForcedInterrupt, held
 from vecpool.errors import RemoteTraceback, VecPoolError, WorkerCrashedError
 from vecpool.protocol import (
     STEP,
@@ -43,10 +45,16 @@ from vecpool.protocol import (
     Channel,
     Command,
     ErrorRecord,
+    ObsTransport,
     Reply,
+    WorkerConfig,
     rebuild_exception,
     spin_until_ready,
 )
+from vecpool.worker import run_worker
+
+if TYPE_CHECKING:
+    from vecpool.buffers import StepBuffers
 
 __all__ = [
     "GymWorkerHandle",
@@ -58,6 +66,8 @@ __all__ = [
     "split",
 ]
 
+STARTING_WORKERS = [0]
+"""Above 0 while vecpool itself forks its workers (the fork hook skips those)."""
 SPIN_BUDGET = 0.002
 """Seconds to poll before blocking."""
 SPIN_MAX_WAIT = 0.00025
@@ -120,6 +130,39 @@ def describe_exit(exitcode: int | None) -> str:
         except ValueError:
             return f"exit code {exitcode}"
     return f"exit code {exitcode}"
+
+
+@dataclass
+class StartSpec:
+    """What the workers of one vector env are started with.
+
+    Attributes:
+        env_fns: The env constructors, one per env.
+        num_workers: Number of worker processes.
+        custom_worker: A Gymnasium-protocol worker function, or ``None``.
+        daemon: Whether the workers are daemonic.
+        name: The vector env's class name (processes are named after it).
+        buffers: The step buffers (shared block and layout).
+        autoreset_mode: The autoreset mode.
+        observation_mode: ``"same"``, ``"different"`` or a space tuple.
+        observation_space: Single observation space.
+        action_space: Single action space.
+        max_concurrency: At most this many envs step at once, or ``None``.
+        error_queue: Gymnasium's error queue (custom workers only).
+    """
+
+    env_fns: Sequence[Callable[[], Env[Any, Any]]]
+    num_workers: int
+    custom_worker: Callable[..., None] | None
+    daemon: bool
+    name: str
+    buffers: StepBuffers
+    autoreset_mode: AutoresetMode
+    observation_mode: Any
+    observation_space: Space[Any]
+    action_space: Space[Any]
+    max_concurrency: int | None
+    error_queue: Any
 
 
 class OutOfStepError(VecPoolError):
@@ -516,6 +559,139 @@ class WorkerGroup:
             self.handle_of[env_index] = handle.index
         self._poll_all_built = False
 
+    def start(
+        self,
+        spec: StartSpec,
+        ctx: Any,
+        processes: list[multiprocessing.process.BaseProcess],
+        parent_pipes: list[Connection],
+    ) -> None:
+        """Start one process per slice of envs and add its handle.
+
+        Args:
+            spec: What to start.
+            ctx: The ``multiprocessing`` context.
+            processes: Filled with the processes as they start (for the finalizer).
+            parent_pipes: Filled with the parent's pipe ends.
+        """
+        num_envs = len(spec.env_fns)
+        custom = spec.custom_worker
+        semaphore = None
+        if spec.max_concurrency is not None and (
+            custom is not None or spec.max_concurrency < spec.num_workers
+        ):
+            semaphore = ctx.BoundedSemaphore(spec.max_concurrency)
+        buffers = spec.buffers
+        with clear_mpi_env_vars():
+            for index, env_indices in enumerate(split(num_envs, spec.num_workers)):
+                parent_conn, child_conn = ctx.Pipe()
+                if custom is not None:
+                    args: tuple[Any, ...] = (
+                        index,
+                        CloudpickleWrapper(spec.env_fns[index]),
+                        child_conn,
+                        parent_conn,
+                        buffers.gym_obs_memory,
+                        spec.error_queue,
+                        spec.autoreset_mode,
+                        semaphore,
+                    )
+                    target = custom
+                else:
+                    config = WorkerConfig(
+                        index=index,
+                        start=env_indices.start,
+                        env_fns=EnvFns([spec.env_fns[i] for i in env_indices]),
+                        block=buffers.block,
+                        layout=buffers.layout,
+                        action_space=spec.action_space,
+                        observation_space=spec.observation_space,
+                        obs_transport=buffers.transport,
+                        gym_obs_memory=buffers.gym_obs_memory,
+                        autoreset_mode=spec.autoreset_mode,
+                        observation_mode=spec.observation_mode,
+                        check_spaces=(spec.observation_space, spec.action_space),
+                        semaphore=semaphore,
+                        spin=self.spin.worker_spin,
+                        spin_yield=self.spin.spin_yield,
+                    )
+                    args, target = (child_conn, parent_conn, config), run_worker
+                process = ctx.Process(
+                    target=target, name=f"Worker<{spec.name}>-{index}", args=args
+                )
+                process.daemon = spec.daemon
+                processes.append(process)
+                parent_pipes.append(parent_conn)
+                STARTING_WORKERS[0] += 1
+                try:
+                    process.start()
+                finally:
+                    STARTING_WORKERS[0] -= 1
+                    child_conn.close()
+                handle: WorkerHandle
+                if custom is not None:
+                    handle = GymWorkerHandle(
+                        index,
+                        env_indices,
+                        process,
+                        parent_conn,
+                        spec.error_queue,
+                        buffers.transport is ObsTransport.PIPE,
+                    )
+                else:
+                    handle = WorkerHandle(index, env_indices, process, parent_conn)
+                    # a vecpool worker answers its start-up space check unasked
+                    handle.sent += 1
+                    handle.expected.append(handle.sent)
+                self.add(handle)
+
+    def check_spaces(
+        self,
+        observation_mode: Any,
+        observation_space: Space[Any],
+        action_space: Space[Any],
+        owner: str,
+    ) -> None:
+        """Collect the workers' start-up space checks (Gymnasium's messages).
+
+        Raises:
+            RuntimeError: If an env's spaces differ from the first env's.
+            Exception: The error an env constructor raised, original type.
+        """
+        for handle in self.handles:
+            if isinstance(handle, GymWorkerHandle):
+                handle.expect(
+                    handle.send_check_spaces(
+                        (observation_mode, observation_space, action_space)
+                    )
+                )
+        self.wait("__init__", None)
+        replies = [handle.answer() for handle in self.handles]
+        raise_env_errors(replies, owner)
+        checks = [check for reply in replies if reply for check in reply.results or []]
+        same_observation_spaces, same_action_spaces = zip(*checks, strict=True)
+        if not all(same_observation_spaces):
+            if observation_mode == "same":
+                msg = (
+                    "AsyncVectorEnv(..., observation_mode='same') however some of "
+                    "the sub-environments observation spaces are not equivalent. If "
+                    "this is intentional, use `observation_mode='different'` instead."
+                )
+            else:
+                msg = (
+                    "AsyncVectorEnv(..., observation_mode='different' or custom space) "
+                    "however the sub-environment's observation spaces do not share a "
+                    "common shape and dtype."
+                )
+            raise RuntimeError(msg)
+        if not all(same_action_spaces):
+            msg = (
+                "Some environments have an action space different from "
+                f"`{action_space}`. In order to batch actions, the action "
+                "spaces from all environments must be equal."
+            )
+            raise RuntimeError(msg)
+
     def any_abandoned(self) -> bool:
         """Whether a worker still runs a command whose call gave up.
 
@@ -649,7 +825,13 @@ class WorkerGroup:
                     while handle.has_message():
                         handle.receive()
                 except (EOFError, OSError):
-                    self.crashed(handle, what)
+                    if handle.expected:
+                        self.crashed(handle, what)
+                    # gone after its last answer: the next command will find out
+                    for gone in (fd, handle.sentinel):
+                        with contextlib.suppress(KeyError, ValueError):
+                            poller.unregister(gone)
+                        watched.pop(gone, None)
             if finished():
                 self.spin.after_wait()
                 return

@@ -1,5 +1,6 @@
-"""Ctrl-C held back while the parent's bookkeeping must be all or nothing.
+"""Guards of the parent's bookkeeping: Ctrl-C held back, one thread at a time.
 
+**Ctrl-C.**
 A ``KeyboardInterrupt`` can surface right after any call returns: after ``os.write``
 handed a command to a worker but before the parent noted it, or after ``os.read``
 took a reply off the pipe but before it was stored. Either way the parent's count of
@@ -14,15 +15,24 @@ transfer stuck on a hung worker can still be broken off (the caller then treats 
 pipe as out of step).
 
 Signals are handled only in the main thread, so sections count only there.
+
+**Threads.** :func:`exclusive` makes a vector env's public methods refuse a call
+from a second thread while one is running (a vector env is not thread-safe), with
+a :class:`~vecpool.errors.ConcurrentUseError` instead of mixed-up rows.
 """
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType, TracebackType
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-__all__ = ["ForcedInterrupt", "held", "install", "uninstall"]
+from vecpool.errors import ConcurrentUseError
+
+__all__ = ["ForcedInterrupt", "exclusive", "held", "install", "uninstall"]
 
 _MAIN = threading.main_thread().ident
 _state = {"depth": 0, "pending": 0, "users": 0}
@@ -93,3 +103,42 @@ def held() -> _Held:
         A reusable context manager.
     """
     return _HELD
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def exclusive(
+    method: Callable[Concatenate[Any, _P], _R],
+) -> Callable[Concatenate[Any, _P], _R]:
+    """Run ``method`` holding ``self._lock``; refuse a call from a second thread.
+
+    The lock is re-entrant, so ``step`` holds it across its ``step_async`` and
+    ``step_wait``, and no other thread's call can come between them.
+
+    Args:
+        method: A method of an object with a ``threading.RLock`` in ``_lock``.
+
+    Returns:
+        The guarded method.
+    """
+    name = method.__name__
+
+    def guarded(self: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        lock = self._lock
+        if not lock.acquire(blocking=False):
+            msg = (
+                f"`{name}` was called from thread "
+                f"{threading.current_thread().name!r} while another thread is inside "
+                "a call on the same vector env. A vector env is not thread-safe: "
+                "give each thread its own, or hold a lock around every call."
+            )
+            raise ConcurrentUseError(msg)
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            lock.release()
+
+    functools.update_wrapper(guarded, method)
+    return guarded
