@@ -3,28 +3,61 @@
 Swap ``gymnasium.vector.AsyncVectorEnv`` for :class:`vecpool.AsyncVectorEnv`: same
 constructor, methods, errors and results, with several envs per worker process and
 every per-step array in shared memory.
+
+The names below are imported on first use (PEP 562), so a worker process, which
+imports :mod:`vecpool.worker` and with it this package, loads none of the replay
+pool, the sampler, the bench or the tuner.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
+from typing import TYPE_CHECKING, Any
 
 from vecpool import errors
-from vecpool.async_env import AsyncState, AsyncVectorEnv
-from vecpool.classic import Pool
-from vecpool.errors import VecPoolError, VecPoolWarning, WorkerCrashedError
-from vecpool.make import VectorEntryPoint, make_vec, vector_entry_point
-from vecpool.pool import EpisodeStats, ReplayPool, Transitions
-from vecpool.sampler import EpisodeRecord, SampleBatch, Sampler
-from vecpool.tune import TuneResult, autotune
-from vecpool.worker import EnvState
-from vecpool.wrappers import ReplayPoolWrapper
+from vecpool.errors import (
+    ConcurrentUseError,
+    VecPoolError,
+    VecPoolWarning,
+    WorkerCrashedError,
+)
+
+if TYPE_CHECKING:
+    from vecpool.async_env import AsyncState, AsyncVectorEnv
+    from vecpool.classic import Pool
+    from vecpool.make import VectorEntryPoint, make_vec, vector_entry_point
+    from vecpool.pool import EpisodeStats, ReplayPool, Transitions
+    from vecpool.protocol import EnvState
+    from vecpool.sampler import EpisodeRecord, SampleBatch, Sampler
+    from vecpool.tune import TuneResult, autotune
+    from vecpool.wrappers import ReplayPoolWrapper
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "AsyncState": "vecpool.async_env",
+    "AsyncVectorEnv": "vecpool.async_env",
+    "EnvState": "vecpool.protocol",
+    "EpisodeRecord": "vecpool.sampler",
+    "EpisodeStats": "vecpool.pool",
+    "Pool": "vecpool.classic",
+    "ReplayPool": "vecpool.pool",
+    "ReplayPoolWrapper": "vecpool.wrappers",
+    "SampleBatch": "vecpool.sampler",
+    "Sampler": "vecpool.sampler",
+    "Transitions": "vecpool.pool",
+    "TuneResult": "vecpool.tune",
+    "VectorEntryPoint": "vecpool.make",
+    "autotune": "vecpool.tune",
+    "make_vec": "vecpool.make",
+    "vector_entry_point": "vecpool.make",
+}
 
 __all__ = [
     "AsyncState",
     "AsyncVectorEnv",
+    "ConcurrentUseError",
     "EnvState",
     "EpisodeRecord",
     "EpisodeStats",
@@ -45,5 +78,22 @@ __all__ = [
     "make_vec",
     "vector_entry_point",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use (PEP 562)."""
+    module = _LAZY.get(name)
+    if module is None:
+        msg = f"module 'vecpool' has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    """Every public name, imported or not."""
+    return sorted({*globals(), *__all__})
+
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
