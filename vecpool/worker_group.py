@@ -204,6 +204,7 @@ class WorkerHandle:
         self.answers: deque[tuple[int, Reply | None]] = deque()
         self.batches: dict[int, list[int]] = {}
         self.out_of_step = False
+        self.group: WorkerGroup | None = None
 
     # -- sending ---------------------------------------------------------------------
 
@@ -256,14 +257,16 @@ class WorkerHandle:
         return self._write(data)
 
     def _write(self, data: bytes) -> int:
-        with held():
-            try:
-                self.channel.send(data)
-            except ForcedInterrupt:
-                self.out_of_step = True
-                raise
-            self.sent += 1
-            return self.sent
+        # callers hold Ctrl-C back (held()): the write and its count go together
+        try:
+            self.channel.send(data)
+        except ForcedInterrupt:
+            self.out_of_step = True
+            if self.group is not None:
+                self.group.note_give_up()
+            raise
+        self.sent += 1
+        return self.sent
 
     # -- receiving -------------------------------------------------------------------
 
@@ -288,22 +291,26 @@ class WorkerHandle:
             EOFError: If the worker closed its pipe.
             OSError: If the pipe broke.
         """
-        with held():
-            try:
-                data = self.channel.recv()
-            except ForcedInterrupt:
-                self.out_of_step = True
-                raise
-            self.received = number = self.received + 1
-            reply = self.decode(data)
-            expected = self.expected
-            while expected and expected[0] < number:  # never coming: drop
-                expected.popleft()
-            if not expected or expected[0] != number:
-                return False  # the reply to a command whose call gave up
+        # called inside held(): the read and its count go together
+        try:
+            data = self.channel.recv()
+        except ForcedInterrupt:
+            self.out_of_step = True
+            if self.group is not None:
+                self.group.note_give_up()
+            raise
+        self.received = number = self.received + 1
+        return self._keep(number, self.decode(data))
+
+    def _keep(self, number: int, reply: Reply | None) -> bool:
+        expected = self.expected
+        while expected and expected[0] < number:  # never coming: drop
             expected.popleft()
-            self.answers.append((number, reply))
-            return True
+        if not expected or expected[0] != number:
+            return False  # the reply to a command whose call gave up
+        expected.popleft()
+        self.answers.append((number, reply))
+        return True
 
     def decode(self, data: bytes) -> Reply | None:
         """Turn a reply's bytes into a :class:`Reply` (``None``: nothing to say)."""
@@ -351,11 +358,10 @@ class GymWorkerHandle(WorkerHandle):
         self.kinds: deque[str] = deque()
 
     def _send_gym(self, kind: str, message: tuple[str, Any]) -> int:
-        with held():
-            self.conn.send(message)
-            self.kinds.append(kind)
-            self.sent += 1
-            return self.sent
+        self.conn.send(message)  # inside held(), as every send
+        self.kinds.append(kind)
+        self.sent += 1
+        return self.sent
 
     def send_step(
         self,
@@ -409,19 +415,10 @@ class GymWorkerHandle(WorkerHandle):
 
     def receive(self) -> bool:
         """Read one reply in Gymnasium's protocol (see :meth:`WorkerHandle.receive`)."""
-        with held():
-            data, success = self.conn.recv()
-            kind = self.kinds.popleft() if self.kinds else "none"
-            self.received = number = self.received + 1
-            reply = self._translate(kind, data, success)
-            expected = self.expected
-            while expected and expected[0] < number:
-                expected.popleft()
-            if not expected or expected[0] != number:
-                return False
-            expected.popleft()
-            self.answers.append((number, reply))
-            return True
+        data, success = self.conn.recv()  # inside held(), as every receive
+        kind = self.kinds.popleft() if self.kinds else "none"
+        self.received = number = self.received + 1
+        return self._keep(number, self._translate(kind, data, success))
 
     def _translate(self, kind: str, data: Any, success: bool) -> Reply | None:
         index = self.env_indices[0]
@@ -551,9 +548,11 @@ class WorkerGroup:
         self.broken: WorkerCrashedError | None = None
         self._poll_all: tuple[select.poll, dict[int, tuple[WorkerHandle, bool]]]
         self._poll_all_built = False
+        self._gave_up = False
 
     def add(self, handle: WorkerHandle) -> None:
         """Add the handle of a started worker."""
+        handle.group = self
         self.handles.append(handle)
         for env_index in handle.env_indices:
             self.handle_of[env_index] = handle.index
@@ -658,13 +657,14 @@ class WorkerGroup:
             RuntimeError: If an env's spaces differ from the first env's.
             Exception: The error an env constructor raised, original type.
         """
-        for handle in self.handles:
-            if isinstance(handle, GymWorkerHandle):
-                handle.expect(
-                    handle.send_check_spaces(
-                        (observation_mode, observation_space, action_space)
+        with held():
+            for handle in self.handles:
+                if isinstance(handle, GymWorkerHandle):
+                    handle.expect(
+                        handle.send_check_spaces(
+                            (observation_mode, observation_space, action_space)
+                        )
                     )
-                )
         self.wait("__init__", None)
         replies = [handle.answer() for handle in self.handles]
         raise_env_errors(replies, owner)
@@ -698,10 +698,13 @@ class WorkerGroup:
         Such a worker may still read the shared actions, so new actions then go
         by pipe.
         """
-        return any(
+        if not self._gave_up:
+            return False  # the hot path: no call ever gave up since the last check
+        self._gave_up = any(
             handle.sent - handle.received > len(handle.expected)
             for handle in self.handles
         )
+        return self._gave_up
 
     def check_in_step(self) -> None:
         """Raise if a cut-off transfer left a pipe out of step.
@@ -709,7 +712,7 @@ class WorkerGroup:
         Raises:
             OutOfStepError: Naming the worker and the fix.
         """
-        for handle in self.handles:
+        for handle in self.handles if self._gave_up else ():
             if handle.out_of_step:
                 msg = (
                     f"A second Ctrl-C cut off a transfer to or from worker "
@@ -733,12 +736,13 @@ class WorkerGroup:
         Raises:
             WorkerCrashedError: If a worker's pipe is broken.
         """
-        for handle in self.handles:
-            try:
-                number = send(handle)
-            except OSError:
-                self.crashed(handle, what)
-            handle.expect(number)
+        with held():
+            for handle in self.handles:
+                try:
+                    number = send(handle)
+                except OSError:
+                    self.crashed(handle, what)
+                handle.expect(number)
         return self.handles
 
     def wait(
@@ -772,12 +776,7 @@ class WorkerGroup:
         else:
             poller, watched = poll_set(handles)
 
-        def finished() -> bool:
-            if any_answer:
-                return any(handle.answers for handle in handles)
-            return not any(handle.expected for handle in handles)
-
-        if finished():
+        if self._finished(handles, any_answer):
             return
         if deadline is None and timeout is not None:
             deadline = time.monotonic() + timeout
@@ -802,39 +801,60 @@ class WorkerGroup:
                 name = label or what
                 msg = f"The call to `{name}` has timed out after {timeout} second(s)."
                 raise multiprocessing.TimeoutError(msg)
-            # read replies before judging deaths: a worker may answer, then exit
-            events.sort(key=lambda event: watched.get(event[0], (None, True))[1])
-            for fd, _ in events:
-                entry = watched.get(fd)
-                if entry is None:
-                    continue
-                handle, is_sentinel = entry
-                if is_sentinel:
-                    if handle.poll():
-                        continue  # its last words come first
-                    if handle.expected:
-                        self.crashed(handle, what)
-                    # it answered, then exited (e.g. after reporting an env error
-                    # at start-up): the next command will find out
-                    with contextlib.suppress(KeyError, ValueError):
-                        poller.unregister(fd)
-                    watched.pop(fd, None)
-                    continue
-                try:
-                    handle.receive()
-                    while handle.has_message():
-                        handle.receive()
-                except (EOFError, OSError):
-                    if handle.expected:
-                        self.crashed(handle, what)
-                    # gone after its last answer: the next command will find out
-                    for gone in (fd, handle.sentinel):
-                        with contextlib.suppress(KeyError, ValueError):
-                            poller.unregister(gone)
-                        watched.pop(gone, None)
-            if finished():
+            with held():
+                self._read_events(events, poller, watched, what)
+            if self._finished(handles, any_answer):
                 self.spin.after_wait()
                 return
+
+    @staticmethod
+    def _finished(handles: list[WorkerHandle], any_answer: bool) -> bool:
+        if any_answer:
+            return any(handle.answers for handle in handles)
+        for handle in handles:  # noqa: SIM110 - a plain loop: the hot path, no generator
+            if handle.expected:
+                return False
+        return True
+
+    def _read_events(
+        self,
+        events: list[tuple[int, int]],
+        poller: select.poll,
+        watched: dict[int, tuple[WorkerHandle, bool]],
+        what: str,
+    ) -> None:
+        """Read every reply ``events`` announce, then judge the sentinels."""
+        sentinels = []
+        for fd, _ in events:
+            entry = watched.get(fd)
+            if entry is None:
+                continue
+            handle, is_sentinel = entry
+            if is_sentinel:  # judged after the replies: a worker may answer, then exit
+                sentinels.append((fd, handle))
+                continue
+            try:
+                handle.receive()
+                while handle.has_message():
+                    handle.receive()
+            except (EOFError, OSError):
+                if handle.expected:
+                    self.crashed(handle, what)
+                # gone after its last answer: the next command will find out
+                for gone in (fd, handle.sentinel):
+                    with contextlib.suppress(KeyError, ValueError):
+                        poller.unregister(gone)
+                    watched.pop(gone, None)
+        for fd, handle in sentinels:
+            if fd not in watched or handle.poll():
+                continue  # its last words come first
+            if handle.expected:
+                self.crashed(handle, what)
+            # it answered, then exited (e.g. after reporting an env error at
+            # start-up): the next command will find out
+            with contextlib.suppress(KeyError, ValueError):
+                poller.unregister(fd)
+            watched.pop(fd, None)
 
     def _all_poll(self) -> tuple[select.poll, dict[int, tuple[WorkerHandle, bool]]]:
         if not self._poll_all_built:
@@ -867,8 +887,13 @@ class WorkerGroup:
         self.broken = error
         raise error
 
+    def note_give_up(self) -> None:
+        """A call gave up (or a transfer was cut): check the handles from now on."""
+        self._gave_up = True
+
     def drop_pending(self) -> None:
         """Forget every awaited reply of every worker."""
+        self._gave_up = True
         for handle in self.handles:
             handle.drop_pending()
 
@@ -885,8 +910,9 @@ class WorkerGroup:
             if handle.process.is_alive() and not handle.out_of_step
         ]
         try:
-            for handle in live:
-                handle.expect(handle.send_close())
+            with held():
+                for handle in live:
+                    handle.expect(handle.send_close())
             self.wait("close", timeout, live)
         except Exception:  # noqa: BLE001 - the caller terminates the workers
             return False
