@@ -477,7 +477,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         replies = self._wait_all("reset", timeout, "reset_wait")
         with held():
             self._state = AsyncState.DEFAULT
-            infos = self._collect(replies)
+            infos = self._merge_replies(replies)
             return self._buffers.read_observations(), infos
 
     # -- step --------------------------------------------------------------------------
@@ -558,7 +558,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         buffers = self._buffers
         with held():
             self._state = AsyncState.DEFAULT
-            infos = self._collect(replies)
+            infos = self._merge_replies(replies)
             return (
                 buffers.read_observations(),
                 buffers.rewards.copy(),
@@ -960,7 +960,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             raise
         return [handle.answer() for handle in group.handles]
 
-    def _collect(self, replies: list[Reply | None]) -> dict[str, Any]:
+    def _merge_replies(self, replies: list[Reply | None]) -> dict[str, Any]:
         """Raise env errors, then merge infos and pipe-borne values in env order."""
         if not any(replies):
             return {}  # the hot path: nothing but "done" from every worker

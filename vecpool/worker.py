@@ -338,7 +338,7 @@ class _Host:
         self.envs = []
 
 
-def _dispatch(host: _Host, data: bytes) -> tuple[bytes, bool]:
+def _run_command(host: _Host, data: bytes) -> tuple[bytes, bool]:
     """Run one pickled command; return the reply and whether to keep going."""
     command, payload = pickle.loads(data)
     if command is Command.STEP:
@@ -421,7 +421,7 @@ def run_worker(
                     subset = np.frombuffer(data, np.uint16, offset=1).tolist()
                     reply = host.step(None, subset)
                 else:
-                    reply, running = _dispatch(host, data)
+                    reply, running = _run_command(host, data)
             except Exception as exc:  # noqa: BLE001 - protocol errors go back too
                 reply = encode(Reply(errors=[pack_error(config.start, exc)]))
             try:
