@@ -84,8 +84,15 @@ def __getattr__(name: str) -> Any:
     """Import a public name's module on first use (PEP 562)."""
     module = _LAZY.get(name)
     if module is None:
+        # a submodule, as `import vecpool; vecpool.pool` worked when this file
+        # imported everything
+        try:
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as error:
+            if error.name != f"{__name__}.{name}":
+                raise
         msg = f"module 'vecpool' has no attribute {name!r}"
-        raise AttributeError(msg)
+        raise AttributeError(msg) from None
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later look-ups skip this function
     return value

@@ -66,6 +66,9 @@ from vecpool.worker_group import (
 __all__ = ["AsyncState", "AsyncVectorEnv"]
 
 _RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
+CLOSE_GRACE = 10.0
+"""Seconds ``close()`` (with ``timeout=None``) gives a pending call and the envs'
+own ``close`` before it terminates the workers."""
 _LIVE_ENVS: weakref.WeakSet[AsyncVectorEnv] = weakref.WeakSet()
 
 StepResult = tuple[
@@ -871,22 +874,31 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     ) -> None:
         """Close the sub-environments and release the workers and shared memory.
 
+        ``close`` always returns: a pending call, and the envs' own ``close``, get
+        ``timeout`` seconds (``None``: :data:`CLOSE_GRACE` seconds, 1 second after a
+        worker crashed); workers still busy after that (an env stuck in ``step``)
+        are terminated, and every process is reaped.
+
         Args:
             timeout: Seconds to wait for a pending call and for the envs to close;
-                after that the workers are terminated. ``None`` waits.
+                after that the workers are terminated.
             terminate: If ``True``, terminate the workers at once.
         """
         if self in _LIVE_ENVS:
             _LIVE_ENVS.discard(self)
             _guards.uninstall()
-        timeout = 0 if terminate else timeout
+        grace = CLOSE_GRACE if timeout is None else timeout
+        if self._group.broken is not None:
+            # a dead worker may hold the `max_concurrency` semaphore for ever
+            grace = min(grace, 1.0)
+        deadline = time.monotonic() + (0.0 if terminate else grace)
         if self._state != AsyncState.DEFAULT:
             logger.warn(
                 "Calling `close` while waiting for a pending call to "
                 f"`{self._state.value}` to complete."
             )
             try:
-                getattr(self, f"{self._state.value}_wait")(timeout)
+                getattr(self, f"{self._state.value}_wait")(0 if terminate else grace)
             except multiprocessing.TimeoutError:
                 terminate = True
             except Exception:  # noqa: BLE001 - closing anyway; the error was logged
@@ -894,11 +906,10 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._state = AsyncState.DEFAULT
         if self._batches is not None:
             self._batches.clear()
-        if not terminate and not self._group.close(timeout):
+        remaining = max(0.0, deadline - time.monotonic())
+        if not terminate and not self._group.close(remaining):
             terminate = True
         if not terminate:
-            grace = 5.0 if timeout is None else timeout
-            deadline = time.monotonic() + grace
             for process in self.processes:
                 process.join(max(0.0, deadline - time.monotonic()))
         if self._finalizer is not None:

@@ -398,3 +398,44 @@ def test_bad_actions_raise_value_error_before_sending(
     assert env.get_attr("steps_taken") == (1, 1, 1)
     assert_same_data(reference.step(good), env.step(good), "step after bad actions")
     assert env.get_attr("steps_taken") == (2, 2, 2)
+
+
+def test_close_returns_when_an_env_is_stuck_after_a_timeout(
+    make_async, leak_checker, monkeypatch
+):
+    # a step timed out and the env is still sleeping in it: close() (default
+    # timeout) must give up after the grace, terminate and reap
+    monkeypatch.setattr(vecpool.async_env, "CLOSE_GRACE", 1.0)
+    envs = make_async([functools.partial(SlowEnv)] * 2, num_workers=2)
+    envs.reset(seed=0)
+    envs.step_async(np.full((2, 1), 30.0, dtype=np.float32))
+    with pytest.raises(multiprocessing.TimeoutError):
+        envs.step_wait(timeout=0.2)
+    start = time.monotonic()
+    envs.close()
+    assert time.monotonic() - start < 6.0
+    assert not any(process.is_alive() for process in envs.processes)
+    leak_checker.assert_no_leaks()
+
+
+def test_close_returns_when_a_crashed_worker_held_the_concurrency_slot(
+    make_async, leak_checker
+):
+    # max_concurrency=1 < num_workers: the worker killed mid-step never releases
+    # the semaphore, so the survivor can never step (nor read CLOSE)
+    envs = make_async(
+        [functools.partial(SlowEnv)] * 2, num_workers=2, max_concurrency=1
+    )
+    envs.reset(seed=0)
+    envs.step_async(np.full((2, 1), 2.0, dtype=np.float32))
+    time.sleep(0.3)
+    for process in envs.processes:
+        os.kill(process.pid, signal.SIGKILL)
+        break
+    with pytest.raises(vecpool.errors.WorkerCrashedError):
+        envs.step_wait(timeout=10)
+    start = time.monotonic()
+    envs.close()
+    assert time.monotonic() - start < 6.0
+    assert not any(process.is_alive() for process in envs.processes)
+    leak_checker.assert_no_leaks()
