@@ -680,12 +680,13 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             raise ValueError(msg)
         self._assert_idle("set_attr")
         per_env = list(values)
-        self._group.send_all(
-            "set_attr",
-            lambda handle: handle.send_set_attr(
-                name, per_env[handle.env_indices.start : handle.env_indices.stop]
-            ),
-        )
+        with held():
+            self._group.send_all(
+                "set_attr",
+                lambda handle: handle.send_set_attr(
+                    name, per_env[handle.env_indices.start : handle.env_indices.stop]
+                ),
+            )
         replies = self._wait_all("set_attr", None)
         raise_env_errors(replies, type(self).__name__)
 
@@ -946,7 +947,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             raise WorkerCrashedError(
                 msg, error.worker, error.env_indices, error.exitcode
             )
-        self._group.check_in_step()
+        if self._group.gave_up:  # a call gave up earlier: check every pipe
+            self._group.check_in_step()
 
     def __del__(self) -> None:
         """On garbage collection, terminate the workers if not closed."""

@@ -16,6 +16,7 @@ from gymnasium import Space
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from vecpool._checks import check_int, is_int
+from vecpool._guards import held
 from vecpool.buffers import StepBuffers, merge_infos
 from vecpool.protocol import Command, Reply
 from vecpool.worker_group import WorkerGroup, raise_env_errors
@@ -93,14 +94,19 @@ class EnvStates:
         message: Callable[[list[int], list[int]], tuple[Command, Any]],
     ) -> dict[int, Reply | None]:
         handles = [self.group.handles[index] for index in groups]
-        for handle in handles:
-            positions, local = groups[handle.index]
-            command, payload = message(local, positions)
-            try:
-                handle.expect(handle.send(command, payload))
-            except OSError:
-                self.group.crashed(handle, what)
-        self.group.wait(what, None, handles)
+        with held():
+            for handle in handles:
+                positions, local = groups[handle.index]
+                command, payload = message(local, positions)
+                try:
+                    handle.expect(handle.send(command, payload))
+                except OSError:
+                    self.group.crashed(handle, what)
+        try:
+            self.group.wait(what, None, handles)
+        except BaseException:
+            self.group.drop_pending()  # their late replies will be dropped
+            raise
         replies = {handle.index: handle.answer() for handle in handles}
         raise_env_errors(replies.values(), self.owner, log=False)
         return replies

@@ -280,8 +280,10 @@ class WorkerHandle:
 
     def expect(self, number: int) -> None:
         """Wait, in the next :meth:`WorkerGroup.wait`, for reply ``number`` alone."""
-        self.expected.clear()
-        self.answers.clear()
+        if self.expected:
+            self.expected.clear()
+        if self.answers:
+            self.answers.clear()
         self.expected.append(number)
 
     def receive(self) -> bool:
@@ -300,7 +302,7 @@ class WorkerHandle:
                 self.group.note_give_up()
             raise
         self.received = number = self.received + 1
-        return self._keep(number, self.decode(data))
+        return self._keep(number, pickle.loads(data) if data else None)
 
     def _keep(self, number: int, reply: Reply | None) -> bool:
         expected = self.expected
@@ -538,6 +540,8 @@ class WorkerGroup:
         handle_of: Env index -> worker index.
         spin: The spin policy.
         broken: The crash that made the group unusable, once one happened.
+        gave_up: Whether a call may have given up on a reply since the last
+            check (then new actions go by pipe, and pipes are checked).
     """
 
     def __init__(self, spin: SpinPolicy) -> None:
@@ -548,7 +552,7 @@ class WorkerGroup:
         self.broken: WorkerCrashedError | None = None
         self._poll_all: tuple[select.poll, dict[int, tuple[WorkerHandle, bool]]]
         self._poll_all_built = False
-        self._gave_up = False
+        self.gave_up = False
 
     def add(self, handle: WorkerHandle) -> None:
         """Add the handle of a started worker."""
@@ -698,13 +702,13 @@ class WorkerGroup:
         Such a worker may still read the shared actions, so new actions then go
         by pipe.
         """
-        if not self._gave_up:
+        if not self.gave_up:
             return False  # the hot path: no call ever gave up since the last check
-        self._gave_up = any(
+        self.gave_up = any(
             handle.sent - handle.received > len(handle.expected)
             for handle in self.handles
         )
-        return self._gave_up
+        return self.gave_up
 
     def check_in_step(self) -> None:
         """Raise if a cut-off transfer left a pipe out of step.
@@ -712,7 +716,7 @@ class WorkerGroup:
         Raises:
             OutOfStepError: Naming the worker and the fix.
         """
-        for handle in self.handles if self._gave_up else ():
+        for handle in self.handles if self.gave_up else ():
             if handle.out_of_step:
                 msg = (
                     f"A second Ctrl-C cut off a transfer to or from worker "
@@ -736,13 +740,13 @@ class WorkerGroup:
         Raises:
             WorkerCrashedError: If a worker's pipe is broken.
         """
-        with held():
-            for handle in self.handles:
-                try:
-                    number = send(handle)
-                except OSError:
-                    self.crashed(handle, what)
-                handle.expect(number)
+        # callers hold Ctrl-C back around this (held()) and their state change
+        for handle in self.handles:
+            try:
+                number = send(handle)
+            except OSError:
+                self.crashed(handle, what)
+            handle.expect(number)
         return self.handles
 
     def wait(
@@ -786,7 +790,7 @@ class WorkerGroup:
             events = [
                 (handle.conn.fileno(), select.POLLIN)
                 for handle in handles
-                if handle.has_message()
+                if handle.channel.has_message()
             ] or poller.poll(0)
             if not events and spin > 0.0:
                 events = spin_until_ready(poller, spin, self.spin.spin_yield)
@@ -835,7 +839,7 @@ class WorkerGroup:
                 continue
             try:
                 handle.receive()
-                while handle.has_message():
+                while handle.channel.has_message():
                     handle.receive()
             except (EOFError, OSError):
                 if handle.expected:
@@ -889,11 +893,11 @@ class WorkerGroup:
 
     def note_give_up(self) -> None:
         """A call gave up (or a transfer was cut): check the handles from now on."""
-        self._gave_up = True
+        self.gave_up = True
 
     def drop_pending(self) -> None:
         """Forget every awaited reply of every worker."""
-        self._gave_up = True
+        self.gave_up = True
         for handle in self.handles:
             handle.drop_pending()
 
