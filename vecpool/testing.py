@@ -42,6 +42,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 __all__ = [
     "ACTION_KINDS",
     "OBS_KINDS",
+    "ActionEchoEnv",
     "CountingEnv",
     "CustomExceptionEnv",
     "DeliberateError",
@@ -686,3 +687,44 @@ def assert_same_rollout(
                     {"reset_mask": mask}, candidate_options, "options after reset"
                 )
     return ended
+
+
+class ActionEchoEnv(gym.Env[npt.NDArray[np.float64], Any]):
+    """Each observation names the action that produced it: ``[action, step]``.
+
+    For interrupt and concurrency tests: a row that belongs to another step (or
+    another thread's actions) shows at once. The action is a float64 scalar;
+    ``step`` sleeps ``delay`` seconds first; with ``info=True`` every step and
+    reset returns a non-empty info (``{"action": action}``). Reset observations are
+    ``[-1, 0]``. Episodes never end.
+    """
+
+    def __init__(self, delay: float = 0.0, info: bool = False) -> None:
+        """Build the env.
+
+        Args:
+            delay: Seconds to sleep in each step.
+            info: Whether infos are non-empty.
+        """
+        self.delay = delay
+        self.info = info
+        self.observation_space = spaces.Box(-1e12, 1e12, shape=(2,), dtype=np.float64)
+        self.action_space = spaces.Box(-1e12, 1e12, shape=(), dtype=np.float64)
+        self.steps = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[npt.NDArray[np.float64], dict[str, Any]]:
+        """Start an episode: observation ``[-1, 0]``."""
+        super().reset(seed=seed, options=options)
+        self.steps = 0
+        return np.array([-1.0, 0.0]), ({"action": -1.0} if self.info else {})
+
+    def step(self, action: Any) -> StepResult:
+        """Echo ``action`` (after the delay) with the step count."""
+        if self.delay:
+            time.sleep(self.delay)
+        self.steps += 1
+        value = float(action)
+        info = {"action": value} if self.info else {}
+        return np.array([value, float(self.steps)]), 0.0, False, False, info
