@@ -2,7 +2,7 @@
 # requires-python = ">=3.10"
 # dependencies = ["nox>=2025.2.9"]
 # ///
-"""Nox sessions for vecpool: tests, lint, typecheck, docs, peer, bench, build."""
+"""Nox sessions for vecpool; `nox --list` shows them (CONTRIBUTING.md explains each)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ nox.options.default_venv_backend = "uv|virtualenv"  # virtualenv when uv is miss
 ROOT = Path(__file__).resolve().parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 PYTHON_SOURCES = ["vecpool", "tests", "examples", "noxfile.py", "docs/conf.py"]
+PEER_RUNNER = ROOT / "tests" / "peer" / "run.py"
 
 # Every session reuses the interpreter that runs nox (`python=None`): CI has
 # a single python3. Pick another with e.g. `nox -s tests --force-python 3.12`.
@@ -41,20 +42,31 @@ def install_project(session: nox.Session, *extra: str) -> None:
     session.install(*reinstall, ".", *extra)
 
 
-def gym_tests_script() -> Path:
-    """Where the script that runs Gymnasium's vector tests against vecpool lives."""
-    configured = os.environ.get("VECPOOL_GYM_TESTS_SCRIPT")
-    if configured:
-        return Path(configured).expanduser().resolve()
-    return ROOT.parent / "shared" / "tools" / "run_gym_vector_tests.sh"
-
-
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """Run the test suite against an installed (non-editable) vecpool."""
     install_project(session, *nox.project.dependency_groups(PYPROJECT, "test"))
     # the `pytest` script (not `python -m pytest`) keeps the checkout off sys.path
     session.run("pytest", *session.posargs)
+
+
+@nox.session(python=PYTHON, default=False)
+def coverage(session: nox.Session) -> None:
+    """Run the test suite under coverage, worker processes included, and report.
+
+    Settings live in pyproject.toml's ``[tool.coverage.*]``; positional arguments go
+    to pytest.
+    """
+    install_project(session, *nox.project.dependency_groups(PYPROJECT, "coverage"))
+    session.run("coverage", "erase")
+    # `coverage run -m pytest` would put the checkout on sys.path; the installed
+    # `pytest` script keeps it off, so the installed vecpool is measured
+    pytest_script = shutil.which("pytest", path=session.bin)
+    if pytest_script is None:
+        session.error(f"no pytest script in {session.bin}")
+    session.run("coverage", "run", pytest_script, *session.posargs)
+    session.run("coverage", "combine")
+    session.run("coverage", "report")
 
 
 @nox.session(python=PYTHON)
@@ -92,30 +104,13 @@ def peer(session: nox.Session) -> None:
     """Run Gymnasium's own ``tests/vector`` suite with vecpool swapped in.
 
     Needs ``GYM_GIT_DIR`` (a Gymnasium git dir) or ``GYM_TESTS_SRC`` (a checkout);
-    ``VECPOOL_GYM_TESTS_SCRIPT`` overrides where the runner script is looked up.
+    the runner is ``tests/peer/run.py`` (its docstring lists the other settings).
     Positional arguments go to pytest, e.g. ``nox -s peer -- -k reset``.
     """
-    script = gym_tests_script()
-    if not script.is_file():
-        session.skip(
-            f"runner script {script} not found; set VECPOOL_GYM_TESTS_SCRIPT to "
-            "the path of run_gym_vector_tests.sh"
-        )
     if not (os.environ.get("GYM_GIT_DIR") or os.environ.get("GYM_TESTS_SRC")):
         session.skip("neither GYM_GIT_DIR nor GYM_TESTS_SRC is set.\n" + GYM_TESTS_HELP)
-    install_project(session, "pytest", "pytest-timeout", "pygame")
-    python = shutil.which("python", path=session.bin)
-    if python is None:
-        session.error(f"no python executable in {session.bin}")
-    extra = ["--", *session.posargs] if session.posargs else []
-    session.run(
-        "bash",
-        str(script),
-        "vecpool:AsyncVectorEnv",
-        *extra,
-        env={"PYTHON": python},
-        external=True,
-    )
+    install_project(session, *nox.project.dependency_groups(PYPROJECT, "test"))
+    session.run("python", str(PEER_RUNNER), *session.posargs)
 
 
 @nox.session(python=PYTHON, default=False)

@@ -1,0 +1,83 @@
+"""pytest plugin that runs Gymnasium's vector tests against ``vecpool.AsyncVectorEnv``.
+
+Loaded by ``tests/peer/run.py`` with ``-p swap_plugin``. Importing it rebinds
+``gymnasium.vector.AsyncVectorEnv`` before any test module is collected: the tests do
+``from gymnasium.vector import AsyncVectorEnv``, and ``gymnasium.make_vec(...,
+vectorization_mode="async")`` looks the name up at call time, so both paths reach ours.
+After collection it fails the run if a test module still holds Gymnasium's class, and
+it deselects parametrizations that only exercise ``SyncVectorEnv`` (set
+``INCLUDE_SYNC=1`` to keep them).
+
+Not a test module (no ``test_`` prefix, no conftest): the default ``pytest`` run of our
+own suite never collects it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from typing import Any
+
+import gymnasium
+import gymnasium.vector
+import pytest
+from gymnasium.envs.registration import VectorizeMode
+
+import vecpool
+
+ORIGINAL_ASYNC = gymnasium.vector.AsyncVectorEnv
+ORIGINAL_SYNC = gymnasium.vector.SyncVectorEnv
+REPLACEMENT: type[Any] = vecpool.AsyncVectorEnv
+
+gymnasium.vector.AsyncVectorEnv = REPLACEMENT  # type: ignore[misc]
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Say which gymnasium, which class and which tests this run uses."""
+    return [
+        f"gymnasium {gymnasium.__version__} from {os.path.dirname(gymnasium.__file__)}",
+        f"AsyncVectorEnv under test: {REPLACEMENT.__module__}."
+        f"{REPLACEMENT.__qualname__} (vecpool {vecpool.__version__})",
+        f"tests from: {os.environ.get('VECPOOL_PEER_SOURCE', '?')}",
+    ]
+
+
+def _is_sync_only(value: object) -> bool:
+    """Whether a parametrize value selects Gymnasium's SyncVectorEnv."""
+    if value is ORIGINAL_SYNC or value is VectorizeMode.SYNC:
+        return True
+    if isinstance(value, functools.partial) and value.func is ORIGINAL_SYNC:
+        return True
+    return isinstance(value, str) and value == "sync"
+
+
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """Deselect the Sync-only parametrizations (they don't exercise vecpool)."""
+    if os.environ.get("INCLUDE_SYNC") == "1":
+        return
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params: dict[str, object] = callspec.params if callspec is not None else {}
+        sync_only = any(_is_sync_only(value) for value in params.values())
+        (drop if sync_only else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Fail loudly if a collected test module kept Gymnasium's own class."""
+    stale = sorted(
+        name
+        for name, module in list(sys.modules.items())
+        if name.startswith("tests.")
+        and getattr(module, "AsyncVectorEnv", None) is ORIGINAL_ASYNC
+    )
+    if stale:
+        message = f"test modules still bound to gymnasium's AsyncVectorEnv: {stale}"
+        raise pytest.UsageError(message)
