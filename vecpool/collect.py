@@ -30,6 +30,7 @@ import numpy.typing as npt
 from gymnasium.vector import AutoresetMode
 
 from vecpool.bench import Progress, require_matplotlib
+from vecpool.boundaries import AutoresetTracker
 from vecpool.errors import VecPoolError
 from vecpool.make import make_vec
 from vecpool.pool import ReplayPool
@@ -293,10 +294,9 @@ class _EpisodeTracker:
 
     def __init__(self, num_envs: int, mode: AutoresetMode) -> None:
         self.num_envs = num_envs
-        self.next_step = mode is AutoresetMode.NEXT_STEP
+        self.boundaries = AutoresetTracker(num_envs, mode)
         self.returns = np.zeros(num_envs, np.float64)
         self.lengths = np.zeros(num_envs, np.int64)
-        self.autoreset = np.zeros(num_envs, np.bool_)
         self.done = np.zeros(num_envs, np.bool_)
         self.transitions = 0
         self.vector_steps = 0
@@ -314,9 +314,9 @@ class _EpisodeTracker:
         """Add one vector step; return the mask of envs whose episode ended, if any."""
         self.vector_steps += 1
         done = np.logical_or(terminations, truncations, out=self.done)
-        if self.next_step and self.autoreset.any():
+        valid = self.boundaries.valid()
+        if valid is not None:
             # these envs only reset on this step: not transitions (docs/replay-pool.md)
-            valid = ~self.autoreset
             np.add(self.returns, rewards, out=self.returns, where=valid)
             self.lengths += valid
             self.transitions += int(np.count_nonzero(valid))
@@ -326,8 +326,7 @@ class _EpisodeTracker:
             self.lengths += 1
             self.transitions += self.num_envs
             ended = done
-        if self.next_step:
-            self.autoreset[:] = done
+        self.boundaries.after_step(done)
         if not ended.any():
             return None
         env_steps = self.vector_steps * self.num_envs

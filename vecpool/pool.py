@@ -10,7 +10,6 @@ envs.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -22,7 +21,16 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
 
-from vecpool.spaces import NATIVE_LEAVES, flatten_batch, is_native, leaves, make_views
+from vecpool._checks import check_int
+from vecpool._files import write_atomically
+from vecpool.spaces import (
+    NATIVE_LEAVES,
+    flatten_batch,
+    integer_bounds,
+    is_native,
+    leaves,
+    make_views,
+)
 
 __all__ = ["EpisodeStats", "ReplayPool", "Transitions"]
 
@@ -57,19 +65,6 @@ class EpisodeStats(NamedTuple):
     count: int  # type: ignore[assignment]  # shadows tuple.count, on purpose
     mean_return: float
     mean_length: float
-
-
-def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, np.integer))
-        or value < low
-        or (high is not None and value > high)
-    ):
-        bound = f">= {low}" if high is None else f"between {low} and {high}"
-        msg = f"`{name}` must be an integer {bound}, got {value!r}."
-        raise ValueError(msg)
-    return int(value)
 
 
 class ReplayPool:
@@ -128,13 +123,13 @@ class ReplayPool:
         store_next_obs: bool = True,
     ) -> None:
         """Validate the arguments and preallocate the storage."""
-        self.num_envs = _check_int("num_envs", num_envs, 1)
-        self.pool_size = _check_int("pool_size", pool_size, 1)
+        self.num_envs = check_int("num_envs", num_envs, 1)
+        self.pool_size = check_int("pool_size", pool_size, 1)
         self.capacity = math.ceil(self.pool_size / self.num_envs)
         self.window_size = (
             None
             if window_size is None
-            else _check_int("window_size", window_size, 1, self.capacity)
+            else check_int("window_size", window_size, 1, self.capacity)
         )
         if (clearing_freq is None) != (window_size_ is None):
             msg = (
@@ -145,12 +140,10 @@ class ReplayPool:
         self.clearing_freq = (
             None
             if clearing_freq is None
-            else _check_int("clearing_freq", clearing_freq, 1)
+            else check_int("clearing_freq", clearing_freq, 1)
         )
         self.window_size_ = (
-            None
-            if window_size_ is None
-            else _check_int("window_size_", window_size_, 1)
+            None if window_size_ is None else check_int("window_size_", window_size_, 1)
         )
         self.random = bool(random)
         self.store_next_obs = bool(store_next_obs)
@@ -223,6 +216,7 @@ class ReplayPool:
             and action_space.shape is not None
             else None
         )
+        self._action_bounds = integer_bounds(action_space)
         self._received = np.zeros(self.num_envs, np.int64)
         self._episode_return = np.zeros(self.num_envs, np.float64)
         self._episode_length = np.zeros(self.num_envs, np.int64)
@@ -306,7 +300,7 @@ class ReplayPool:
         Raises:
             ValueError: If the pool is empty or ``batch_size < 1``.
         """
-        batch_size = _check_int("batch_size", batch_size, 1)
+        batch_size = check_int("batch_size", batch_size, 1)
         total = len(self)
         if total == 0:
             msg = "Cannot sample from an empty ReplayPool: add transitions first."
@@ -359,6 +353,8 @@ class ReplayPool:
         terminated: Any,
         truncated: Any,
         env_ids: Any = None,
+        *,
+        valid: Any = None,
     ) -> None:
         """Record one transition per env (one batched call per vector step).
 
@@ -372,9 +368,14 @@ class ReplayPool:
             truncated: Truncation flags.
             env_ids: Source env of each row when not every env has a transition
                 (default: one row per env, in env order).
+            valid: Optional bool mask over the rows: rows that are not real
+                transitions (e.g. ``NEXT_STEP`` reset steps, see
+                :class:`vecpool.boundaries.AutoresetTracker`) are skipped.
 
         Raises:
-            ValueError: If a batch does not have one row per env (or per id).
+            ValueError: If a batch does not have one row per env (or per id), if
+                ``env_ids`` are not 1-D integers in range, or if an action is not
+                in the action space (a float for a discrete space, out of range).
         """
         shapes = self._plain_shapes
         if (
@@ -383,42 +384,147 @@ class ReplayPool:
             and type(obs) is np.ndarray
             and type(action) is np.ndarray
             and type(next_obs) is np.ndarray
-            and obs.shape == next_obs.shape == shapes[0]
-            and action.shape == shapes[1]
-        ):  # the common case: one array per field, one row per env
-            if (
-                self._hot
-                and type(reward) is np.ndarray
-                and type(terminated) is np.ndarray
-                and type(truncated) is np.ndarray
-                and reward.shape == terminated.shape == truncated.shape == shapes[2]
-                and terminated.dtype == truncated.dtype == np.bool_
-            ):
-                self._add_arrays(obs, action, next_obs, reward, terminated, truncated)
-                return
-            self._add_leaves(
-                None, [obs], [action], [next_obs], reward, terminated, truncated
+        ):  # the common case: one array per field
+            self.add_leaves(
+                [obs], [action], [next_obs], reward, terminated, truncated, valid=valid
             )
             return
-        source: npt.NDArray[np.int64] | None = None
-        count = self.num_envs
-        if env_ids is not None:
-            source = np.asarray(env_ids, dtype=np.int64).reshape(-1)
-            if source.size and (source.min() < 0 or source.max() >= self.num_envs):
-                msg = f"`env_ids` must lie in [0, {self.num_envs}), got {source}."
-                raise ValueError(msg)
-            count = source.size
-            if count == 0:
-                return
-        self._add_leaves(
-            source,
+        count = self.num_envs if env_ids is None else self._check_env_ids(env_ids).size
+        self.add_leaves(
             _leaves(self.observation_space, obs, count, "obs"),
             _leaves(self.action_space, action, count, "action"),
             _leaves(self.observation_space, next_obs, count, "next_obs"),
             reward,
             terminated,
             truncated,
+            env_ids,
+            valid=valid,
         )
+
+    def add_leaves(
+        self,
+        obs: list[npt.NDArray[Any]],
+        action: list[npt.NDArray[Any]],
+        next_obs: list[npt.NDArray[Any]],
+        reward: Any,
+        terminated: Any,
+        truncated: Any,
+        env_ids: Any = None,
+        *,
+        valid: Any = None,
+    ) -> None:
+        """:meth:`add` for batches already split into leaf arrays: the fast path.
+
+        Leaves are in :func:`vecpool.spaces.leaves` order, one array per leaf of
+        the space, each with one row per env (or per id). The wrapper, the sampler
+        and ``vecpool collect`` add through here; a plain Box/Discrete space with
+        one row per env takes the unrolled path (about a dozen numpy calls).
+
+        Args:
+            obs: Observation leaves.
+            action: Action leaves.
+            next_obs: Next-observation leaves.
+            reward: Rewards.
+            terminated: Termination flags.
+            truncated: Truncation flags.
+            env_ids: Source env of each row (default: one row per env, in order).
+            valid: Optional bool mask over the rows; rows not valid are skipped.
+
+        Raises:
+            ValueError: As :meth:`add`.
+        """
+        self._check_actions(action)
+        mask = None if valid is None else self._check_valid(valid, env_ids)
+        if env_ids is None:
+            shapes = self._plain_shapes
+            if (
+                self._hot
+                and shapes is not None
+                and len(obs) == len(action) == len(next_obs) == 1
+                and type(reward) is np.ndarray
+                and type(terminated) is np.ndarray
+                and type(truncated) is np.ndarray
+                and obs[0].shape == next_obs[0].shape == shapes[0]
+                and action[0].shape == shapes[1]
+                and reward.shape == terminated.shape == truncated.shape == shapes[2]
+                and terminated.dtype == truncated.dtype == np.bool_
+            ):
+                self._add_arrays(
+                    obs[0], action[0], next_obs[0], reward, terminated, truncated, mask
+                )
+                return
+            self._add_leaves(
+                None, obs, action, next_obs, reward, terminated, truncated, mask
+            )
+            return
+        source = self._check_env_ids(env_ids)
+        if source.size:
+            self._add_leaves(
+                source, obs, action, next_obs, reward, terminated, truncated, mask
+            )
+
+    def abort_episodes(self, env_ids: Any) -> None:
+        """Abort the unfinished episode of each env in ``env_ids``.
+
+        Its transitions stay in the pool, but the episode is not counted as
+        finished (:meth:`episode_stats`) and the env's next transition starts a new
+        episode instead of continuing it. For an episode cut short without an end
+        (a crashed worker, an interrupted collection).
+
+        Args:
+            env_ids: Env indices (1-D ints in range).
+
+        Raises:
+            ValueError: If ``env_ids`` are not 1-D integers in range.
+        """
+        source = self._check_env_ids(env_ids)
+        self._episode_return[source] = 0.0
+        self._episode_length[source] = 0
+
+    def _check_env_ids(self, env_ids: Any) -> npt.NDArray[np.int64]:
+        ids = np.asarray(env_ids)
+        if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+            msg = (
+                f"`env_ids` must be a 1-D array of ints, got {env_ids!r} (shape "
+                f"{ids.shape}, dtype {ids.dtype}): pass e.g. `np.array([0, 2])`."
+            )
+            raise ValueError(msg)
+        source = ids.astype(np.int64, copy=False)
+        if source.size and (source.min() < 0 or source.max() >= self.num_envs):
+            msg = f"`env_ids` must lie in [0, {self.num_envs}), got {source.tolist()}."
+            raise ValueError(msg)
+        return source
+
+    def _check_valid(self, valid: Any, env_ids: Any) -> npt.NDArray[np.bool_]:
+        mask = np.asarray(valid)
+        rows = self.num_envs if env_ids is None else np.size(env_ids)
+        if mask.dtype != np.bool_ or mask.shape != (rows,):
+            msg = (
+                f"`valid` must be a bool array of shape ({rows},), got dtype "
+                f"{mask.dtype} and shape {mask.shape}."
+            )
+            raise ValueError(msg)
+        return mask
+
+    def _check_actions(self, action: list[npt.NDArray[Any]]) -> None:
+        """Refuse actions outside the action space (no silent casts)."""
+        for leaf, bounds in zip(action, self._action_bounds, strict=True):
+            if bounds is None:
+                continue  # a float Box: stored as given
+            low, high = bounds
+            array = np.asarray(leaf)
+            if array.dtype.kind not in "iub":
+                msg = (
+                    f"`action` must hold integers for the {self.action_space} action "
+                    f"space, got dtype {array.dtype}: pass e.g. `actions.astype(int)`."
+                )
+                raise ValueError(msg)
+            if array.size and (np.any(array < low) or np.any(array >= high)):
+                msg = (
+                    f"`action` holds values outside the action space "
+                    f"{self.action_space}: got min {array.min()}, max {array.max()}."
+                )
+                raise ValueError(msg)
 
     def _add_leaves(
         self,
@@ -461,7 +567,8 @@ class ReplayPool:
             }
             reward_arr, terminated_arr = reward_arr[keep], terminated_arr[keep]
             truncated_arr = truncated_arr[keep]
-            source, valid, count = keep, None, keep.size
+            source = keep if source is None else source[keep]
+            valid, count = None, keep.size
             if count == 0:
                 return
         scalars = (reward_arr, terminated_arr, truncated_arr)
@@ -791,10 +898,8 @@ class ReplayPool:
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the whole pool to ``path`` (an ``.npz`` archive), atomically.
 
-        The archive is written to a temporary file beside ``path``, flushed to disk,
-        then renamed over ``path``: ``path`` is never a partial file, and a previous
-        file there stays intact if the save fails. (A process killed mid-save may
-        leave the hidden ``.NAME.*.tmp`` file beside it; an exception removes it.)
+        Written beside ``path``, synced, then renamed over it: ``path`` is never a
+        partial file, and a previous file there stays intact if the save fails.
 
         Args:
             path: Destination file (written as given; no suffix is added).
@@ -802,28 +907,10 @@ class ReplayPool:
         Returns:
             The path written.
         """
-        target = Path(path)
-        temporary = target.with_name(f".{target.name}.{os.getpid()}.{id(self):x}.tmp")
-        # os.open with 0o666 honours the umask, as a plain open() would
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                savez: Any = np.savez  # typed stubs refuse `**arrays`
-                savez(handle, **self._state())
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise
-        with contextlib.suppress(OSError):  # make the rename itself durable
-            directory = os.open(target.parent, os.O_RDONLY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
-        return target
+        savez: Any = np.savez  # typed stubs refuse `**arrays`
+        return write_atomically(
+            Path(path), lambda handle: savez(handle, **self._state())
+        )
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ReplayPool:

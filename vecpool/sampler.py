@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy as copy_module
 import dataclasses
+import enum
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -23,6 +24,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from vecpool.async_env import AsyncVectorEnv
+from vecpool.boundaries import AutoresetTracker
 from vecpool.errors import VecPoolWarning
 from vecpool.pool import ReplayPool
 from vecpool.spaces import flatten_batch, is_native, leaves, make_views
@@ -33,6 +35,15 @@ Policy = Callable[[Any], Any]
 """A policy: observation batch -> action batch, or -> ``(actions, agent_info)``."""
 
 _RESERVED_KEYS = ("return", "return_", "length", "env_index", "info")
+
+
+class _Draw(enum.IntEnum):
+    """What random actions are drawn for (each purpose has its own generator)."""
+
+    SAMPLING = 0
+    """Sampling batches and decorrelation steps."""
+    EVALUATION = 1
+    """:meth:`Sampler.evaluate` without a policy."""
 
 
 class SampleBatch(NamedTuple):
@@ -368,7 +379,7 @@ class Sampler:
         self._sent_action = [np.zeros((count, *s), d) for d, s in action_leaves]
         self._sent_info: dict[str, npt.NDArray[Any]] = {}
         self._info_keys: tuple[str, ...] | None = None
-        self._autoreset = np.zeros(count, np.bool_)  # NEXT_STEP: next step resets
+        self._boundaries = AutoresetTracker(count, self.autoreset_mode)
         self._needs_reset = np.zeros(count, np.bool_)  # DISABLED: ended, not reset
         self._parked = np.zeros(count, np.bool_)  # wait_reset: ended this batch
         self._episode_return = np.zeros(count, np.float64)
@@ -397,7 +408,7 @@ class Sampler:
             self._current, self._split_obs(obs, self.num_envs), strict=True
         ):
             store[...] = leaf
-        self._autoreset[:] = False
+        self._boundaries.after_reset()
         self._needs_reset[:] = False
         self._parked[:] = False
         self._episode_return[:] = 0.0
@@ -491,7 +502,8 @@ class Sampler:
         obs, _ = env.reset(seed=seed)
         returns = np.zeros(count, np.float64)
         lengths = np.zeros(count, np.int64)
-        pending_reset = np.zeros(count, np.bool_)  # NEXT_STEP / DISABLED
+        pending_reset = np.zeros(count, np.bool_)  # DISABLED: ended, not reset
+        boundaries = AutoresetTracker(count, mode)
         records: list[EpisodeRecord] = []
         steps = 0
         while max_steps is None or steps < max_steps:
@@ -499,18 +511,16 @@ class Sampler:
                 obs, _ = env.reset(options={"reset_mask": pending_reset.copy()})
                 pending_reset[:] = False
             if policy is None:
-                actions = self._random_actions(count, 1, env)
+                actions = self._random_actions(count, _Draw.EVALUATION, env)
             else:
                 actions, _ = self._split_output(policy(obs))
             obs, rewards, terminations, truncations, infos = env.step(actions)
             steps += 1
             rewards = np.asarray(rewards, dtype=np.float64)
             ended = np.logical_or(terminations, truncations)
-            valid = (
-                ~pending_reset
-                if mode is AutoresetMode.NEXT_STEP
-                else np.ones(count, np.bool_)
-            )
+            valid = boundaries.valid()
+            if valid is None:
+                valid = np.ones(count, np.bool_)
             returns[valid] += rewards[valid]
             lengths[valid] += 1
             for index in np.flatnonzero(ended & valid).tolist():
@@ -521,7 +531,8 @@ class Sampler:
                 lengths[index] = 0
                 if max_episodes is not None and len(records) == max_episodes:
                     return records
-            if mode is not AutoresetMode.SAME_STEP:
+            boundaries.after_step(ended)
+            if mode is AutoresetMode.DISABLED:
                 pending_reset = ended
         return records
 
@@ -548,11 +559,13 @@ class Sampler:
                 self._reset_masked(mask)
             if step == most:
                 break
-            actions = self._random_actions(self.num_envs, 0, self.env)
+            actions = self._random_actions(self.num_envs, _Draw.SAMPLING, self.env)
             obs, rewards, terminations, truncations, _ = self.env.step(actions)
             rewards = np.asarray(rewards, dtype=np.float64)
             ended = np.logical_or(terminations, truncations)
-            valid = ~self._autoreset
+            valid = self._boundaries.valid()
+            if valid is None:
+                valid = np.ones(self.num_envs, np.bool_)
             self._episode_return[valid] += rewards[valid]
             self._episode_length[valid] += 1
             self._episode_return[ended] = 0.0
@@ -575,7 +588,7 @@ class Sampler:
             ):
                 store[adopt] = np.asarray(leaf)[adopt]
         self._needs_reset[mask] = False
-        self._autoreset[mask] = False
+        self._boundaries.after_reset(mask)
         self._episode_return[adopt] = 0.0
         self._episode_length[adopt] = 0
 
@@ -583,9 +596,8 @@ class Sampler:
         self, cols: npt.NDArray[np.int64], ended: npt.NDArray[np.bool_]
     ) -> None:
         """Update the autoreset bookkeeping of ``cols`` after a step."""
-        if self.autoreset_mode is AutoresetMode.NEXT_STEP:
-            self._autoreset[cols] = ended
-        elif self.autoreset_mode is AutoresetMode.DISABLED:
+        self._boundaries.after_step(ended, cols)
+        if self.autoreset_mode is AutoresetMode.DISABLED:
             self._needs_reset[cols] = ended
 
     # -- sampling ----------------------------------------------------------------------
@@ -703,7 +715,7 @@ class Sampler:
         """Ask the policy for the actions of envs ``ids``; remember what was sent."""
         count = ids.size
         if self.policy is None:
-            actions = self._random_actions(count, 0, self.env)
+            actions = self._random_actions(count, _Draw.SAMPLING, self.env)
             info = None
         else:
             actions, info = self._split_output(self.policy(obs))
@@ -768,13 +780,13 @@ class Sampler:
             raise ValueError(msg)
 
     def _random_actions(
-        self, count: int, purpose: int, env: VectorEnv[Any, Any, Any]
+        self, count: int, purpose: _Draw, env: VectorEnv[Any, Any, Any]
     ) -> Any:
         """Random actions for ``count`` envs from a seeded copy of the action space.
 
-        ``purpose`` 0 serves sampling and decorrelation, 1 evaluation; for the full
-        batch, the copy of ``env.action_space`` is seeded with ``seed`` (sampling)
-        exactly as ``env.action_space.seed(seed)`` would be.
+        Each ``purpose`` draws from its own generator; for the full batch, the
+        sampling copy of ``env.action_space`` is seeded with ``seed`` exactly as
+        ``env.action_space.seed(seed)`` would be.
         """
         key = (purpose, count)
         space = self._random_spaces.get(key)
@@ -785,10 +797,10 @@ class Sampler:
                 space = batch_space(env.single_action_space, count)
             if self.seed is None:
                 space.seed(None)
-            elif purpose == 0 and count == self.num_envs:
+            elif purpose is _Draw.SAMPLING and count == self.num_envs:
                 space.seed(self.seed)
             else:
-                sequence = np.random.SeedSequence([self.seed, purpose, count])
+                sequence = np.random.SeedSequence([self.seed, int(purpose), count])
                 space.seed(int(sequence.generate_state(1)[0]))
             self._random_spaces[key] = space
         return space.sample()
@@ -816,9 +828,8 @@ class Sampler:
         terminated = terminations[positions]
         truncated = truncations[positions]
         ended = terminated | truncated
-        if self.autoreset_mode is AutoresetMode.NEXT_STEP:
-            valid = ~self._autoreset[cols]
-        else:
+        valid = self._boundaries.valid(cols)
+        if valid is None:
             valid = np.ones(cols.size, np.bool_)
         for buffer, store in zip(self._obs, self._current, strict=True):
             buffer[rows, cols] = store[cols]
@@ -842,10 +853,10 @@ class Sampler:
         if self.pool is not None and valid.any():
             keep = np.flatnonzero(valid)
             at = (rows[keep], cols[keep])
-            self.pool.add(
-                make_views(self._obs_space, [b[at] for b in self._obs]),
-                make_views(self._action_space, [b[at] for b in self._action]),
-                make_views(self._obs_space, [b[at] for b in self._next_obs]),
+            self.pool.add_leaves(
+                [buffer[at] for buffer in self._obs],
+                [buffer[at] for buffer in self._action],
+                [buffer[at] for buffer in self._next_obs],
                 rewards[keep],
                 terminated[keep],
                 truncated[keep],

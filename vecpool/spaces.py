@@ -17,6 +17,7 @@ __all__ = [
     "NATIVE_LEAVES",
     "copy_tree",
     "flatten_batch",
+    "integer_bounds",
     "is_native",
     "is_native_leaf",
     "leaves",
@@ -336,3 +337,28 @@ def observation_spaces(
         f"of single and batch observation space, actual got {mode}"
     )
     raise ValueError(msg)
+
+
+def integer_bounds(space: spaces.Space[Any]) -> list[tuple[Any, Any] | None]:
+    """Per leaf (in :func:`leaves` order): ``(low, high_exclusive)`` of an integer leaf.
+
+    Args:
+        space: A native space.
+
+    Returns:
+        One entry per leaf: the bounds of a Discrete, MultiDiscrete, MultiBinary or
+        integer Box leaf, ``None`` for a float leaf.
+    """
+    if isinstance(space, spaces.Dict):
+        return [bound for sub in space.spaces.values() for bound in integer_bounds(sub)]
+    if isinstance(space, spaces.Tuple):
+        return [bound for sub in space.spaces for bound in integer_bounds(sub)]
+    if isinstance(space, spaces.Discrete):
+        return [(int(space.start), int(space.start + space.n))]
+    if isinstance(space, spaces.MultiDiscrete):
+        return [(space.start, space.start + space.nvec)]
+    if isinstance(space, spaces.MultiBinary):
+        return [(0, 2)]
+    if isinstance(space, spaces.Box) and np.dtype(space.dtype).kind in "iu":
+        return [(space.low, space.high + 1)]
+    return [None]

@@ -699,15 +699,21 @@ class ActionEchoEnv(gym.Env[npt.NDArray[np.float64], Any]):
     ``[-1, 0]``. Episodes never end.
     """
 
-    def __init__(self, delay: float = 0.0, info: bool = False) -> None:
+    def __init__(
+        self, delay: float = 0.0, info: bool = False, raise_at: int | None = None
+    ) -> None:
         """Build the env.
 
         Args:
             delay: Seconds to sleep in each step.
             info: Whether infos are non-empty.
+            raise_at: Raise ``ValueError`` in this step of the env's life (1-based;
+                the step still counts), once.
         """
         self.delay = delay
         self.info = info
+        self.raise_at = raise_at
+        self.lifetime_steps = 0
         self.observation_space = spaces.Box(-1e12, 1e12, shape=(2,), dtype=np.float64)
         self.action_space = spaces.Box(-1e12, 1e12, shape=(), dtype=np.float64)
         self.steps = 0
@@ -725,6 +731,10 @@ class ActionEchoEnv(gym.Env[npt.NDArray[np.float64], Any]):
         if self.delay:
             time.sleep(self.delay)
         self.steps += 1
+        self.lifetime_steps += 1
+        if self.lifetime_steps == self.raise_at:
+            msg = f"ActionEchoEnv failed on purpose in step #{self.raise_at}"
+            raise ValueError(msg)
         value = float(action)
         info = {"action": value} if self.info else {}
         return np.array([value, float(self.steps)]), 0.0, False, False, info

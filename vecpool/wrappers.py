@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
+from vecpool.boundaries import AutoresetTracker
 from vecpool.errors import VecPoolWarning
 from vecpool.pool import ReplayPool, Transitions
 from vecpool.spaces import NATIVE_LEAVES, flatten_batch, leaves, make_writer
@@ -100,7 +101,7 @@ class ReplayPoolWrapper(VectorWrapper[Any, Any, Any, Any, Any]):
         self._next = [np.zeros_like(array) for array in self._obs]
         self._write_next = make_writer(space, self._next)
         self._has_obs = False
-        self._autoreset = np.zeros(n, np.bool_)
+        self._boundaries = AutoresetTracker(n, self.autoreset_mode)
         single_action = env.single_action_space
         self._obs_shape = (
             (n, *space.shape)
@@ -131,13 +132,13 @@ class ReplayPoolWrapper(VectorWrapper[Any, Any, Any, Any, Any]):
         if mask is None or not self._has_obs:
             for store, leaf in zip(self._obs, current, strict=True):
                 store[...] = leaf
-            self._autoreset[:] = False
+            self._boundaries.after_reset()
             self._has_obs = True
         else:
             mask = np.asarray(mask, np.bool_)
             for store, leaf in zip(self._obs, current, strict=True):
                 store[mask] = leaf[mask]
-            self._autoreset[mask] = False
+            self._boundaries.after_reset(mask)
         return obs, infos
 
     def step(
@@ -145,8 +146,20 @@ class ReplayPoolWrapper(VectorWrapper[Any, Any, Any, Any, Any]):
     ) -> tuple[
         Any, npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any], dict[str, Any]
     ]:
-        """Step the env and record the step's real transitions."""
-        result = self.env.step(actions)
+        """Step the env and record the step's real transitions.
+
+        If the inner step raises (an env error, a Ctrl-C), no transition links the
+        observations from before it to those after it: the envs may have moved on
+        without the wrapper seeing their results. Recording resumes with the next
+        step's observations, and the episodes in progress are aborted in the pool
+        (their returns miss a step).
+        """
+        try:
+            result = self.env.step(actions)
+        except BaseException:
+            self._has_obs = False
+            self.pool.abort_episodes(np.arange(self.num_envs))
+            raise
         self.record_step(actions, result)
         return result
 
@@ -168,8 +181,7 @@ class ReplayPoolWrapper(VectorWrapper[Any, Any, Any, Any, Any]):
         for store, leaf in zip(self._obs, current, strict=True):
             store[...] = leaf
         self._has_obs = True
-        if self.autoreset_mode is AutoresetMode.NEXT_STEP:
-            np.logical_or(terminations, truncations, out=self._autoreset)
+        self._boundaries.after_step(np.logical_or(terminations, truncations))
 
     def _record(
         self,
@@ -191,44 +203,14 @@ class ReplayPoolWrapper(VectorWrapper[Any, Any, Any, Any, Any]):
                 for index in ended.tolist():
                     self._write_next(index, final_obs[index])
                 next_obs = self._next
-        valid = None
-        if self.autoreset_mode is AutoresetMode.NEXT_STEP and np.count_nonzero(
-            self._autoreset
-        ):
-            valid = ~self._autoreset  # the others only reset: not transitions
-        pool = self.pool
-        if (
-            pool._hot
-            and pool._plain_shapes is not None
-            and len(action) == 1
-            and type(rewards) is np.ndarray
-            and type(terminations) is np.ndarray
-            and type(truncations) is np.ndarray
-            and rewards.shape
-            == terminations.shape
-            == truncations.shape
-            == (self.num_envs,)
-            and terminations.dtype == truncations.dtype == np.bool_
-        ):  # one array per field: the unrolled path
-            pool._add_arrays(
-                self._obs[0],
-                action[0],
-                next_obs[0],
-                rewards,
-                terminations,
-                truncations,
-                valid,
-            )
-            return
-        self.pool._add_leaves(
-            None,
+        self.pool.add_leaves(
             self._obs,
             action,
             next_obs,
             rewards,
             terminations,
             truncations,
-            valid,
+            valid=self._boundaries.valid(),  # NEXT_STEP reset rows are skipped
         )
 
     def _split(self, batch: Any) -> list[npt.NDArray[Any]]:

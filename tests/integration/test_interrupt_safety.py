@@ -33,18 +33,28 @@ pytestmark = [
 NUM_ENVS = 4
 
 
+@pytest.fixture(autouse=True)
+def _in_the_main_thread():
+    # Python runs signal handlers in the main thread only, and pytest-xdist's
+    # workers take a SIGINT as the end of the whole session
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("SIGINT tests need the main thread")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.skip("SIGINT tests need a plain pytest run (not pytest-xdist)")
+
+
 def _interrupt_later(rng: random.Random) -> threading.Timer:
-    timer = threading.Timer(
+    """A timer that sends SIGINT; start it inside the ``try`` that catches it."""
+    return threading.Timer(
         rng.uniform(2e-6, 0.004), os.kill, (os.getpid(), signal.SIGINT)
     )
-    timer.start()
-    return timer
 
 
 def _settle(timer: threading.Timer) -> bool:
     """Let a late SIGINT land here; return whether one did."""
     try:
-        timer.join()
+        if timer.ident is not None:  # started
+            timer.join()
         time.sleep(0.002)
     except KeyboardInterrupt:
         return True
@@ -103,6 +113,7 @@ def test_random_interrupts_in_step_never_return_older_rows(shared_memory, info):
         for _ in range(120):
             timer = _interrupt_later(rng)
             try:
+                timer.start()
                 for _ in range(40):
                     _checked_step(envs, counter, rows)
                 interrupts += _settle(timer)
@@ -135,6 +146,7 @@ def test_random_interrupts_in_reset_call_and_batches():
         for trial in range(150):
             timer = _interrupt_later(rng)
             try:
+                timer.start()
                 kind = trial % 3
                 if kind == 0:
                     obs, infos = envs.reset(seed=trial)

@@ -68,3 +68,11 @@ def test_only_the_worker_group_waits_on_workers():
     for name in ("async_env.py", "batches.py", "buffers.py", "env_states.py"):
         source = (PACKAGE / name).read_text()
         assert not re.search(r"\.poll\(|select\.|connection\.wait", source), name
+
+
+def test_no_module_reaches_into_the_replay_pool():
+    private = re.compile(r"\bpool\._[a-z]")
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "pool.py" and path.parent == PACKAGE:
+            continue
+        assert not private.search(path.read_text()), path.name

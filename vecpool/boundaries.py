@@ -1,0 +1,74 @@
+"""Episode boundaries: which rows of a vector step are real transitions.
+
+Under ``NEXT_STEP`` autoreset the step after an env's episode ended only resets that
+env, so its row is no transition (DESIGN §5). The replay-pool wrapper, the sampler
+and ``vecpool collect`` all ask :class:`AutoresetTracker`, the one place that knows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from gymnasium.vector import AutoresetMode
+
+__all__ = ["AutoresetTracker"]
+
+
+class AutoresetTracker:
+    """Which rows of each vector step are real transitions, per autoreset mode.
+
+    Under ``NEXT_STEP`` the step after an env's episode ended only resets that env:
+    its row is not a transition (DESIGN §5). Under ``SAME_STEP`` and ``DISABLED``
+    every row is one. The replay-pool wrapper, the sampler and ``vecpool collect``
+    all ask this one class.
+
+    Example:
+        >>> import numpy as np
+        >>> from gymnasium.vector import AutoresetMode
+        >>> tracker = AutoresetTracker(3, AutoresetMode.NEXT_STEP)
+        >>> tracker.valid() is None  # every row is a transition
+        True
+        >>> tracker.after_step(np.array([False, True, False]))
+        >>> tracker.valid().tolist()  # env 1 only resets on the next step
+        [True, False, True]
+
+    Attributes:
+        mode: The autoreset mode.
+        resetting: ``NEXT_STEP``: the envs whose next step only resets them.
+    """
+
+    def __init__(self, num_envs: int, mode: AutoresetMode) -> None:
+        """Track ``num_envs`` envs in autoreset ``mode``."""
+        self.mode = mode
+        self._next_step = mode is AutoresetMode.NEXT_STEP
+        self.resetting = np.zeros(num_envs, np.bool_)
+
+    def valid(
+        self, cols: npt.NDArray[np.int64] | None = None
+    ) -> npt.NDArray[np.bool_] | None:
+        """The rows of this step that are transitions, or ``None`` when all are.
+
+        Args:
+            cols: The envs of the rows (default: every env, in order).
+        """
+        if not self._next_step:
+            return None
+        resetting = self.resetting if cols is None else self.resetting[cols]
+        return ~resetting if resetting.any() else None
+
+    def after_step(self, ended: Any, cols: npt.NDArray[np.int64] | None = None) -> None:
+        """Note which envs' episodes ended (terminated or truncated) in a step."""
+        if self._next_step:
+            if cols is None:
+                self.resetting[:] = ended
+            else:
+                self.resetting[cols] = ended
+
+    def after_reset(self, mask: Any = None) -> None:
+        """A reset (of the envs in ``mask``, default all) clears pending autoresets."""
+        if mask is None:
+            self.resetting[:] = False
+        else:
+            self.resetting[np.asarray(mask, np.bool_)] = False
