@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import os
 from collections.abc import Callable
@@ -17,6 +18,7 @@ __all__ = [
     "check_max_concurrency",
     "check_reset_mask",
     "is_int",
+    "require_matplotlib",
 ]
 
 WAIT_STRATEGIES: tuple[str, ...] = ("auto", "spin", "block")
@@ -162,3 +164,17 @@ def check_custom_worker(worker: Callable[..., None] | None) -> None:
             f"{inspect.signature(_async_worker)}."
         )
         raise ValueError(msg) from e
+
+
+def require_matplotlib() -> None:
+    """Check that matplotlib can be imported (before a long run that plots).
+
+    Raises:
+        ImportError: If it cannot, saying to install ``vecpool[plot]``.
+    """
+    if importlib.util.find_spec("matplotlib") is None:
+        msg = (
+            "--plot needs matplotlib: install vecpool[plot] "
+            "(pip install 'vecpool[plot]')."
+        )
+        raise ImportError(msg)

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import sys
-import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from gymnasium import Env
 
+from vecpool._progress import Progress
 from vecpool.async_env import AsyncVectorEnv
 from vecpool.pool import ReplayPool
 from vecpool.wrappers import ReplayPoolWrapper
@@ -107,17 +106,20 @@ class Pool:
         if self._obs is None:
             self._obs, _ = self.envs.reset(seed=self.seed)
             self.envs.action_space.seed(self.seed)
-        bar = _ProgressBar(num_steps, sys.stderr) if progress else None
+        display = Progress(enabled=progress)
         for step in range(num_steps):
             if policy is None:
                 actions = self.envs.action_space.sample()
             else:
                 actions = policy(self._obs)
             self._obs, *_ = self.envs.step(actions)
-            if bar is not None:
-                bar.update(step + 1, len(self.pool))
-        if bar is not None:
-            bar.close()
+            if progress:
+                display.count(
+                    step + 1,
+                    num_steps,
+                    unit="vector steps",
+                    extra=f"{len(self.pool):,} transitions",
+                )
 
     def get_pool(
         self,
@@ -148,37 +150,3 @@ class Pool:
     ) -> None:
         """Close the pool."""
         self.close()
-
-
-class _ProgressBar:
-    """A dependency-free progress bar (redrawn at most ten times a second)."""
-
-    def __init__(self, total: int, stream: TextIO) -> None:
-        self.total = max(total, 1)
-        self.stream = stream
-        self.started = time.perf_counter()
-        self.drawn = 0.0
-        self.interactive = stream.isatty()
-
-    def update(self, done: int, stored: int) -> None:
-        now = time.perf_counter()
-        if now - self.drawn < 0.1 and done < self.total:
-            return
-        self.drawn = now
-        width = 30
-        filled = int(width * done / self.total)
-        rate = done / max(now - self.started, 1e-9)
-        line = (
-            f"[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} steps, "
-            f"{rate:,.0f} steps/s, {stored:,} transitions"
-        )
-        if self.interactive:
-            self.stream.write(f"\r{line}")
-        elif done == self.total:
-            self.stream.write(f"{line}\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.interactive:
-            self.stream.write("\n")
-            self.stream.flush()

@@ -283,7 +283,7 @@ def _bench_tune(args: argparse.Namespace, settings: bench.BenchSettings) -> int:
 
 def _bench_pool(args: argparse.Namespace) -> int:
     """Run ``bench --pool``: the replay pool's add/sample/wrapper/memory figures."""
-    from vecpool import pool_bench
+    from vecpool.bench import pool as pool_bench
 
     machine = bench.machine_info()
     print("\n".join(machine.lines()))
@@ -311,6 +311,19 @@ def _bench(args: argparse.Namespace) -> int:
         0 on success, 2 on invalid arguments or a missing optional dependency.
     """
     try:
+        if args.tune and args.pool:
+            msg = (
+                "`tune` and `pool` are separate benchmarks: run `vecpool bench tune` "
+                "and `vecpool bench pool` one after the other."
+            )
+            raise ValueError(msg)
+        if args.plot is not None and (args.tune or args.pool):
+            mode = "tune" if args.tune else "pool"
+            msg = (
+                f"--plot draws the backend comparison; `vecpool bench {mode}` makes "
+                "no plot (use --json for its figures)."
+            )
+            raise ValueError(msg)
         settings = _bench_settings(args)
         for name in settings.workloads:
             bench.resolve_workload(name)
@@ -353,7 +366,11 @@ def _add_bench_parser(
     parser = subparsers.add_parser(
         "bench",
         help="benchmark vecpool against Gymnasium's vector envs",
+        usage="%(prog)s [tune | pool] [options]",
         description=(
+            "`vecpool bench`: compare the backends. `vecpool bench tune`: run "
+            "vecpool.autotune on each workload and size. `vecpool bench pool`: the "
+            "replay pool's add/sample/wrapper/memory figures. "
             "Measure env-steps per second of each backend (a raw one-env loop, "
             "Gymnasium's SyncVectorEnv and AsyncVectorEnv, vecpool with default "
             "settings, vecpool async batches, and EnvPool if installed) on each "
@@ -654,6 +671,14 @@ def main(argv: list[str] | None = None) -> int:
     Returns:
         The process exit code.
     """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `vecpool bench tune` / `vecpool bench pool`: the two other benchmarks, spelled
+    # as subcommands (the flags --tune and --pool still work)
+    if len(argv) >= 2 and argv[0] == "bench" and argv[1] in _BENCH_MODES:
+        argv = ["bench", f"--{argv[1]}", *argv[2:]]
     args = build_parser().parse_args(argv)
     handler: Handler = args.handler
     return handler(args)
+
+
+_BENCH_MODES = ("tune", "pool")

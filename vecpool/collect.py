@@ -29,7 +29,8 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium.vector import AutoresetMode
 
-from vecpool.bench import Progress, require_matplotlib
+from vecpool._checks import require_matplotlib
+from vecpool._progress import Progress
 from vecpool.boundaries import AutoresetTracker
 from vecpool.errors import VecPoolError
 from vecpool.make import make_vec

@@ -426,3 +426,26 @@ def test_tune_table_marks_best_and_default_and_noise():
     clear_winner = TuneResult("W-v0", 4, 1, "auto", 200.0, faster, 2)
     assert any("(2.00x the default" in line for line in clear_winner.format_table())
     assert not any("within" in line for line in clear_winner.format_table())
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["bench", "tune", "--pool"], "separate benchmarks"),
+        (["bench", "--tune", "--pool"], "separate benchmarks"),
+        (["bench", "pool", "--plot", "x.png"], "makes no plot"),
+        (["bench", "tune", "--plot", "x.png"], "makes no plot"),
+    ],
+)
+def test_conflicting_bench_modes_exit_2_before_running(argv, message, capsys, tmp_path):
+    argv = [arg if arg != "x.png" else str(tmp_path / "x.png") for arg in argv]
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_bench_pool_subcommand_runs(capsys):
+    assert cli.main(["bench", "pool", "--quick", "--seconds", "0.02"]) == 0
+    out = capsys.readouterr().out
+    assert "ReplayPool.add" in out or "add" in out
+    assert "ReplayPoolWrapper" in out

@@ -26,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 
 import vecpool
-from vecpool.bench import BigObsEnv
+from vecpool.bench.workloads import BigObsEnv
 
 __all__ = ["PoolBenchReport", "format_pool_report", "run_pool_benchmark"]
 

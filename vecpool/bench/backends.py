@@ -1,0 +1,285 @@
+"""Backends of ``vecpool bench``: how each vector env is built and stepped."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import itertools
+import math
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+
+import vecpool
+from vecpool.bench.workloads import MIN_STEPS, ActionPlan, Workload
+
+EnvFn = Callable[[], gym.Env[Any, Any]]
+
+# ------------------------------------------------------------------------- backends
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One timed run of one backend.
+
+    Attributes:
+        env_steps: Sub-environment steps taken.
+        seconds: Wall-clock seconds they took.
+    """
+
+    env_steps: int
+    seconds: float
+
+    @property
+    def steps_per_second(self) -> float:
+        """Sub-environment steps per second."""
+        return self.env_steps / self.seconds if self.seconds > 0 else math.inf
+
+
+class Backend:
+    """A way of stepping ``num_envs`` copies of an env: one row of the table.
+
+    Subclasses set :attr:`name` and :attr:`description` and implement
+    :meth:`make` and :meth:`run`.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+
+    def supports(self, workload: Workload) -> bool:
+        """Whether this backend can run ``workload`` on this machine."""
+        del workload
+        return True
+
+    def make(self, env_fn: EnvFn, num_envs: int, seed: int) -> Any:
+        """Create (and reset) whatever :meth:`run` steps.
+
+        Args:
+            env_fn: Creates one environment.
+            num_envs: Number of sub-environments.
+            seed: Reset seed.
+        """
+        raise NotImplementedError
+
+    def run(self, env: Any, plan: ActionPlan, steps: int) -> Measurement:
+        """Take ``steps`` vector steps (``steps * num_envs`` env-steps) and time them.
+
+        Args:
+            env: What :meth:`make` returned.
+            plan: The pre-drawn actions.
+            steps: Number of vector steps.
+        """
+        raise NotImplementedError
+
+    def close(self, env: Any) -> None:
+        """Release what :meth:`make` created."""
+        env.close()
+
+
+def run_vector(env: Any, plan: ActionPlan, steps: int) -> Measurement:
+    """Step a vector env (anything with Gymnasium's ``step``) through ``plan``.
+
+    Args:
+        env: The vector env.
+        plan: The pre-drawn actions; its ``num_envs`` must match the env's.
+        steps: Number of vector steps.
+
+    Returns:
+        The timed run.
+    """
+    step = env.step
+    batches = plan.batches
+    rows = plan.rows
+    start = time.perf_counter()
+    for index in range(steps):
+        step(batches[index % rows])
+    seconds = time.perf_counter() - start
+    return Measurement(steps * plan.num_envs, seconds)
+
+
+class RawBackend(Backend):
+    """One plain env stepping ``num_envs * steps`` actions, resetting on episode end."""
+
+    name = "raw"
+    description = "one env in a plain loop (the physical reference)"
+
+    def make(self, env_fn: EnvFn, num_envs: int, seed: int) -> Any:
+        """Create and reset one env (``num_envs`` only sizes the runs)."""
+        del num_envs
+        env = env_fn()
+        env.reset(seed=seed)
+        return env
+
+    def run(self, env: Any, plan: ActionPlan, steps: int) -> Measurement:
+        """Step the env ``steps * num_envs`` times."""
+        total = steps * plan.num_envs
+        actions = itertools.islice(itertools.cycle(plan.singles), total)
+        step, reset = env.step, env.reset
+        start = time.perf_counter()
+        for action in actions:
+            _, _, terminated, truncated, _ = step(action)
+            if terminated or truncated:
+                reset()
+        seconds = time.perf_counter() - start
+        return Measurement(total, seconds)
+
+
+class GymSyncBackend(Backend):
+    """``gymnasium.vector.SyncVectorEnv``: every env in this process, in turn."""
+
+    name = "gym-sync"
+    description = "gymnasium.vector.SyncVectorEnv"
+
+    def make(self, env_fn: EnvFn, num_envs: int, seed: int) -> Any:
+        """Create and reset the vector env."""
+        env = gym.vector.SyncVectorEnv([env_fn] * num_envs)
+        env.reset(seed=seed)
+        return env
+
+    def run(self, env: Any, plan: ActionPlan, steps: int) -> Measurement:
+        """Step the vector env."""
+        return run_vector(env, plan, steps)
+
+
+class GymAsyncBackend(GymSyncBackend):
+    """``gymnasium.vector.AsyncVectorEnv``: one process per env (the baseline)."""
+
+    name = "gym-async"
+    description = "gymnasium.vector.AsyncVectorEnv"
+
+    def make(self, env_fn: EnvFn, num_envs: int, seed: int) -> Any:
+        """Create and reset the vector env."""
+        env = gym.vector.AsyncVectorEnv([env_fn] * num_envs)
+        env.reset(seed=seed)
+        return env
+
+
+class VecpoolBackend(GymSyncBackend):
+    """``vecpool.AsyncVectorEnv`` with its default settings."""
+
+    name = "vecpool"
+    description = "vecpool.AsyncVectorEnv(env_fns), default settings"
+
+    def make(self, env_fn: EnvFn, num_envs: int, seed: int) -> Any:
+        """Create and reset the vector env."""
+        env = vecpool.AsyncVectorEnv([env_fn] * num_envs)
+        env.reset(seed=seed)
+        return env
+
+
+class VecpoolBatchBackend(Backend):
+    """vecpool's EnvPool-style async batches: ``batch_size = num_envs // 2``.
+
+    The loop sends every env once, then repeatedly receives the first batch to finish
+    and sends it its next actions; the figure counts the env-steps returned.
+    """
+
+    name = "vecpool-batch"
+    description = "vecpool send/recv, batch_size=num_envs//2"
+
+    def make(self, env_fn: EnvFn, num_envs: int, seed: int) -> Any:
+        """Create and reset the vector env."""
+        env = vecpool.AsyncVectorEnv(
+            [env_fn] * num_envs, batch_size=max(1, num_envs // 2)
+        )
+        env.reset(seed=seed)
+        return env
+
+    def run(self, env: Any, plan: ActionPlan, steps: int) -> Measurement:
+        """Keep every env busy until ``steps * num_envs`` env-steps came back."""
+        num_envs = plan.num_envs
+        target = steps * num_envs
+        send, recv = env.send, env.recv
+        done = 0
+        start = time.perf_counter()
+        send(plan.batch(0), np.arange(num_envs))
+        in_flight = num_envs
+        step = 1
+        while True:
+            ids = recv()[4]["env_id"]
+            in_flight -= ids.size
+            done += ids.size
+            if done >= target:
+                break
+            send(plan.take(step, ids), ids)
+            in_flight += ids.size
+            step += 1
+        seconds = time.perf_counter() - start
+        while in_flight:  # leave nothing in flight for the next round (untimed)
+            in_flight -= recv()[4]["env_id"].size
+        return Measurement(done, seconds)
+
+
+class EnvPoolBackend(Backend):
+    """EnvPool's own C++ ``CartPole-v1`` (only where ``envpool`` is installed)."""
+
+    name = "envpool"
+    description = "envpool.make_gymnasium('CartPole-v1'), its own C++ env"
+
+    def supports(self, workload: Workload) -> bool:
+        """Only the cartpole workload, and only if ``envpool`` can be imported."""
+        return (
+            workload.env_id == "CartPole-v1"
+            and importlib.util.find_spec("envpool") is not None
+        )
+
+    def make(self, env_fn: EnvFn, num_envs: int, seed: int) -> Any:
+        """Create and reset EnvPool's CartPole (``env_fn`` is not used)."""
+        del env_fn
+        envpool = importlib.import_module("envpool")  # optional, untyped
+        with warnings.catch_warnings():
+            # it builds Box spaces from float64 bounds, and Gymnasium warns each time
+            warnings.simplefilter("ignore")
+            env = envpool.make_gymnasium("CartPole-v1", num_envs=num_envs, seed=seed)
+            env.reset()
+        return env
+
+    def run(self, env: Any, plan: ActionPlan, steps: int) -> Measurement:
+        """Step EnvPool's batched env."""
+        return run_vector(env, plan, steps)
+
+
+BACKENDS: dict[str, Backend] = {
+    backend.name: backend
+    for backend in (
+        RawBackend(),
+        GymSyncBackend(),
+        GymAsyncBackend(),
+        VecpoolBackend(),
+        VecpoolBatchBackend(),
+        EnvPoolBackend(),
+    )
+}
+"""Every backend by name, in table order."""
+
+
+def calibrate(
+    run: Callable[[int], Measurement], warmup_seconds: float, target_seconds: float
+) -> int:
+    """Warm a backend up and size its runs.
+
+    Runs 1, 2, 4, ... vector steps until ``warmup_seconds`` have been spent, then
+    extrapolates from the last (longest) run.
+
+    Args:
+        run: Runs the backend for a number of vector steps.
+        warmup_seconds: Time to spend warming up.
+        target_seconds: How long one sized run should take.
+
+    Returns:
+        The number of vector steps (at least :data:`MIN_STEPS`) of one run.
+    """
+    steps, spent = 1, 0.0
+    while True:
+        measurement = run(steps)
+        spent += measurement.seconds
+        if spent >= warmup_seconds:
+            break
+        steps *= 2
+    rate = steps / max(measurement.seconds, 1e-9)
+    return max(MIN_STEPS, round(rate * target_seconds))
