@@ -69,10 +69,10 @@ def test_each_env_matches_its_own_synchronous_run(
     )
     rng = np.random.default_rng(num_envs)
     envs.reset(seed=10)
-    history = {
+    history = {  # type: ignore[var-annotated]
         i: [] for i in range(num_envs)
     }  # (action, obs, reward, term, trunc, info)
-    sent = {}
+    sent = {}  # type: ignore[var-annotated]
     first = rng.integers(0, 2, num_envs)
     envs.send(first, np.arange(num_envs))
     sent.update(enumerate(first.tolist()))
@@ -116,7 +116,7 @@ def test_every_env_is_stepped_once_per_action_sent(make_async):
     )
     envs.reset(seed=0)
     rng = np.random.default_rng(1)
-    expected = {i: [] for i in range(num_envs)}
+    expected = {i: [] for i in range(num_envs)}  # type: ignore[var-annotated]
     ids = np.arange(num_envs)
     for _ in range(40):
         # tiny, distinct delays: workers finish in varying order
@@ -199,7 +199,7 @@ def test_finished_but_unreturned_envs_cannot_be_sent(make_async):
 
 def test_an_env_error_in_a_batch_keeps_the_other_envs(make_async):
     fns = [functools.partial(RaisingEnv, raise_on="step", at=1)]
-    fns += [functools.partial(CountingEnv)] * 3
+    fns += [functools.partial(CountingEnv)] * 3  # type: ignore[list-item, arg-type]
     envs = make_async(fns, num_workers=2, batch_size=4)
     envs.reset(seed=0)
     envs.send(np.zeros(4, dtype=np.int64), np.arange(4))

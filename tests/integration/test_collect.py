@@ -285,7 +285,7 @@ def test_format_bytes():
 
 def test_progress_is_plain_lines_when_not_a_terminal(tmp_path):
     stream = io.StringIO()
-    started = []
+    started = []  # type: ignore[var-annotated]
     result = small_run(tmp_path, steps=200, progress=stream, log=started.append)
     lines = stream.getvalue().splitlines()
     assert lines

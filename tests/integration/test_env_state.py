@@ -47,7 +47,7 @@ def test_step_from_matches_a_single_env_with_frameskip(make_async):
     for index in range(4):
         single = FN()
         single.reset(seed=0)
-        single.unwrapped.set_state(states[index].state)
+        single.unwrapped.set_state(states[index].state)  # type: ignore[attr-defined]
         total, ended = 0.0, False
         for _ in range(20):
             single_obs, reward, terminated, truncated, _ = single.step(actions[index])
@@ -59,7 +59,7 @@ def test_step_from_matches_a_single_env_with_frameskip(make_async):
         assert bool(terminations[index] or truncations[index]) == ended
         for key, value in obs.items():
             np.testing.assert_array_equal(value[index], single_obs[key])
-        assert data_equivalence(new_states[index].state, single.unwrapped.get_state())
+        assert data_equivalence(new_states[index].state, single.unwrapped.get_state())  # type: ignore[attr-defined]
     # stepping from the new states again continues from there
     again = envs.step_from(new_states, actions, dt=1)
     assert len(again[0]) == 4

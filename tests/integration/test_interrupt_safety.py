@@ -107,7 +107,7 @@ def test_random_interrupts_in_step_never_return_older_rows(shared_memory, info):
         num_workers=2,
         shared_memory=shared_memory,
     )
-    rng, counter, rows, interrupts = random.Random(0), _Counter(), [], 0
+    rng, counter, rows, interrupts = random.Random(0), _Counter(), [], 0  # type: ignore[var-annotated]
     try:
         envs.reset(seed=0)
         for _ in range(120):
@@ -160,7 +160,7 @@ def test_random_interrupts_in_reset_call_and_batches():
                         envs.recv(timeout=10)
                     value = counter.next()
                     envs.send(np.full(NUM_ENVS, value), np.arange(NUM_ENVS))
-                    seen = []
+                    seen = []  # type: ignore[var-annotated]
                     while len(seen) < NUM_ENVS:
                         obs, *_, infos = envs.recv(timeout=10)
                         np.testing.assert_array_equal(obs[:, 0], value)

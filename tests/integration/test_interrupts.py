@@ -61,7 +61,7 @@ def arm() -> Iterator[Callable[[float], None]]:
 
     old = signal.signal(signal.SIGALRM, on_alarm)
     try:
-        yield lambda delay: signal.setitimer(signal.ITIMER_REAL, delay)
+        yield lambda delay: signal.setitimer(signal.ITIMER_REAL, delay)  # type: ignore[misc]
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)

@@ -49,7 +49,7 @@ def test_reset_options_are_a_separate_copy_per_env(make_async, make_gym_async):
 
 
 def test_set_attr_and_call_arguments_are_copied_per_env(make_async, make_gym_async):
-    shared = {}
+    shared = {}  # type: ignore[var-annotated]
     results = {}
     for name, factory in (("vecpool", make_async), ("gymnasium", make_gym_async)):
         envs = factory(
@@ -160,7 +160,7 @@ def _logged(action):
         except Exception as error:  # noqa: BLE001 - returned to the test
             return error, [str(warning.message) for warning in caught]
     pytest.fail("expected an exception")
-    return None
+    return None  # type: ignore[unreachable]
 
 
 def test_unpicklable_call_result_is_reported_and_worker_survives(make_async):
@@ -176,7 +176,7 @@ def test_unpicklable_call_result_is_reported_and_worker_survives(make_async):
 
 def test_env_exception_names_the_env_index(make_async):
     fns = [functools.partial(CountingEnv) for _ in range(2)]
-    fns.append(functools.partial(UnpicklableInfoEnv, at=1))
+    fns.append(functools.partial(UnpicklableInfoEnv, at=1))  # type: ignore[arg-type]
     envs = make_async(fns, num_workers=2)
     envs.reset(seed=0)
     error, logged = _logged(lambda: envs.step(np.ones(3, dtype=np.int64)))
@@ -208,7 +208,7 @@ def test_vector_entry_point_keeps_the_registered_spec():
     try:
         envs = gym.make_vec(env_id, num_envs=2)
         try:
-            specs = envs.get_attr("spec")
+            specs = envs.get_attr("spec")  # type: ignore[attr-defined]
             assert all(spec.id == env_id for spec in specs)
             assert all(spec.disable_env_checker for spec in specs)
             assert all(spec.max_episode_steps == 30 for spec in specs)

@@ -61,7 +61,7 @@ def test_make_vec_equals_gym_make_vec_results():
         vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
     )
     try:
-        assert ours.spec.kwargs["vector_kwargs"] == theirs.spec.kwargs["vector_kwargs"]
+        assert ours.spec.kwargs["vector_kwargs"] == theirs.spec.kwargs["vector_kwargs"]  # type: ignore[union-attr]
         for mine, reference in zip(_rollout(ours), _rollout(theirs), strict=True):
             assert data_equivalence(mine, reference, exact=True)
     finally:
@@ -75,7 +75,7 @@ def test_make_vec_applies_wrappers_and_accepts_a_spec():
     )
     try:
         assert envs.single_observation_space.shape == (5,)
-        assert envs.spec.kwargs["wrappers"] == [TimeAwareObservation]
+        assert envs.spec.kwargs["wrappers"] == [TimeAwareObservation]  # type: ignore[union-attr]
         obs, _ = envs.reset(seed=0)
         assert obs.shape == (2, 5)
     finally:
@@ -86,7 +86,7 @@ def test_make_vec_rejects_bad_id_type():
     with pytest.raises(
         gym.error.Error, match=re.escape("Invalid id type: <class 'int'>")
     ):
-        vecpool.make_vec(123)
+        vecpool.make_vec(123)  # type: ignore[arg-type]
 
 
 def test_vector_entry_point_object_via_gym_make_vec():
@@ -94,7 +94,7 @@ def test_vector_entry_point_object_via_gym_make_vec():
     gym.register(
         env_id,
         entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv",
-        vector_entry_point=vecpool.VectorEntryPoint(
+        vector_entry_point=vecpool.VectorEntryPoint(  # type: ignore[arg-type]
             "gymnasium.envs.classic_control.cartpole:CartPoleEnv", num_workers=2
         ),
         max_episode_steps=20,
@@ -104,7 +104,7 @@ def test_vector_entry_point_object_via_gym_make_vec():
         try:
             assert isinstance(envs, vecpool.AsyncVectorEnv)
             assert envs.num_workers == 2
-            assert envs.spec.id == env_id
+            assert envs.spec.id == env_id  # type: ignore[union-attr]
             assert envs.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
             # max_episode_steps from the spec is honoured: every env truncates at 20
             envs.reset(seed=0)
@@ -137,7 +137,7 @@ def test_vector_entry_point_string_via_gym_make_vec():
         reference = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync")
         try:
             assert isinstance(ours, vecpool.AsyncVectorEnv)
-            assert ours.spec.id == env_id
+            assert ours.spec.id == env_id  # type: ignore[union-attr]
             for mine, theirs in zip(_rollout(ours), _rollout(reference), strict=True):
                 assert data_equivalence(mine, theirs, exact=True)
         finally:

@@ -53,7 +53,7 @@ CONFIGS = {
 def _stack(space: spaces.Space[Any], items: list[Any]) -> Any:
     out = create_empty_array(space, len(items))
     if items:
-        out = concatenate(space, items, out)
+        out = concatenate(space, items, out)  # type: ignore[arg-type]
     return out
 
 
@@ -476,7 +476,7 @@ def test_store_next_obs_false_gives_identical_pools(mode, obs_kind, config, make
             assert_same_data(first, second, "step results")
             return second
 
-    _drive(Both(), reference, mode, **plan)
+    _drive(Both(), reference, mode, **plan)  # type: ignore[arg-type]
     expected = reference.model(config).get_pool()
     assert_same_data(expected, plain.get_pool(), "plain layout")
     assert_same_data(expected, compact.get_pool(), "store_next_obs=False")

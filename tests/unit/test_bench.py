@@ -423,7 +423,7 @@ def test_tune_table_marks_best_and_default_and_noise():
     assert any(line.endswith("1.00x  (best)") for line in lines)
     assert any("within 5% of the defaults" in line for line in lines)
     faster = (measured(1, "auto", 200.0), measurements[1])
-    clear_winner = TuneResult("W-v0", 4, 1, "auto", 200.0, faster, 2)
+    clear_winner = TuneResult("W-v0", 4, 1, "auto", 200.0, faster, 2)  # type: ignore[arg-type]
     assert any("(2.00x the default" in line for line in clear_winner.format_table())
     assert not any("within" in line for line in clear_winner.format_table())
 

@@ -36,7 +36,7 @@ def _stack(space: spaces.Space[Any], items: list[Any]) -> Any:
     """Batch single-space items the way Gymnasium batches observations."""
     out = create_empty_array(space, len(items))
     if items:
-        out = concatenate(space, items, out)
+        out = concatenate(space, items, out)  # type: ignore[arg-type]
     return out
 
 
@@ -114,7 +114,7 @@ class ModelPool:
             run[0] += float(reward[k])
             run[1] += 1
             if row[4] or row[5]:
-                self.episodes.append((run[0], run[1]))
+                self.episodes.append((run[0], run[1]))  # type: ignore[arg-type]
                 self.running[i] = [0.0, 0]
 
     @property
