@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -12,14 +11,12 @@ import gymnasium as gym
 
 import vecpool
 from vecpool.bench import (
-    ActionPlan,
-    Measurement,
     Progress,
     available_cpus,
-    calibrate,
     median,
     run_vector,
 )
+from vecpool.bench.runner import measure_interleaved
 
 __all__ = [
     "WAIT_STRATEGIES",
@@ -301,8 +298,6 @@ def _measure(
     action_space = probe.action_space
     env_id = probe.spec.id if probe.spec is not None else type(probe.unwrapped).__name__
     probe.close()
-    warmup_plan = ActionPlan(action_space, num_envs, 64, seed + 1)
-    warmup_seconds = min(0.3, seconds / 2)
     measurements: list[TuneMeasurement] = []
     for workers in worker_counts:
         envs: dict[str, vecpool.AsyncVectorEnv] = {}
@@ -316,26 +311,17 @@ def _measure(
                 )
                 envs[strategy] = env
                 env.reset(seed=seed)
-            steps = {
-                strategy: calibrate(
-                    functools.partial(run_vector, env, warmup_plan),
-                    warmup_seconds,
-                    seconds,
-                )
-                for strategy, env in envs.items()
-            }
-            rows = min(
-                max(steps.values()) + 1, ActionPlan.max_rows(action_space, num_envs)
+            _, runs = measure_interleaved(
+                {strategy: (env, run_vector) for strategy, env in envs.items()},
+                action_space,
+                num_envs,
+                seed=seed,
+                seconds=seconds,
+                warmup_seconds=min(0.3, seconds / 2),
+                rounds=rounds,
+                progress=progress,
+                tag=f"[autotune n={num_envs}, {workers} workers]",
             )
-            plan = ActionPlan(action_space, num_envs, rows, seed)
-            runs: dict[str, list[Measurement]] = {s: [] for s in envs}
-            for round_index in range(rounds):
-                for strategy, env in envs.items():
-                    progress.update(
-                        f"[autotune n={num_envs}] round {round_index + 1}/{rounds}: "
-                        f"{workers} workers, {strategy}"
-                    )
-                    runs[strategy].append(run_vector(env, plan, steps[strategy]))
         finally:
             for env in envs.values():
                 env.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -23,6 +23,66 @@ from vecpool.bench.workloads import ActionPlan, Workload, resolve_workload
 EnvFn = Callable[[], gym.Env[Any, Any]]
 
 # -------------------------------------------------------------------------- running
+
+
+Runner = Callable[[Any, ActionPlan, int], Measurement]
+"""Steps a vector env with a plan's actions for a number of vector steps."""
+
+
+def measure_interleaved(
+    runs: Mapping[str, tuple[Any, Runner]],
+    action_space: Any,
+    num_envs: int,
+    *,
+    seed: int,
+    seconds: float,
+    warmup_seconds: float,
+    rounds: int,
+    fixed_steps: int | None = None,
+    singles: bool = False,
+    progress: Progress,
+    tag: str,
+) -> tuple[dict[str, int], dict[str, list[Measurement]]]:
+    """THE measuring loop of the bench and of ``autotune``: size, then interleave.
+
+    Each entry is warmed up and sized (by :func:`calibrate`) so that one run takes
+    about ``seconds``, on the same pre-drawn actions; then ``rounds`` rounds run
+    every entry once each, in turn, so machine noise hits all of them alike.
+
+    Args:
+        runs: Name -> (vector env, how to run it).
+        action_space: The vector env's batched action space.
+        num_envs: Number of sub-environments.
+        seed: Seed of the action plans.
+        seconds: Target seconds per run.
+        warmup_seconds: Seconds of warm-up while sizing.
+        rounds: Number of interleaved rounds.
+        fixed_steps: Vector steps per run instead of sizing by time.
+        singles: Build the plan's per-env actions (for one-env loops) up front.
+        progress: Where to show what runs.
+        tag: Prefix of the progress lines.
+
+    Returns:
+        Vector steps per run, and each entry's measurements in round order.
+    """
+    warmup_plan = ActionPlan(action_space, num_envs, 64, seed + 1)
+    steps: dict[str, int] = {}
+    for name, (env, run) in runs.items():
+        progress.update(f"{tag} warm-up: {name}", minor=True)
+        sized = calibrate(
+            functools.partial(run, env, warmup_plan), warmup_seconds, seconds
+        )
+        steps[name] = sized if fixed_steps is None else fixed_steps
+    rows = min(max(steps.values()) + 1, ActionPlan.max_rows(action_space, num_envs))
+    plan = ActionPlan(action_space, num_envs, rows, seed)
+    if singles:
+        _ = plan.singles  # built once, outside the timed loops
+    results: dict[str, list[Measurement]] = {name: [] for name in runs}
+    for round_index in range(rounds):
+        for name, (env, run) in runs.items():
+            progress.update(f"{tag} round {round_index + 1}/{rounds}: {name}")
+            results[name].append(run(env, plan, steps[name]))
+    return steps, results
 
 
 def _run_group(
@@ -47,36 +107,25 @@ def _run_group(
     probe = workload.env_fn()
     action_space = probe.action_space
     probe.close()
-    warmup_plan = ActionPlan(action_space, num_envs, 64, settings.seed + 1)
     envs: dict[str, Any] = {}
     progress.update(f"{tag} starting {', '.join(b.name for b in backends)}")
     try:
         for backend in backends:
             progress.update(f"{tag} starting {backend.name}", minor=True)
             envs[backend.name] = backend.make(workload.env_fn, num_envs, settings.seed)
-        steps: dict[str, int] = {}
-        for backend in backends:
-            progress.update(f"{tag} warm-up: {backend.name}", minor=True)
-            env = envs[backend.name]
-            sized = calibrate(
-                functools.partial(backend.run, env, warmup_plan),
-                settings.warmup_seconds,
-                settings.seconds,
-            )
-            steps[backend.name] = sized if settings.steps is None else settings.steps
-        rows = min(max(steps.values()) + 1, ActionPlan.max_rows(action_space, num_envs))
-        plan = ActionPlan(action_space, num_envs, rows, settings.seed)
-        if any(backend.name == "raw" for backend in backends):
-            _ = plan.singles  # built once, outside the timed loops
-        rounds: dict[str, list[Measurement]] = {b.name: [] for b in backends}
-        for round_index in range(settings.rounds):
-            for backend in backends:
-                progress.update(
-                    f"{tag} round {round_index + 1}/{settings.rounds}: {backend.name}"
-                )
-                rounds[backend.name].append(
-                    backend.run(envs[backend.name], plan, steps[backend.name])
-                )
+        steps, rounds = measure_interleaved(
+            {b.name: (envs[b.name], b.run) for b in backends},
+            action_space,
+            num_envs,
+            seed=settings.seed,
+            seconds=settings.seconds,
+            warmup_seconds=settings.warmup_seconds,
+            rounds=settings.rounds,
+            fixed_steps=settings.steps,
+            singles="raw" in envs,
+            progress=progress,
+            tag=tag,
+        )
     finally:
         for backend in backends:
             if backend.name in envs:
