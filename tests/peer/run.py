@@ -216,6 +216,8 @@ def main(argv: list[str]) -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
     passed, failed = summarize(output)
+    if returncode != 0 and passed + failed == 0:
+        print(f"note: pytest exited with {returncode} and ran nothing (see above)")
     print(f"{passed} passed, {failed} failed")
     return returncode
 
