@@ -64,9 +64,16 @@ def coverage(session: nox.Session) -> None:
     pytest_script = shutil.which("pytest", path=session.bin)
     if pytest_script is None:
         session.error(f"no pytest script in {session.bin}")
-    session.run("coverage", "run", pytest_script, *session.posargs)
+    try:
+        session.run("coverage", "run", pytest_script, *session.posargs)
+    except nox.command.CommandFailed:
+        failed = True  # report what was measured, then fail the session
+    else:
+        failed = False
     session.run("coverage", "combine")
     session.run("coverage", "report")
+    if failed:
+        session.error("the test suite failed under coverage (the report is above)")
 
 
 @nox.session(python=PYTHON)
