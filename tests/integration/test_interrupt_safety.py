@@ -16,6 +16,7 @@ import random
 import signal
 import threading
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -31,6 +32,23 @@ pytestmark = [
 ]
 
 NUM_ENVS = 4
+
+
+@pytest.fixture(autouse=True)
+def _python_sigint_handler() -> Iterator[None]:
+    """Python's own Ctrl-C handler for the test, whatever ran before it.
+
+    A test runner (coverage, a plugin) or an earlier test may leave another SIGINT
+    handler installed; these tests are about what a user's Ctrl-C does.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(autouse=True)
