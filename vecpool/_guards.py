@@ -51,21 +51,36 @@ def _deferring_handler(signum: int, frame: FrameType | None) -> None:
     _state["pending"] = 1
 
 
-def install() -> None:
-    """Hold Ctrl-C in sections from now on (one call per live vector env)."""
+def install() -> bool:
+    """Hold Ctrl-C in sections from now on (one call per live vector env).
+
+    Returns:
+        Whether this call counted (made in the main thread): pass it to
+        :func:`uninstall`.
+    """
     if threading.get_ident() != _MAIN:
-        return
+        return False
     _state["users"] += 1
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _deferring_handler)
+    return True
 
 
 def uninstall() -> None:
-    """Undo one :func:`install`; the last one puts Python's handler back."""
-    if threading.get_ident() != _MAIN or _state["users"] <= 0:
+    """Undo one counted :func:`install`; the last one puts Python's handler back.
+
+    From another thread the count drops but the handler stays (only the main
+    thread may set it); the next main-thread :func:`install` or
+    :func:`uninstall` settles it.
+    """
+    if _state["users"] <= 0:
         return
     _state["users"] -= 1
-    if not _state["users"] and signal.getsignal(signal.SIGINT) is _deferring_handler:
+    if (
+        not _state["users"]
+        and threading.get_ident() == _MAIN
+        and signal.getsignal(signal.SIGINT) is _deferring_handler
+    ):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 

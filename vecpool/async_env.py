@@ -1,16 +1,9 @@
 """Parent side of vecpool's vector env: :class:`AsyncVectorEnv`.
 
-This module holds the constructor with its checks and Gymnasium's state machine;
-each public method is a short delegate to the rooms of the engine:
-
-* :mod:`vecpool.worker_group`: the worker handles, start-up, the one wait loop,
-  crash detection and shutdown;
-* :mod:`vecpool.buffers`: the shared step buffers, action placement, observation
-  rotation and reading replies;
-* :mod:`vecpool.batches`: the ``send``/``recv`` bookkeeping;
-* :mod:`vecpool.env_states`: ``get_states``, ``set_states`` and ``step_from``;
-* :mod:`vecpool.protocol`: what parent and worker share; :mod:`vecpool.worker` is
-  the worker itself.
+The constructor with its checks and Gymnasium's state machine; each public method is
+a short delegate to the engine's rooms (``worker_group``, ``buffers``, ``batches``,
+``env_states``; ``protocol`` is what parent and worker share). See
+``docs/architecture.md``.
 """
 
 from __future__ import annotations
@@ -291,7 +284,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             self._group, self._buffers, self.single_observation_space, owner
         )
         _LIVE_ENVS.add(self)
-        _guards.install()
+        self._holds_sigint = _guards.install()
         try:
             self._start_workers(ctx)
         except BaseException:
@@ -384,6 +377,10 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     def observations(self) -> Any:
         """The latest observations (the shared buffers themselves)."""
         return self._buffers.observations
+
+    @observations.setter
+    def observations(self, value: Any) -> None:
+        self._buffers.observations = value
 
     # -- reset -------------------------------------------------------------------------
 
@@ -514,7 +511,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._assert_is_running()
         self._assert_idle("step_async")
         buffers, group = self._buffers, self._group
-        shared = not group.any_abandoned()
+        shared = not (group.gave_up and group.any_abandoned())
         with held():
             # the hot path: one copy into shared memory, a 2-byte message per worker
             if shared and buffers.fast_actions(actions):
@@ -523,10 +520,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 per_env = buffers.place_actions(actions, shared=shared)
             buffer = buffers.choose_obs_buffer()
             if per_env is None:
-                message = buffers.step_messages[buffer]
-                group.send_all(
-                    "step", lambda handle: handle.send_step(None, buffer, message)
-                )
+                group.send_message_all(buffers.step_messages[buffer])
             else:
                 group.send_all(
                     "step",
@@ -558,17 +552,18 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             msg = "Calling `step_wait` without any prior call to `step_async`."
             raise NoAsyncCallError(msg, AsyncState.WAITING_STEP.value)
         replies = self._wait_all("step", timeout, "step_wait")
+        # No Ctrl-C section needed from here: every answer is stored, so a call
+        # interrupted below can be waited for again and returns the same results.
         buffers = self._buffers
-        with held():
-            self._state = AsyncState.DEFAULT
-            infos = self._merge_replies(replies)
-            return (
-                buffers.read_observations(),
-                buffers.rewards.copy(),
-                buffers.terminations.copy(),
-                buffers.truncations.copy(),
-                infos,
-            )
+        self._state = AsyncState.DEFAULT
+        infos = self._merge_replies(replies)
+        return (
+            buffers.read_observations(),
+            buffers.rewards.copy(),
+            buffers.terminations.copy(),
+            buffers.truncations.copy(),
+            infos,
+        )
 
     # -- call / attributes -------------------------------------------------------------
 
@@ -885,14 +880,24 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 after that the workers are terminated.
             terminate: If ``True``, terminate the workers at once.
         """
-        if self in _LIVE_ENVS:
-            _LIVE_ENVS.discard(self)
+        _LIVE_ENVS.discard(self)
+        if getattr(self, "_holds_sigint", False):
+            self._holds_sigint = False
             _guards.uninstall()
         grace = CLOSE_GRACE if timeout is None else timeout
         if self._group.broken is not None:
             # a dead worker may hold the `max_concurrency` semaphore for ever
             grace = min(grace, 1.0)
         deadline = time.monotonic() + (0.0 if terminate else grace)
+        # another thread inside a call: let it finish within the grace, or end it
+        locked = self._lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        try:
+            self._close_locked(terminate or not locked, grace, deadline)
+        finally:
+            if locked:
+                self._lock.release()
+
+    def _close_locked(self, terminate: bool, grace: float, deadline: float) -> None:
         if self._state != AsyncState.DEFAULT:
             logger.warn(
                 "Calling `close` while waiting for a pending call to "
@@ -971,7 +976,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             self._state = AsyncState.DEFAULT
             group.drop_pending()
             raise
-        return [handle.answer() for handle in group.handles]
+        return [
+            handle.answers[0][1] if handle.answers else None for handle in group.handles
+        ]
 
     def _merge_replies(self, replies: list[Reply | None]) -> dict[str, Any]:
         """Raise env errors, then merge infos and pipe-borne values in env order."""

@@ -164,7 +164,9 @@ class Batches:
             raise NoAsyncCallError(msg, "recv")
         deadline = None if timeout is None else time.monotonic() + timeout
         while len(self.ready) < self.batch_size and self.in_flight.any():
-            busy = [h for h in self.group.handles if h.expected or h.answers]
+            busy = [
+                h for h in self.group.handles if h.expected or (h.answers and h.batches)
+            ]
             self.group.wait("recv", timeout, busy, any_answer=True, deadline=deadline)
             self._absorb(busy)
         with held():
@@ -191,9 +193,19 @@ class Batches:
         """Wait until no env is in flight; finished envs wait in :attr:`ready`."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.in_flight.any():
-            busy = [h for h in self.group.handles if h.expected or h.answers]
+            busy = [
+                h for h in self.group.handles if h.expected or (h.answers and h.batches)
+            ]
             self.group.wait("recv", timeout, busy, any_answer=True, deadline=deadline)
             self._absorb(busy)
+
+    def _busy(self) -> list[Any]:
+        """Workers with batches in flight, or answered and not yet absorbed."""
+        return [
+            handle
+            for handle in self.group.handles
+            if handle.expected or (handle.answers and handle.batches)
+        ]
 
     def _absorb(self, handles: list[Any]) -> None:
         """Move answered batches to :attr:`ready`; raise the first env error."""
@@ -201,7 +213,9 @@ class Batches:
             while handle.answers:
                 with held():
                     number, reply = handle.answers.popleft()
-                    done = handle.batches.pop(number, [])
+                    if number not in handle.batches:
+                        continue  # the answer to a plain call made before the batch
+                    done = handle.batches.pop(number)
                     self.in_flight[done] = False
                     failed: set[int] = set()
                     if reply is not None:

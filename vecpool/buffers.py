@@ -240,13 +240,10 @@ class StepBuffers:
         Returns:
             The buffer index, also kept as :attr:`obs_next`.
         """
-        self.obs_next = self._free_obs_buffer()
-        return self.obs_next
-
-    def _free_obs_buffer(self) -> int:
         owners = self._obs_owners
         last = len(owners) - 1
         if last <= 0:
+            self.obs_next = 0
             return 0
         current, free, retired = self.obs_index, self._obs_free_refs, self._obs_retired
         for step in range(1, last + 1):
@@ -256,7 +253,9 @@ class StepBuffers:
                 and not retired[candidate]
                 and sys.getrefcount(owners[candidate]) == free
             ):
+                self.obs_next = candidate
                 return candidate
+        self.obs_next = last
         return last
 
     def retire_held_obs_buffers(self) -> None:

@@ -37,7 +37,11 @@ class GymWorkerHandle(WorkerHandle):
         self.kinds: deque[str] = deque()
 
     def _send_gym(self, kind: str, message: tuple[str, Any]) -> int:
-        self.conn.send(message)  # inside held(), as every send
+        try:
+            self.conn.send(message)  # inside held(), as every send
+        except KeyboardInterrupt:
+            self._cut_off()
+            raise
         self.kinds.append(kind)
         self.sent += 1
         return self.sent
@@ -94,7 +98,11 @@ class GymWorkerHandle(WorkerHandle):
 
     def receive(self) -> bool:
         """Read one reply in Gymnasium's protocol (see :meth:`WorkerHandle.receive`)."""
-        data, success = self.conn.recv()  # inside held(), as every receive
+        try:
+            data, success = self.conn.recv()  # inside held(), as every receive
+        except KeyboardInterrupt:
+            self._cut_off()
+            raise
         kind = self.kinds.popleft() if self.kinds else "none"
         self.received = number = self.received + 1
         return self._keep(number, self._translate(kind, data, success))

@@ -113,7 +113,10 @@ class Channel:
         """
         buffer = self.buffer
         while len(buffer) < 4:
-            buffer += self._read(1 << 16)
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                raise EOFError
+            buffer += chunk
         end = 4 + int.from_bytes(buffer[:4], "big")
         if len(buffer) < end:
             parts, have = [buffer], len(buffer)

@@ -37,7 +37,7 @@ from gymnasium import Env, Space, logger
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import CloudpickleWrapper, clear_mpi_env_vars
 
-from vecpool._guards import ForcedInterrupt, held
+from vecpool._guards import held
 from vecpool.errors import RemoteTraceback, VecPoolError, WorkerCrashedError
 from vecpool.protocol import (
     STEP,
@@ -244,6 +244,12 @@ class WorkerHandle:
         """Close the hosted envs and end the worker."""
         return self.send(Command.CLOSE, None)
 
+    def _cut_off(self) -> None:
+        """A transfer was cut off half-way: this pipe can no longer be trusted."""
+        self.out_of_step = True
+        if self.group is not None:
+            self.group.note_give_up()
+
     def send_check_spaces(
         self,
         data: tuple[Any, Any, Any],  # noqa: ARG002 - Gymnasium-protocol workers use it
@@ -265,7 +271,7 @@ class WorkerHandle:
         # callers hold Ctrl-C back (held()): the write and its count go together
         try:
             self.channel.send(data)
-        except ForcedInterrupt:
+        except KeyboardInterrupt:  # cut off mid-transfer (held() defers the 1st)
             self.out_of_step = True
             if self.group is not None:
                 self.group.note_give_up()
@@ -301,12 +307,17 @@ class WorkerHandle:
         # called inside held(): the read and its count go together
         try:
             data = self.channel.recv()
-        except ForcedInterrupt:
+        except KeyboardInterrupt:  # cut off mid-transfer (held() defers the 1st)
             self.out_of_step = True
             if self.group is not None:
                 self.group.note_give_up()
             raise
         self.received = number = self.received + 1
+        expected = self.expected
+        if expected and expected[0] == number:  # the hot path
+            expected.popleft()
+            self.answers.append((number, pickle.loads(data) if data else None))
+            return True
         return self._keep(number, pickle.loads(data) if data else None)
 
     def _keep(self, number: int, reply: Reply | None) -> bool:
@@ -600,10 +611,8 @@ class WorkerGroup:
         """Whether a worker still runs a command whose call gave up.
 
         Such a worker may still read the shared actions, so new actions then go
-        by pipe.
+        by pipe. (Callers check :attr:`gave_up` first: the hot path is one read.)
         """
-        if not self.gave_up:
-            return False  # the hot path: no call ever gave up since the last check
         self.gave_up = any(
             handle.sent - handle.received > len(handle.expected)
             for handle in self.handles
@@ -649,6 +658,27 @@ class WorkerGroup:
             handle.expect(number)
         return self.handles
 
+    def send_message_all(self, message: bytes) -> None:
+        """:meth:`send_all` for the hot path: the same tiny message to every worker.
+
+        Args:
+            message: The framed-less message (e.g. ``b"s"`` and a buffer index).
+
+        Raises:
+            WorkerCrashedError: If a worker's pipe is broken.
+        """
+        for handle in self.handles:  # inside held(), as every send
+            try:
+                number = handle._write(message)
+            except OSError:
+                self.crashed(handle, "step")
+            expected = handle.expected
+            if expected:
+                expected.clear()
+            if handle.answers:
+                handle.answers.clear()
+            expected.append(number)
+
     def wait(
         self,
         what: str,
@@ -681,7 +711,7 @@ class WorkerGroup:
             poller, watched = poll_set(handles)
 
         if self._finished(handles, any_answer):
-            return
+            return  # e.g. a call waited for again after an interrupt
         if deadline is None and timeout is not None:
             deadline = time.monotonic() + timeout
         spin = self.spin.before_wait()
@@ -690,7 +720,7 @@ class WorkerGroup:
             events = [
                 (handle.conn.fileno(), select.POLLIN)
                 for handle in handles
-                if handle.channel.has_message()
+                if handle.channel.buffer and handle.channel.has_message()
             ] or poller.poll(0)
             if not events and spin > 0.0:
                 events = spin_until_ready(poller, spin, self.spin.spin_yield)
@@ -707,9 +737,16 @@ class WorkerGroup:
                 raise multiprocessing.TimeoutError(msg)
             with held():
                 self._read_events(events, poller, watched, what)
-            if self._finished(handles, any_answer):
-                self.spin.after_wait()
-                return
+            if any_answer:
+                if any(handle.answers for handle in handles):
+                    break
+            else:
+                for handle in handles:
+                    if handle.expected:
+                        break
+                else:
+                    break
+        self.spin.after_wait()
 
     @staticmethod
     def _finished(handles: list[WorkerHandle], any_answer: bool) -> bool:

@@ -14,7 +14,7 @@ from gymnasium.vector import AutoresetMode
 
 import vecpool
 from vecpool.errors import AlreadyPendingCallError, NoAsyncCallError
-from vecpool.testing import CountingEnv, RaisingEnv, SlowEnv
+from vecpool.testing import ActionEchoEnv, CountingEnv, RaisingEnv, SlowEnv
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -213,3 +213,24 @@ def test_an_env_error_in_a_batch_keeps_the_other_envs(make_async):
         *_, infos = envs.recv()
         returned += infos["env_id"].tolist()
     assert sorted(returned) == [1, 2, 3]
+
+
+def test_a_batch_never_takes_the_answer_of_an_earlier_plain_call(make_async):
+    # the failed step's answer (env 3's error) stays with its worker until that
+    # worker's next call; a batch on the other worker must not pick it up
+    fns = [ActionEchoEnv] * 3 + [functools.partial(ActionEchoEnv, raise_at=1)]
+    envs = make_async(fns, num_workers=2, batch_size=1)
+    envs.reset(seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Gymnasium's worker-error log lines
+        with pytest.raises(ValueError, match="on purpose"):
+            envs.step(np.zeros(4))
+    envs.send(np.array([7.0]), [0])
+    obs, *_, infos = envs.recv(timeout=10)
+    assert infos["env_id"].tolist() == [0]
+    assert obs[0, 0] == 7.0
+    assert envs.pending_env_ids == []
+    envs.send(np.array([8.0]), [2])
+    obs, *_, infos = envs.recv(timeout=10)
+    assert infos["env_id"].tolist() == [2]
+    assert obs[0, 0] == 8.0
