@@ -32,7 +32,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from vecpool.errors import ConcurrentUseError
 
-__all__ = ["ForcedInterrupt", "exclusive", "held", "install", "uninstall"]
+__all__ = ["HELD", "ForcedInterrupt", "exclusive", "held", "install", "uninstall"]
 
 _MAIN = threading.main_thread().ident
 _state = {"depth": 0, "pending": 0, "users": 0}
@@ -108,7 +108,8 @@ class _Held:
                 raise KeyboardInterrupt
 
 
-_HELD = _Held()
+HELD = _Held()
+"""The held section (``with HELD:``); :func:`held` returns it too."""
 
 
 def held() -> _Held:
@@ -117,7 +118,7 @@ def held() -> _Held:
     Returns:
         A reusable context manager.
     """
-    return _HELD
+    return HELD
 
 
 _P = ParamSpec("_P")

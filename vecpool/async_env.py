@@ -35,7 +35,7 @@ from vecpool._checks import (
     check_max_concurrency,
     check_reset_mask,
 )
-from vecpool._guards import exclusive, held
+from vecpool._guards import HELD, exclusive
 from vecpool.batches import Batches
 from vecpool.buffers import StepBuffers
 from vecpool.env_states import EnvStates
@@ -441,7 +441,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         if options is not None and "reset_mask" in options:
             options = dict(options)  # never mutate the caller's dict
             flags = check_reset_mask(options.pop("reset_mask"), self.num_envs)
-        with held():
+        with HELD:
             buffer = self._buffers.choose_obs_buffer()
             self._group.send_all(
                 "reset",
@@ -475,10 +475,11 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             msg = "Calling `reset_wait` without any prior call to `reset_async`."
             raise NoAsyncCallError(msg, AsyncState.WAITING_RESET.value)
         replies = self._wait_all("reset", timeout, "reset_wait")
-        with held():
-            self._state = AsyncState.DEFAULT
-            infos = self._merge_replies(replies)
-            return self._buffers.read_observations(), infos
+        self._state = AsyncState.DEFAULT  # answers are kept: safe to wait again
+        infos = self._buffers.merge_replies(
+            self._group.handles, replies, type(self).__name__
+        )
+        return self._buffers.read_observations(), infos
 
     # -- step --------------------------------------------------------------------------
 
@@ -492,6 +493,12 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         Returns:
             Batched ``(observations, rewards, terminations, truncations, infos)``.
         """
+        cls = type(self)
+        if cls.step_async is _STEP_ASYNC and cls.step_wait is _STEP_WAIT:
+            # not overridden: skip re-entering the lock this call already holds
+            _RAW_STEP_ASYNC(self, actions)
+            result: StepResult = _RAW_STEP_WAIT(self, None)
+            return result
         self.step_async(actions)
         return self.step_wait()
 
@@ -512,7 +519,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._assert_idle("step_async")
         buffers, group = self._buffers, self._group
         shared = not (group.gave_up and group.any_abandoned())
-        with held():
+        with HELD:
             # the hot path: one copy into shared memory, a 2-byte message per worker
             if shared and buffers.fast_actions(actions):
                 per_env = None
@@ -556,7 +563,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         # interrupted below can be waited for again and returns the same results.
         buffers = self._buffers
         self._state = AsyncState.DEFAULT
-        infos = self._merge_replies(replies)
+        infos = buffers.merge_replies(self._group.handles, replies, type(self).__name__)
         return (
             buffers.read_observations(),
             buffers.rewards.copy(),
@@ -608,7 +615,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 "instead."
             )
             raise ValueError(msg)
-        with held():
+        with HELD:
             self._group.send_all(
                 "call", lambda handle: handle.send_call(name, args, kwargs)
             )
@@ -675,7 +682,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             raise ValueError(msg)
         self._assert_idle("set_attr")
         per_env = list(values)
-        with held():
+        with HELD:
             self._group.send_all(
                 "set_attr",
                 lambda handle: handle.send_set_attr(
@@ -980,16 +987,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             handle.answers[0][1] if handle.answers else None for handle in group.handles
         ]
 
-    def _merge_replies(self, replies: list[Reply | None]) -> dict[str, Any]:
-        """Raise env errors, then merge infos and pipe-borne values in env order."""
-        if not any(replies):
-            return {}  # the hot path: nothing but "done" from every worker
-        raise_env_errors(replies, type(self).__name__)
-        infos: dict[str, Any] = {}
-        for handle, reply in zip(self._group.handles, replies, strict=True):
-            if reply is None:
-                continue
-            self._buffers.apply_reply(handle.env_indices.start, reply)
-            for index, info in reply.infos or []:
-                infos = self._add_info(infos, info, index)
-        return infos
+
+_STEP_ASYNC = AsyncVectorEnv.step_async
+_STEP_WAIT = AsyncVectorEnv.step_wait
+_RAW_STEP_ASYNC: Callable[..., None] = getattr(_STEP_ASYNC, "__wrapped__", _STEP_ASYNC)
+_RAW_STEP_WAIT: Callable[..., Any] = getattr(_STEP_WAIT, "__wrapped__", _STEP_WAIT)

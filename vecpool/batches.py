@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from vecpool._guards import held
+from vecpool._guards import HELD
 from vecpool.buffers import StepBuffers, merge_infos
 from vecpool.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecpool.worker_group import WorkerGroup, raise_env_errors
@@ -115,7 +115,7 @@ class Batches:
             WorkerCrashedError: If a worker's pipe is broken.
         """
         ids = self.check_env_ids(env_ids)
-        with held():
+        with HELD:
             per_env = self.buffers.place_actions(
                 actions, ids, shared=not self.group.any_abandoned()
             )
@@ -169,7 +169,7 @@ class Batches:
             ]
             self.group.wait("recv", timeout, busy, any_answer=True, deadline=deadline)
             self._absorb(busy)
-        with held():
+        with HELD:
             count = min(self.batch_size, len(self.ready))
             ids = np.array([self.ready.popleft() for _ in range(count)], np.int64)
             infos = merge_infos(
@@ -211,7 +211,7 @@ class Batches:
         """Move answered batches to :attr:`ready`; raise the first env error."""
         for handle in handles:
             while handle.answers:
-                with held():
+                with HELD:
                     number, reply = handle.answers.popleft()
                     if number not in handle.batches:
                         continue  # the answer to a plain call made before the batch

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import sys
 import warnings
+from collections.abc import Sequence
 from copy import deepcopy
 from typing import Any
 
@@ -42,6 +43,7 @@ from vecpool.spaces import (
     make_views,
     take_rows,
 )
+from vecpool.worker_group import raise_env_errors
 
 __all__ = ["StepBuffers", "merge_infos"]
 
@@ -402,6 +404,29 @@ class StepBuffers:
                 self.rewards[index] = reward
                 self.terminations[index] = terminated
                 self.truncations[index] = truncated
+
+    def merge_replies(
+        self, handles: Sequence[Any], replies: list[Reply | None], owner: str
+    ) -> dict[str, Any]:
+        """Raise env errors, then store piped values and merge infos in env order.
+
+        Args:
+            handles: The worker handles, in order (for each one's first env).
+            replies: Their answers (``None``: nothing to say).
+            owner: The vector env's class name, for error notes.
+
+        Returns:
+            The batched infos.
+        """
+        if not any(replies):
+            return {}  # the hot path: nothing but "done" from every worker
+        raise_env_errors(replies, owner)
+        items: list[tuple[int, dict[str, Any]]] = []
+        for handle, reply in zip(handles, replies, strict=True):
+            if reply is not None:
+                self.apply_reply(handle.env_indices.start, reply)
+                items.extend(reply.infos or [])
+        return merge_infos(items, self.num_envs)
 
     def read_observations(self) -> Any:
         """The observations of the call just finished, copied or not per ``copy``."""

@@ -16,7 +16,7 @@ from gymnasium import Space
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from vecpool._checks import check_int, is_int
-from vecpool._guards import held
+from vecpool._guards import HELD
 from vecpool.buffers import StepBuffers, merge_infos
 from vecpool.protocol import Command, Reply
 from vecpool.worker_group import WorkerGroup, raise_env_errors
@@ -94,7 +94,7 @@ class EnvStates:
         message: Callable[[list[int], list[int]], tuple[Command, Any]],
     ) -> dict[int, Reply | None]:
         handles = [self.group.handles[index] for index in groups]
-        with held():
+        with HELD:
             for handle in handles:
                 positions, local = groups[handle.index]
                 command, payload = message(local, positions)

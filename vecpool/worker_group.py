@@ -37,7 +37,7 @@ from gymnasium import Env, Space, logger
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import CloudpickleWrapper, clear_mpi_env_vars
 
-from vecpool._guards import held
+from vecpool._guards import HELD
 from vecpool.errors import RemoteTraceback, VecPoolError, WorkerCrashedError
 from vecpool.protocol import (
     STEP,
@@ -573,7 +573,7 @@ class WorkerGroup:
             RuntimeError: If an env's spaces differ from the first env's.
             Exception: The error an env constructor raised, original type.
         """
-        with held():
+        with HELD:
             for handle in self.handles:
                 number = handle.send_check_spaces(
                     (observation_mode, observation_space, action_space)
@@ -735,7 +735,7 @@ class WorkerGroup:
                 name = label or what
                 msg = f"The call to `{name}` has timed out after {timeout} second(s)."
                 raise multiprocessing.TimeoutError(msg)
-            with held():
+            with HELD:
                 self._read_events(events, poller, watched, what)
             if any_answer:
                 if any(handle.answers for handle in handles):
@@ -851,7 +851,7 @@ class WorkerGroup:
             if handle.process.is_alive() and not handle.out_of_step
         ]
         try:
-            with held():
+            with HELD:
                 for handle in live:
                     handle.expect(handle.send_close())
             self.wait("close", timeout, live)
