@@ -415,7 +415,7 @@ class ReplayPool:
     ) -> None:
         """:meth:`add` for batches already split into leaf arrays: the fast path.
 
-        Leaves are in :func:`vecpool.spaces.leaves` order, one array per leaf of
+        Leaves are in ``vecpool.spaces.leaves`` order, one array per leaf of
         the space, each with one row per env (or per id). The wrapper, the sampler
         and ``vecpool collect`` add through here; a plain Box/Discrete space with
         one row per env takes the unrolled path (about a dozen numpy calls).
