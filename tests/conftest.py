@@ -11,7 +11,9 @@ import multiprocessing
 import multiprocessing.forkserver
 import multiprocessing.resource_tracker
 import os
+import signal
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -197,3 +199,23 @@ def leak_checker() -> LeakChecker:
     if not sys.platform.startswith("linux"):
         pytest.skip("leak checks read /proc and /dev/shm (Linux only)")
     return LeakChecker()
+
+
+@pytest.fixture
+def python_sigint_handler() -> Iterator[None]:
+    """Python's own Ctrl-C handler for a SIGINT test, whatever ran before it.
+
+    Skips where a SIGINT cannot reach the test: outside the main thread (Python runs
+    signal handlers there only) and in pytest-xdist workers (they take a SIGINT as
+    the end of the session). A runner (coverage, a plugin) or an earlier test may
+    leave another handler installed; these tests are about what a user's Ctrl-C does.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("SIGINT tests need the main thread")
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.skip("SIGINT tests need a plain pytest run (not pytest-xdist)")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

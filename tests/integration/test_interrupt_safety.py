@@ -16,7 +16,6 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -26,39 +25,13 @@ from vecpool.errors import AlreadyPendingCallError, ConcurrentUseError
 from vecpool.testing import ActionEchoEnv
 
 pytestmark = [
+    pytest.mark.usefixtures("python_sigint_handler"),
     pytest.mark.timeout(90),  # a hang fails the test instead of stalling CI
     # a SIGINT that lands in a destructor is "ignored" (printed) by Python itself
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
 
 NUM_ENVS = 4
-
-
-@pytest.fixture(autouse=True)
-def _python_sigint_handler() -> Iterator[None]:
-    """Python's own Ctrl-C handler for the test, whatever ran before it.
-
-    A test runner (coverage, a plugin) or an earlier test may leave another SIGINT
-    handler installed; these tests are about what a user's Ctrl-C does.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-@pytest.fixture(autouse=True)
-def _in_the_main_thread():
-    # Python runs signal handlers in the main thread only, and pytest-xdist's
-    # workers take a SIGINT as the end of the whole session
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("SIGINT tests need the main thread")
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        pytest.skip("SIGINT tests need a plain pytest run (not pytest-xdist)")
 
 
 def _interrupt_later(rng: random.Random) -> threading.Timer:

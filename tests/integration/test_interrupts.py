@@ -33,6 +33,7 @@ from vecpool.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecpool.testing import ActionEchoEnv
 
 pytestmark = [
+    pytest.mark.usefixtures("python_sigint_handler"),
     # "thread": pytest-timeout's default method owns SIGALRM, which these tests use
     pytest.mark.timeout(60, method="thread"),
     # a SIGINT that lands in a destructor is "ignored" (printed) by Python itself
@@ -40,23 +41,6 @@ pytestmark = [
 ]
 
 NUM_ENVS = 4
-
-
-@pytest.fixture(autouse=True)
-def _python_sigint_handler() -> Iterator[None]:
-    """Python's own Ctrl-C handler for the test, whatever ran before it.
-
-    A test runner (coverage, a plugin) or an earlier test may leave another SIGINT
-    handler installed; these tests are about what a user's Ctrl-C does.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 WAIT = 5.0  # seconds any recovery wait may take before the test calls it a hang
