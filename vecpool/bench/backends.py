@@ -16,9 +16,7 @@ import gymnasium as gym
 import numpy as np
 
 import vecpool
-from vecpool.bench.workloads import MIN_STEPS, ActionPlan, Workload
-
-EnvFn = Callable[[], gym.Env[Any, Any]]
+from vecpool.bench.workloads import MIN_STEPS, ActionPlan, EnvFn, Workload
 
 # ------------------------------------------------------------------------- backends
 

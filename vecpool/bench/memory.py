@@ -7,12 +7,10 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import gymnasium as gym
 
 from vecpool._progress import Progress
 from vecpool.bench.backends import BACKENDS
@@ -25,8 +23,6 @@ from vecpool.bench.workloads import (
     _write,
     resolve_workload,
 )
-
-EnvFn = Callable[[], gym.Env[Any, Any]]
 
 # -------------------------------------------------------------------------- memory
 

@@ -9,13 +9,11 @@ import os
 import platform
 import statistics
 import textwrap
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
-
-import gymnasium as gym
 
 import vecpool
 from vecpool._checks import available_cpus, require_matplotlib
@@ -28,8 +26,6 @@ from vecpool.bench.workloads import (
     DEFAULT_WORKLOADS,
     MIN_ROUNDS,
 )
-
-EnvFn = Callable[[], gym.Env[Any, Any]]
 
 # -------------------------------------------------------------------- statistics
 

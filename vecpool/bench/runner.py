@@ -6,8 +6,6 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import gymnasium as gym
-
 from vecpool._progress import Progress
 from vecpool.bench.backends import BACKENDS, Measurement, calibrate
 from vecpool.bench.memory import measure_memory
@@ -19,8 +17,6 @@ from vecpool.bench.report import (
     machine_info,
 )
 from vecpool.bench.workloads import ActionPlan, Workload, resolve_workload
-
-EnvFn = Callable[[], gym.Env[Any, Any]]
 
 # -------------------------------------------------------------------------- running
 
