@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import gymnasium as gym
-
 import vecpool
-from vecpool.bench import (
-    Progress,
-    available_cpus,
-    median,
-    run_vector,
-)
+from vecpool._checks import WAIT_STRATEGIES, available_cpus
+from vecpool._progress import Progress
+from vecpool.bench.backends import run_vector
+from vecpool.bench.report import median
 from vecpool.bench.runner import measure_interleaved
+from vecpool.bench.workloads import EnvFn
 
 __all__ = [
     "WAIT_STRATEGIES",
@@ -26,11 +23,8 @@ __all__ = [
     "candidate_worker_counts",
 ]
 
-WAIT_STRATEGIES: tuple[str, ...] = ("auto", "spin", "block")
 NOISE = 0.05
 """Relative difference below which the table calls the defaults as good as the best."""
-
-EnvFn = Callable[[], gym.Env[Any, Any]]
 
 
 @dataclass(frozen=True, slots=True)

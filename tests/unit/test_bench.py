@@ -447,5 +447,14 @@ def test_conflicting_bench_modes_exit_2_before_running(argv, message, capsys, tm
 def test_bench_pool_subcommand_runs(capsys):
     assert cli.main(["bench", "pool", "--quick", "--seconds", "0.02"]) == 0
     out = capsys.readouterr().out
-    assert "ReplayPool.add" in out or "add" in out
-    assert "ReplayPoolWrapper" in out
+    assert "replay pool:" in out
+    assert "pool.add " in out
+    assert "pool.sample(256)" in out
+    assert "+ ReplayPoolWrapper" in out
+    assert "gym-async" not in out  # the pool bench, not the backend comparison
+
+
+def test_bench_tune_subcommand_runs(capsys):
+    argv = ["bench", "tune", "--quick", "--workloads", "cartpole", "--num-envs", "2"]
+    assert cli.main([*argv, "--seconds", "0.02", "--rounds", "1"]) == 0
+    assert "autotune" in capsys.readouterr().out.lower()
