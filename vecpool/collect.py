@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium.vector import AutoresetMode
 
-from vecpool._checks import require_matplotlib
+from vecpool._checks import check_int, require_matplotlib
 from vecpool._progress import Progress
 from vecpool.boundaries import AutoresetTracker
 from vecpool.errors import VecPoolError
@@ -263,13 +263,6 @@ def _describe_policy(policy: Policy | str | None) -> str:
     module = getattr(policy, "__module__", None)
     name = getattr(policy, "__qualname__", None)
     return f"policy {module}:{name}" if module and name else f"policy {policy!r}"
-
-
-def _check_positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        msg = f"`{name}` must be an integer >= 1, got {value!r}."
-        raise CollectArgumentError(msg)
-    return int(value)
 
 
 def _check_out(out: str | os.PathLike[str] | None) -> Path | None:
@@ -595,9 +588,9 @@ def collect(
     """
     wall_start = time.perf_counter()
     mode = parse_autoreset_mode(autoreset_mode)
-    num_envs = _check_positive("num_envs", num_envs)
-    steps = _check_positive("steps", steps)
-    pool_size = _check_positive("pool_size", pool_size)
+    num_envs = check_int("num_envs", num_envs, 1, error=CollectArgumentError)
+    steps = check_int("steps", steps, 1, error=CollectArgumentError)
+    pool_size = check_int("pool_size", pool_size, 1, error=CollectArgumentError)
     policy_fn = load_policy(policy) if isinstance(policy, str) else policy
     path = _check_out(out)
     planned = math.ceil(steps / num_envs)

@@ -23,6 +23,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from vecpool._checks import check_int
 from vecpool.async_env import AsyncVectorEnv
 from vecpool.boundaries import AutoresetTracker
 from vecpool.errors import VecPoolWarning
@@ -104,17 +105,6 @@ class EpisodeRecord:
             "env_index": self.env_index,
             **self.info,
         }
-
-
-def _check_int(name: str, value: object, low: int) -> int:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, np.integer))
-        or value < low
-    ):
-        msg = f"`{name}` must be an integer >= {low}, got {value!r}."
-        raise ValueError(msg)
-    return int(value)
 
 
 def _autoreset_mode(env: VectorEnv[Any, Any, Any], name: str) -> AutoresetMode:
@@ -281,12 +271,12 @@ class Sampler:
                 f"actions, got {type(given).__name__}."
             )
             raise TypeError(msg)
-        self.batch_T = _check_int("batch_T", batch_T, 1)
-        self.max_decorrelation_steps = _check_int(
+        self.batch_T = check_int("batch_T", batch_T, 1)
+        self.max_decorrelation_steps = check_int(
             "max_decorrelation_steps", max_decorrelation_steps, 0
         )
         if seed is not None:
-            seed = _check_int("seed", seed, 0)
+            seed = check_int("seed", seed, 0)
         if isinstance(track_info_keys, str):
             msg = (
                 "`track_info_keys` must be a sequence of keys, got the string "
@@ -479,9 +469,9 @@ class Sampler:
             msg = "`evaluate` needs a bound: pass `max_steps`, `max_episodes` or both."
             raise ValueError(msg)
         if max_steps is not None:
-            max_steps = _check_int("max_steps", max_steps, 1)
+            max_steps = check_int("max_steps", max_steps, 1)
         if max_episodes is not None:
-            max_episodes = _check_int("max_episodes", max_episodes, 1)
+            max_episodes = check_int("max_episodes", max_episodes, 1)
         policy = self.policy if policy is None else policy
         if self.eval_env is None:
             env = self.env
