@@ -35,6 +35,7 @@ from vecpool.spaces import (
 __all__ = ["EpisodeStats", "ReplayPool", "Transitions"]
 
 _FORMAT = "vecpool.ReplayPool/2"  # 2: slot-major rows
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 class Transitions(NamedTuple):
@@ -511,20 +512,23 @@ class ReplayPool:
         for leaf, bounds in zip(action, self._action_bounds, strict=True):
             if bounds is None:
                 continue  # a float Box: stored as given
-            low, high = bounds
             array = np.asarray(leaf)
-            if array.dtype.kind not in "iub":
-                msg = (
-                    f"`action` must hold integers for the {self.action_space} action "
-                    f"space, got dtype {array.dtype}: pass e.g. `actions.astype(int)`."
-                )
-                raise ValueError(msg)
-            if array.size and (np.any(array < low) or np.any(array >= high)):
-                msg = (
-                    f"`action` holds values outside the action space "
-                    f"{self.action_space}: got min {array.min()}, max {array.max()}."
-                )
-                raise ValueError(msg)
+            kind = array.dtype.kind
+            if kind not in "iub" or (array.size and not _in_range(array, kind, bounds)):
+                self._refuse_actions(array)
+
+    def _refuse_actions(self, array: npt.NDArray[Any]) -> None:
+        if array.dtype.kind not in "iub":
+            msg = (
+                f"`action` must hold integers for the {self.action_space} action "
+                f"space, got dtype {array.dtype}: pass e.g. `actions.astype(int)`."
+            )
+        else:
+            msg = (
+                f"`action` holds values outside the action space "
+                f"{self.action_space}: got min {array.min()}, max {array.max()}."
+            )
+        raise ValueError(msg)
 
     def _add_leaves(
         self,
@@ -983,6 +987,21 @@ def _rounds(targets: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int64]]:
         occurrence[position] = seen.get(target, 0)
         seen[target] = occurrence[position] + 1
     return [np.flatnonzero(occurrence == r) for r in range(int(occurrence.max()) + 1)]
+
+
+def _in_range(array: npt.NDArray[Any], kind: str, bounds: tuple[Any, Any]) -> bool:
+    """Whether every value of the integer ``array`` lies in ``[low, high)``.
+
+    For a range from 0 with an int bound (Discrete, MultiBinary: the hot case), one
+    compare of the array viewed as unsigned checks both ends, since a negative
+    value becomes huge. ``count_nonzero`` rather than ``max``/``any``: no ufunc
+    reduction machinery, ~3 us less per add of 8 actions.
+    """
+    low, high = bounds
+    if type(low) is int and low == 0 and kind != "b":
+        unsigned = array if kind == "u" else array.view(_UNSIGNED[array.itemsize])
+        return not np.count_nonzero(unsigned >= high)
+    return not (np.count_nonzero(array < low) or np.count_nonzero(array >= high))
 
 
 def _leaves(
