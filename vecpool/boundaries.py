@@ -56,7 +56,8 @@ class AutoresetTracker:
         if not self._next_step:
             return None
         resetting = self.resetting if cols is None else self.resetting[cols]
-        return ~resetting if resetting.any() else None
+        # count_nonzero, not any(): no ufunc reduction on the per-step path
+        return ~resetting if np.count_nonzero(resetting) else None
 
     def after_step(self, ended: Any, cols: npt.NDArray[np.int64] | None = None) -> None:
         """Note which envs' episodes ended (terminated or truncated) in a step."""

@@ -15,7 +15,7 @@ import math
 import os
 import pickle
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 import numpy.typing as npt
@@ -35,7 +35,7 @@ from vecpool.spaces import (
 __all__ = ["EpisodeStats", "ReplayPool", "Transitions"]
 
 _FORMAT = "vecpool.ReplayPool/2"  # 2: slot-major rows
-_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_SMALL_BATCH = 64  # action batches up to this size are range-checked as lists
 
 
 class Transitions(NamedTuple):
@@ -508,16 +508,28 @@ class ReplayPool:
         return mask
 
     def _check_actions(self, action: list[npt.NDArray[Any]]) -> None:
-        """Refuse actions outside the action space (no silent casts)."""
+        """Refuse actions outside the action space (no silent casts).
+
+        Per add, so cheap: a dtype-kind check, then the range. A small 1-D batch
+        under a scalar range (Discrete: the hot case) is checked as a list, ~1 us
+        for 8 envs where any numpy reduction costs 3-5 us in the add path.
+        """
         for leaf, bounds in zip(action, self._action_bounds, strict=True):
             if bounds is None:
                 continue  # a float Box: stored as given
             array = np.asarray(leaf)
-            kind = array.dtype.kind
-            if kind not in "iub" or (array.size and not _in_range(array, kind, bounds)):
+            if array.dtype.kind not in "iub":
                 self._refuse_actions(array)
+            low, high = bounds
+            if type(low) is int and array.ndim == 1 and array.size <= _SMALL_BATCH:
+                values = array.tolist()
+                if not values or (low <= min(values) and max(values) < high):
+                    continue
+            elif not (np.count_nonzero(array < low) or np.count_nonzero(array >= high)):
+                continue
+            self._refuse_actions(array)
 
-    def _refuse_actions(self, array: npt.NDArray[Any]) -> None:
+    def _refuse_actions(self, array: npt.NDArray[Any]) -> NoReturn:
         if array.dtype.kind not in "iub":
             msg = (
                 f"`action` must hold integers for the {self.action_space} action "
@@ -987,21 +999,6 @@ def _rounds(targets: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int64]]:
         occurrence[position] = seen.get(target, 0)
         seen[target] = occurrence[position] + 1
     return [np.flatnonzero(occurrence == r) for r in range(int(occurrence.max()) + 1)]
-
-
-def _in_range(array: npt.NDArray[Any], kind: str, bounds: tuple[Any, Any]) -> bool:
-    """Whether every value of the integer ``array`` lies in ``[low, high)``.
-
-    For a range from 0 with an int bound (Discrete, MultiBinary: the hot case), one
-    compare of the array viewed as unsigned checks both ends, since a negative
-    value becomes huge. ``count_nonzero`` rather than ``max``/``any``: no ufunc
-    reduction machinery, ~3 us less per add of 8 actions.
-    """
-    low, high = bounds
-    if type(low) is int and low == 0 and kind != "b":
-        unsigned = array if kind == "u" else array.view(_UNSIGNED[array.itemsize])
-        return not np.count_nonzero(unsigned >= high)
-    return not (np.count_nonzero(array < low) or np.count_nonzero(array >= high))
 
 
 def _leaves(

@@ -122,3 +122,34 @@ def test_lossless_integer_actions_are_accepted():
             np.zeros(2, bool),
         )
     assert pool.get_pool().action.tolist() == [2, 0]
+
+
+@pytest.mark.parametrize("num_envs", [2, 100])  # the list check and the numpy one
+@pytest.mark.parametrize(
+    ("space", "good", "bad"),
+    [
+        (spaces.Discrete(3), [0, 2], [-1, 0]),
+        (spaces.Discrete(3), [0, 2], [3, 0]),
+        (spaces.Discrete(3, start=-1), [-1, 1], [-2, 0]),
+        (spaces.Discrete(3, start=-1), [-1, 1], [2, 0]),
+        (spaces.MultiDiscrete([2, 3]), [[1, 2], [0, 0]], [[0, 3], [0, 0]]),
+        (spaces.MultiDiscrete([2, 3]), [[1, 2], [0, 0]], [[-1, 0], [0, 0]]),
+        (spaces.MultiBinary(2), [[1, 0], [0, 1]], [[2, 0], [0, 0]]),
+        (spaces.Box(0, 5, (2,), np.int64), [[5, 0], [0, 0]], [[6, 0], [0, 0]]),
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.int8, np.int64])
+def test_add_checks_the_range_of_every_integer_space(num_envs, space, good, bad, dtype):
+    pool = vecpool.ReplayPool(
+        spaces.Box(-1, 1, (1,)), space, num_envs=num_envs, pool_size=4 * num_envs
+    )
+    obs = np.zeros((num_envs, 1), np.float32)
+    flags = np.zeros(num_envs, bool)
+
+    def batch(rows):  # the two given rows, then copies of the first
+        return np.array(rows + [rows[0]] * (num_envs - 2), dtype)
+
+    pool.add(obs, batch(good), obs, np.ones(num_envs), flags, flags)
+    with pytest.raises(ValueError, match="outside the action space"):
+        pool.add(obs, batch(bad), obs, np.ones(num_envs), flags, flags)
+    assert len(pool) == num_envs
