@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["write_atomically"]
+__all__ = ["remove_stale_temporaries", "write_atomically"]
 
 
 def write_atomically(target: Path, write: Callable[[IO[bytes]], Any]) -> Path:
@@ -16,8 +17,9 @@ def write_atomically(target: Path, write: Callable[[IO[bytes]], Any]) -> Path:
 
     The temporary file is flushed and synced before the rename, and the directory
     after it: ``target`` is never a partial file, and a previous file there stays
-    intact if the write fails. (A process killed mid-write may leave the hidden
-    ``.NAME.*.tmp`` file beside it; an exception removes it.)
+    intact if the write fails. An exception removes the hidden ``.NAME.PID.*.tmp``
+    file; a process killed mid-write leaves it, and the next write of ``target``
+    removes the temporary files of writers that are no longer running.
 
     Args:
         target: The file to write.
@@ -26,6 +28,7 @@ def write_atomically(target: Path, write: Callable[[IO[bytes]], Any]) -> Path:
     Returns:
         ``target``.
     """
+    remove_stale_temporaries(target)
     temporary = target.with_name(f".{target.name}.{os.getpid()}.{id(write):x}.tmp")
     # os.open with 0o666 honours the umask, as a plain open() would
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -46,3 +49,40 @@ def write_atomically(target: Path, write: Callable[[IO[bytes]], Any]) -> Path:
         finally:
             os.close(directory)
     return target
+
+
+def remove_stale_temporaries(target: Path) -> list[Path]:
+    """Remove the temporary files of ``target`` whose writer process is gone.
+
+    Args:
+        target: The file that :func:`write_atomically` writes.
+
+    Returns:
+        The files removed.
+    """
+    removed: list[Path] = []
+    prefix = f".{target.name}."
+    try:
+        candidates = list(target.parent.glob(f"{glob.escape(prefix)}*.tmp"))
+    except OSError:
+        return removed
+    for path in candidates:
+        pid_text = path.name[len(prefix) :].split(".", 1)[0]
+        if not pid_text.isdigit() or _running(int(pid_text)):
+            continue
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # someone else's process (or not a pid): leave its file alone
+    return True

@@ -10,10 +10,8 @@ envs.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import pickle
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
@@ -21,8 +19,8 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
 
+from vecpool import pool_files
 from vecpool._checks import check_int
-from vecpool._files import write_atomically
 from vecpool.spaces import (
     NATIVE_LEAVES,
     flatten_batch,
@@ -34,7 +32,6 @@ from vecpool.spaces import (
 
 __all__ = ["EpisodeStats", "ReplayPool", "Transitions"]
 
-_FORMAT = "vecpool.ReplayPool/2"  # 2: slot-major rows
 _SMALL_BATCH = 64  # action batches up to this size are range-checked as lists
 
 
@@ -869,23 +866,9 @@ class ReplayPool:
     # -- persistence -------------------------------------------------------------------
 
     def _state(self) -> dict[str, npt.NDArray[Any]]:
+        """Every array of the pool, by its name in a pool file (vecpool.pool_files)."""
         self._sync()
-        config = {
-            "format": _FORMAT,
-            "num_envs": self.num_envs,
-            "pool_size": self.pool_size,
-            "window_size": self.window_size,
-            "clearing_freq": self.clearing_freq,
-            "window_size_": self.window_size_,
-            "random": self.random,
-            "store_next_obs": self.store_next_obs,
-        }
-        blobs = pickle.dumps(
-            (self.observation_space, self.action_space, self._rng.bit_generator.state)
-        )
         state: dict[str, npt.NDArray[Any]] = {
-            "config": np.frombuffer(json.dumps(config).encode(), np.uint8),
-            "objects": np.frombuffer(blobs, np.uint8),
             "reward": self._reward,
             "terminated": self._terminated,
             "truncated": self._truncated,
@@ -916,6 +899,8 @@ class ReplayPool:
 
         Written beside ``path``, synced, then renamed over it: ``path`` is never a
         partial file, and a previous file there stays intact if the save fails.
+        Temporary files left beside it by writers that were killed are removed.
+        The file holds no pickle: spaces and settings are JSON.
 
         Args:
             path: Destination file (written as given; no suffix is added).
@@ -923,71 +908,26 @@ class ReplayPool:
         Returns:
             The path written.
         """
-        savez: Any = np.savez  # typed stubs refuse `**arrays`
-        return write_atomically(
-            Path(path), lambda handle: savez(handle, **self._state())
-        )
+        return pool_files.write(self, path)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> ReplayPool:
-        """Read a pool written by :meth:`save` (only load files you trust).
+    def load(cls, path: str | os.PathLike[str], trusted: bool = False) -> ReplayPool:
+        """Read a pool written by :meth:`save`, checking every field.
 
         Args:
             path: The file.
+            trusted: Also load files of vecpool 0.1, which keep the spaces as a
+                pickle (unpickling a crafted file runs code): only for files you
+                trust.
 
         Returns:
             A pool equal to the one saved, including its generator state.
 
         Raises:
-            ValueError: If the file is not a saved ReplayPool.
+            ValueError: If the file is truncated, corrupted, of another format or
+                inconsistent (the message names the file and what is wrong).
         """
-        with np.load(path, allow_pickle=False) as archive:
-            data = {name: archive[name] for name in archive.files}
-        try:
-            config = json.loads(data["config"].tobytes())
-        except KeyError:
-            config = {}
-        if config.get("format") != _FORMAT:
-            msg = f"{path} is not a file written by vecpool.ReplayPool.save."
-            raise ValueError(msg)
-        observation_space, action_space, rng_state = pickle.loads(
-            data["objects"].tobytes()
-        )
-        pool = cls(
-            observation_space,
-            action_space,
-            config["num_envs"],
-            config["pool_size"],
-            config["window_size"],
-            config["clearing_freq"],
-            config["window_size_"],
-            config["random"],
-            None,
-            config["store_next_obs"],
-        )
-        pool._rng.bit_generator.state = rng_state
-        pool._row = pool._base + data["end"] * pool.num_envs
-        for name in (
-            "reward",
-            "terminated",
-            "truncated",
-            "end",
-            "length",
-            "received",
-            "episode_return",
-            "episode_length",
-            "episodes",
-        ):
-            setattr(pool, f"_{name}", data[name])
-        groups = ["obs", "action"]
-        groups += ["next_obs"] if pool.store_next_obs else ["tail", "extra"]
-        for group in groups:
-            arrays = getattr(pool, f"_{group}")
-            for index in range(len(arrays)):
-                arrays[index] = data[f"{group}_{index}"]
-        if not pool.store_next_obs:
-            pool._own_next = data["own_next"]
-            pool._free = data["free"].tolist()
+        pool: ReplayPool = pool_files.read(cls, path, trusted)
         return pool
 
 

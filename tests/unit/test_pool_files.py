@@ -1,0 +1,343 @@
+"""Pool files hold no pickle, and every bad file is one clear ValueError (issue 11)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+import vecpool
+from vecpool import pool_files
+from vecpool._files import remove_stale_temporaries
+from vecpool.testing import assert_same_data
+
+SPACES = {
+    "box-inf": spaces.Box(-np.inf, np.inf, (3,), np.float32),
+    "box-bounds": spaces.Box(
+        np.array([[-1.5, 0.0], [2.0, -np.inf]]),
+        np.array([[1.5, 1.0], [3.0, 7.25]]),
+        dtype=np.float64,
+    ),
+    "box-uint8-image": spaces.Box(0, 255, (4, 5, 3), np.uint8),
+    "box-int": spaces.Box(-3, 9, (2,), np.int32),
+    "discrete": spaces.Discrete(5),
+    "discrete-start-int32": spaces.Discrete(4, start=-2, dtype=np.int32),
+    "multidiscrete-2d": spaces.MultiDiscrete(
+        np.array([[2, 3], [4, 5]]), start=np.array([[0, 1], [-1, 2]])
+    ),
+    "multidiscrete-int8": spaces.MultiDiscrete([3, 4], dtype=np.int8),
+    "multibinary": spaces.MultiBinary(4),
+    "multibinary-2d": spaces.MultiBinary([2, 3]),
+    "nested": spaces.Dict(
+        {
+            "z": spaces.Tuple((spaces.Discrete(3), spaces.Box(0, 1, (2,)))),
+            "a": spaces.MultiBinary(2),
+        }
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPACES))
+def test_space_round_trip_through_json(name):
+    space = SPACES[name]
+    description = json.loads(json.dumps(pool_files.space_to_dict(space)))
+    again = pool_files.space_from_dict(description)
+    assert again == space
+    assert type(again) is type(space)
+    if isinstance(space, spaces.Dict):
+        assert list(again.spaces) == list(space.spaces)  # key order kept
+
+
+@pytest.mark.parametrize(
+    "description",
+    [{"type": "Graph"}, {"type": "Box", "low": [0]}, {"n": 3}, ["Discrete", 3], None],
+)
+def test_bad_space_description_is_a_value_error(description):
+    with pytest.raises(ValueError, match="space"):
+        pool_files.space_from_dict(description)
+
+
+def _filled(
+    obs: spaces.Space[Any], act: spaces.Space[Any], store_next_obs: bool = True
+) -> vecpool.ReplayPool:
+    pool = vecpool.ReplayPool(
+        obs, act, 3, 12, window_size=2, seed=4, store_next_obs=store_next_obs
+    )
+    obs.seed(0)
+    act.seed(1)
+    for step in range(9):
+        batch = [obs.sample() for _ in range(3)]
+        stacked = _stack(obs, batch)
+        ended = np.array([step % 4 == 3, False, step % 3 == 2])
+        next_batch = [
+            obs.sample() if e else b for e, b in zip(ended, batch, strict=True)
+        ]
+        pool.add(
+            stacked,
+            _stack(act, [act.sample() for _ in range(3)]),
+            _stack(obs, next_batch),
+            np.arange(3) + step,
+            ended,
+            np.zeros(3, bool),
+        )
+    return pool
+
+
+def _stack(space: spaces.Space[Any], items: list[Any]) -> Any:
+    from gymnasium.vector.utils import concatenate, create_empty_array
+
+    return concatenate(space, items, create_empty_array(space, len(items)))
+
+
+@pytest.mark.parametrize("store_next_obs", [True, False])
+@pytest.mark.parametrize("name", ["box-bounds", "multidiscrete-2d", "nested"])
+def test_a_saved_pool_has_no_pickle_and_loads_equal(
+    tmp_path, monkeypatch, name, store_next_obs
+):
+    pool = _filled(SPACES[name], SPACES["discrete-start-int32"], store_next_obs)
+    path = pool.save(tmp_path / "pool.npz")
+    with np.load(path, allow_pickle=False) as archive:  # an object array would fail
+        assert all(archive[member].dtype != object for member in archive.files)
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        msg = "load() unpickled something"
+        raise AssertionError(msg)
+
+    monkeypatch.setattr(pickle, "loads", refuse)
+    monkeypatch.setattr(pickle, "load", refuse)
+    loaded = vecpool.ReplayPool.load(path)
+    assert loaded.observation_space == pool.observation_space
+    assert loaded.action_space == pool.action_space
+    assert_same_data(pool.get_pool(), loaded.get_pool(), "get_pool")
+    # the generator state came through: both sample the same rows
+    assert_same_data(pool.sample(7), loaded.sample(7), "sample")
+
+
+def _write_archive(path: Path, members: dict[str, np.ndarray]) -> Path:
+    with open(path, "wb") as handle:
+        np.savez(handle, **members)  # type: ignore[arg-type]
+    return path
+
+
+def _members(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as archive:
+        return {name: archive[name] for name in archive.files}
+
+
+def _header(members: dict[str, np.ndarray]) -> dict[str, Any]:
+    return json.loads(members["config"].tobytes())
+
+
+def _with_header(members: dict[str, np.ndarray], **changes: Any) -> dict[str, Any]:
+    header = {**_header(members), **changes}
+    return {**members, "config": np.frombuffer(json.dumps(header).encode(), np.uint8)}
+
+
+@pytest.fixture
+def saved(tmp_path):
+    pool = _filled(SPACES["box-bounds"], SPACES["discrete"], store_next_obs=False)
+    return pool.save(tmp_path / "good.npz")
+
+
+def _broken(saved: Path, kind: str) -> Path:
+    data = saved.read_bytes()
+    members = _members(saved)
+    bad = saved.with_name(f"{kind}.npz")
+    if kind == "empty":
+        bad.write_bytes(b"")
+    elif kind == "truncated":
+        bad.write_bytes(data[: len(data) // 2])
+    elif kind == "garbage":
+        bad.write_bytes(os.urandom(4096))
+    elif kind == "flipped-byte":  # a bit rots inside an array: the CRC catches it
+        (info,) = [
+            i for i in zipfile.ZipFile(saved).infolist() if i.filename == "obs_0.npy"
+        ]
+        start = info.header_offset
+        names = int.from_bytes(data[start + 26 : start + 28], "little")
+        extras = int.from_bytes(data[start + 28 : start + 30], "little")
+        at = start + 30 + names + extras + info.compress_size - 1  # last data byte
+        bad.write_bytes(data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :])
+    elif kind == "plain-npy":
+        np.save(bad, np.zeros(3))
+        bad = bad.with_suffix(".npz.npy")
+    elif kind == "other-zip":
+        with zipfile.ZipFile(bad, "w") as archive:
+            archive.writestr("readme.txt", "hello")
+    elif kind == "no-config":
+        members.pop("config")
+        _write_archive(bad, members)
+    elif kind == "config-not-json":
+        members["config"] = np.frombuffer(b"\xff{{", np.uint8)
+        _write_archive(bad, members)
+    elif kind == "future-format":
+        _write_archive(bad, _with_header(members, format="vecpool.ReplayPool/99"))
+    elif kind == "missing-argument":
+        header = _header(members)
+        header.pop("pool_size")
+        members["config"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
+        _write_archive(bad, members)
+    elif kind == "bad-argument":
+        _write_archive(bad, _with_header(members, num_envs=-2))
+    elif kind == "bad-space":
+        _write_archive(bad, _with_header(members, action_space={"type": "Nope"}))
+    elif kind == "bad-rng":
+        _write_archive(bad, _with_header(members, rng={"bit_generator": "MT19937"}))
+    elif kind == "missing-array":
+        members.pop("reward")
+        _write_archive(bad, members)
+    elif kind == "wrong-dtype":
+        members["terminated"] = members["terminated"].astype(np.int64)
+        _write_archive(bad, members)
+    elif kind == "wrong-shape":
+        members["obs_0"] = members["obs_0"][:-1]
+        _write_archive(bad, members)
+    elif kind == "length-over-capacity":  # consistent CRCs, lying counters
+        members["length"] = members["length"] + 100
+        _write_archive(bad, members)
+    elif kind == "negative-end":
+        members["end"] = members["end"] - 10
+        _write_archive(bad, members)
+    elif kind == "own-next-out-of-range":
+        members["own_next"] = members["own_next"].copy()
+        members["own_next"][0] = 10**6
+        _write_archive(bad, members)
+    elif kind == "free-twice":
+        members["free"] = np.array([0, 0], np.int64)
+        _write_archive(bad, members)
+    else:
+        raise AssertionError(kind)
+    return bad
+
+
+BROKEN = [
+    ("empty", "not a whole numpy archive"),
+    ("truncated", "not a whole numpy archive"),
+    ("garbage", "not a whole numpy archive"),
+    ("flipped-byte", "not a whole numpy archive"),
+    ("plain-npy", "single .npy array"),
+    ("other-zip", "no `config` member"),
+    ("no-config", "no `config` member"),
+    ("config-not-json", "not JSON"),
+    ("future-format", "ReplayPool/99"),
+    ("missing-argument", "lacks pool_size"),
+    ("bad-argument", "num_envs"),
+    ("bad-space", "space"),
+    ("bad-rng", "generator state"),
+    ("missing-array", "no `reward` member"),
+    ("wrong-dtype", "`terminated` member is int64"),
+    ("wrong-shape", "`obs_0` member has shape"),
+    ("length-over-capacity", "`length` member is out of range"),
+    ("negative-end", "`end` member is out of range"),
+    ("own-next-out-of-range", "`own_next` member is out of range"),
+    ("free-twice", "`own_next/free` member is out of range"),
+]
+
+
+@pytest.mark.parametrize(("kind", "reason"), BROKEN, ids=[k for k, _ in BROKEN])
+def test_a_bad_file_is_one_value_error_naming_file_and_reason(saved, kind, reason):
+    bad = _broken(saved, kind)
+    with pytest.raises(ValueError, match=re.escape(reason)) as info:
+        vecpool.ReplayPool.load(bad)
+    assert type(info.value) is ValueError
+    assert str(bad) in str(info.value)
+    vecpool.ReplayPool.load(saved)  # the good one still loads
+
+
+def test_a_missing_file_is_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        vecpool.ReplayPool.load(tmp_path / "nothing.npz")
+
+
+def _pickled_format_file(pool: vecpool.ReplayPool, path: Path) -> Path:
+    """A file as vecpool 0.1 wrote it: format 2, spaces and generator pickled."""
+    config = {
+        "format": "vecpool.ReplayPool/2",
+        **{
+            name: getattr(pool, name)
+            for name in (
+                "num_envs",
+                "pool_size",
+                "window_size",
+                "clearing_freq",
+                "window_size_",
+                "random",
+                "store_next_obs",
+            )
+        },
+    }
+    blob = pickle.dumps(
+        (pool.observation_space, pool.action_space, pool._rng.bit_generator.state)
+    )
+    members = {
+        "config": np.frombuffer(json.dumps(config).encode(), np.uint8),
+        "objects": np.frombuffer(blob, np.uint8),
+        **pool._state(),
+    }
+    return _write_archive(path, members)
+
+
+def test_an_old_pickled_file_loads_only_when_trusted(tmp_path):
+    pool = _filled(SPACES["nested"], SPACES["multibinary"])
+    old = _pickled_format_file(pool, tmp_path / "old.npz")
+    with pytest.raises(ValueError, match=re.escape("trusted=True")):
+        vecpool.ReplayPool.load(old)
+    loaded = vecpool.ReplayPool.load(old, trusted=True)
+    assert_same_data(pool.get_pool(), loaded.get_pool(), "trusted old file")
+    # saved again, it is a pickle-free file that loads untrusted
+    again = vecpool.ReplayPool.load(loaded.save(tmp_path / "new.npz"))
+    assert_same_data(pool.get_pool(), again.get_pool(), "re-saved")
+
+
+def test_a_crafted_pickle_never_runs_untrusted(tmp_path):
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self) -> Any:
+            return (Path.touch, (marker,))
+
+    pool = _filled(SPACES["discrete"], SPACES["discrete"])
+    members = {
+        **_members(_pickled_format_file(pool, tmp_path / "p.npz")),
+        "objects": np.frombuffer(pickle.dumps(Payload()), np.uint8),
+    }
+    crafted = _write_archive(tmp_path / "crafted.npz", members)
+    with pytest.raises(ValueError, match="trusted"):
+        vecpool.ReplayPool.load(crafted)
+    assert not marker.exists()
+
+
+def test_temporary_files_of_killed_writers_are_removed_by_the_next_save(tmp_path):
+    pool = _filled(SPACES["box-int"], SPACES["discrete"])
+    target = tmp_path / "pool.npz"
+    # a writer killed mid-save: its pid is gone, its temp file stays
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    stale = tmp_path / f".pool.npz.{int(dead.stdout)}.7f00.tmp"
+    stale.write_bytes(b"x" * 1000)
+    live = tmp_path / f".pool.npz.{os.getppid()}.7f00.tmp"  # a running process
+    live.write_bytes(b"y")
+    other = tmp_path / f".other.npz.{int(dead.stdout)}.1.tmp"  # another target's
+    other.write_bytes(b"z")
+    pool.save(target)
+    assert not stale.exists()
+    assert live.exists()
+    assert other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [live.name, other.name, "pool.npz"]
+    )
+    assert remove_stale_temporaries(tmp_path / "other.npz") == [other]
