@@ -53,6 +53,21 @@ class _Run(NamedTuple):
         return self.env_steps / self.seconds if self.seconds > 0 else float("inf")
 
 
+def _workers(text: str) -> int:
+    """Parse ``--num-workers``: an integer >= 0 (0 runs the envs in-process).
+
+    Raises:
+        argparse.ArgumentTypeError: If ``text`` is not an integer >= 0.
+    """
+    if text.strip() == "0":
+        return 0
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError:
+        msg = f"expected an integer >= 0 (0: envs in this process), got {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
+
+
 def _positive_int(text: str) -> int:
     """Parse a command-line integer that must be at least 1.
 
@@ -205,9 +220,10 @@ def _add_demo_parser(
     )
     parser.add_argument(
         "--num-workers",
-        type=_positive_int,
+        type=_workers,
         default=None,
-        help="vecpool worker processes (default: vecpool's own choice)",
+        help="vecpool worker processes; 0 steps the envs in this process "
+        "(default: vecpool's own choice)",
     )
     parser.add_argument(
         "--context",
@@ -605,9 +621,10 @@ def _add_collect_parser(
     )
     parser.add_argument(
         "--num-workers",
-        type=_positive_int,
+        type=_workers,
         default=None,
-        help="worker processes (default: vecpool's own choice)",
+        help="worker processes; 0 steps the envs in this process "
+        "(default: vecpool's own choice)",
     )
     parser.add_argument(
         "--store-next-obs",

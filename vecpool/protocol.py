@@ -43,6 +43,7 @@ __all__ = [
     "Command",
     "EnvState",
     "ErrorRecord",
+    "GapTracker",
     "ObsTransport",
     "Reply",
     "WorkerConfig",
@@ -220,6 +221,10 @@ class WorkerConfig:
         semaphore: Optional semaphore limiting concurrent env execution.
         spin: Seconds to poll for the next command before blocking on the pipe.
         spin_yield: Whether to ``sched_yield`` between polls while spinning.
+        spin_max_gap: If above 0, the worker spins only while the parent's gaps
+            between a reply and the next command stay (on average) below this many
+            seconds; a parent busy longer (a policy between steps) finds it blocked,
+            so spinning never takes a core from the parent's own work.
     """
 
     index: int
@@ -237,6 +242,7 @@ class WorkerConfig:
     semaphore: Any = None
     spin: float = 0.0
     spin_yield: bool = False
+    spin_max_gap: float = 0.0
 
 
 def pack_error(env_index: int, exc: BaseException) -> ErrorRecord:
@@ -357,6 +363,53 @@ def spin_until_ready(
             sched_yield()
         if time.perf_counter() >= deadline:
             return []
+
+
+class GapTracker:
+    """How long the parent takes between a worker's reply and its next command.
+
+    Smoothed; it tells the worker whether spinning for the next command can pay.
+
+    Example:
+        >>> tracker = GapTracker(max_gap=0.001)
+        >>> tracker.spins()
+        True
+        >>> for _ in range(30):
+        ...     tracker.replied(now=0.0)
+        ...     tracker.commanded(now=0.01)  # the parent computes 10 ms each time
+        >>> tracker.spins()
+        False
+
+    Args:
+        max_gap: Spin while the smoothed gap stays below this (seconds).
+    """
+
+    __slots__ = ("_replied", "average", "max_gap")
+
+    def __init__(self, max_gap: float) -> None:
+        """Start with no gap seen (spinning)."""
+        self.max_gap = max_gap
+        self.average = 0.0
+        self._replied: float | None = None
+
+    def spins(self) -> bool:
+        """Whether to spin before blocking for the next command."""
+        return self.average < self.max_gap
+
+    def replied(self, now: float) -> None:
+        """A reply went out at ``now`` (``time.perf_counter()``)."""
+        self._replied = now
+
+    def commanded(self, now: float) -> None:
+        """The next command came in at ``now``: fold the gap into the average.
+
+        A single long gap (an evaluation, a checkpoint) is clipped to four times
+        ``max_gap``, so spinning resumes within a few dozen fast steps.
+        """
+        if self._replied is not None:
+            gap = min(now - self._replied, 4.0 * self.max_gap)
+            self.average += 0.125 * (gap - self.average)
+            self._replied = None
 
 
 def rebuild_exception(error: ErrorRecord) -> BaseException:

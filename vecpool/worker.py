@@ -14,6 +14,7 @@ import pickle
 import select
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
@@ -30,6 +31,7 @@ from vecpool.protocol import (
     Command,
     EnvState,  # also re-exported: pickles of vecpool 0.1 name vecpool.worker.EnvState
     ErrorRecord,
+    GapTracker,
     ObsTransport,
     Reply,
     WorkerConfig,
@@ -40,7 +42,7 @@ from vecpool.protocol import (
 )
 from vecpool.spaces import leaves, make_reader, make_writer
 
-__all__ = ["EnvState", "run_worker"]
+__all__ = ["EnvState", "open_host", "run_worker", "serve"]
 
 
 class _Host:
@@ -368,6 +370,49 @@ def _run_command(host: _Host, data: bytes) -> tuple[bytes, bool]:
     raise RuntimeError(msg)
 
 
+def open_host(config: WorkerConfig, envs: list[Any]) -> tuple[_Host | None, bytes]:
+    """Create the envs of ``config`` (appended to ``envs``) and their host.
+
+    Args:
+        config: The worker configuration.
+        envs: Filled with the envs as they are created (the caller closes them).
+
+    Returns:
+        The host (``None`` if a constructor raised) and the first reply: the
+        start-up space check, or the constructor's error.
+    """
+    for local, env_fn in enumerate(config.env_fns()):
+        try:
+            envs.append(env_fn())
+        except Exception as exc:  # noqa: BLE001 - reported to the parent
+            return None, encode(Reply(errors=[pack_error(config.start + local, exc)]))
+    host = _Host(config, envs)
+    return host, host.check_spaces()
+
+
+def serve(host: _Host, data: bytes) -> tuple[bytes, bool]:
+    """Run one command; return the reply and whether to keep serving.
+
+    Args:
+        host: The envs.
+        data: The command as the parent framed it (a short step message or a
+            pickled :class:`~vecpool.protocol.Command`).
+
+    Returns:
+        The reply bytes (an error reply if the command itself failed) and
+        ``False`` after ``CLOSE``.
+    """
+    try:
+        if data[:1] == STEP:  # b"s" + the observation buffer's index
+            return host.step(None, None, data[1] if len(data) > 1 else 0), True
+        if data[:1] == STEP_SOME:
+            subset = np.frombuffer(data, np.uint16, offset=1).tolist()
+            return host.step(None, subset), True
+        return _run_command(host, data)
+    except Exception as exc:  # noqa: BLE001 - protocol errors go back too
+        return encode(Reply(errors=[pack_error(host.start, exc)])), True
+
+
 def _ignore_signal(signum: int, frame: Any) -> None:
     """Swallow SIGINT in workers (the parent handles Ctrl-C and closes them)."""
 
@@ -393,41 +438,37 @@ def run_worker(
     envs: list[Any] = []
     channel = Channel(conn.fileno())
     try:
-        for local, env_fn in enumerate(config.env_fns()):
-            try:
-                envs.append(env_fn())
-            except Exception as exc:  # noqa: BLE001 - reported to the parent
-                channel.send(
-                    encode(Reply(errors=[pack_error(config.start + local, exc)]))
-                )
-                return
-        host = _Host(config, envs)
-        channel.send(host.check_spaces())
+        host, first = open_host(config, envs)
+        channel.send(first)
+        if host is None:
+            return  # an env constructor raised: reported, nothing to serve
         poller = select.poll()
         poller.register(conn.fileno(), select.POLLIN)
         spin, spin_yield = config.spin, config.spin_yield
+        gaps = GapTracker(config.spin_max_gap) if config.spin_max_gap > 0 else None
+        clock = time.perf_counter
         running = True
         while running:
-            if spin > 0.0 and not channel.has_message() and not poller.poll(0):
+            if (
+                spin > 0.0
+                and (gaps is None or gaps.spins())
+                and not channel.has_message()
+                and not poller.poll(0)
+            ):
                 spin_until_ready(poller, spin, spin_yield)
             try:
                 data = channel.recv()
             except (EOFError, OSError):
                 break  # the parent is gone: nothing left to serve
-            try:
-                if data[:1] == STEP:  # b"s" + the observation buffer's index
-                    reply = host.step(None, None, data[1] if len(data) > 1 else 0)
-                elif data[:1] == STEP_SOME:
-                    subset = np.frombuffer(data, np.uint16, offset=1).tolist()
-                    reply = host.step(None, subset)
-                else:
-                    reply, running = _run_command(host, data)
-            except Exception as exc:  # noqa: BLE001 - protocol errors go back too
-                reply = encode(Reply(errors=[pack_error(config.start, exc)]))
+            if gaps is not None:
+                gaps.commanded(clock())
+            reply, running = serve(host, data)
             try:
                 channel.send(reply)
             except OSError:
                 break
+            if gaps is not None:
+                gaps.replied(clock())
     finally:
         for env in envs:
             with contextlib.suppress(Exception):

@@ -70,6 +70,10 @@ SPIN_BUDGET = 0.002
 """Seconds to poll before blocking."""
 SPIN_MAX_WAIT = 0.00025
 """With ``"auto"``, the parent spins while replies come back within this."""
+WORKER_SPIN_MAX_GAP = 0.00025
+"""With ``"auto"``, workers spin while the parent sends the next command within this
+(on average) after their reply; a parent that computes longer (a policy) finds them
+blocked, so their spinning never takes its cores."""
 
 
 class EnvFns:
@@ -369,7 +373,8 @@ class SpinPolicy:
         worker_spin: The workers' spin budget (0: they block).
         spin: The parent's current spin budget.
         spin_yield: Whether spinners yield the CPU between polls.
-        adaptive: Whether :meth:`timed` adapts ``spin`` (``wait_strategy="auto"``).
+        adaptive: Whether :meth:`before_wait` adapts ``spin``, and the workers
+            theirs (``wait_strategy="auto"``).
         wait_ema: Seconds a wait takes, smoothed.
     """
 
@@ -378,6 +383,14 @@ class SpinPolicy:
     spin_yield: bool = True
     adaptive: bool = False
     wait_ema: float = 0.0
+
+    @property
+    def worker_max_gap(self) -> float:
+        """The workers' adaptive bound (:class:`~vecpool.protocol.GapTracker`).
+
+        0 (spin whenever ``worker_spin`` says) unless adaptive.
+        """
+        return WORKER_SPIN_MAX_GAP if self.adaptive and self.worker_spin else 0.0
 
     @classmethod
     def from_strategy(
@@ -495,6 +508,9 @@ class WorkerGroup:
         ):
             semaphore = ctx.BoundedSemaphore(spec.max_concurrency)
         buffers = spec.buffers
+        if spec.num_workers == 0:
+            self._start_local(spec, parent_pipes)
+            return
         with clear_mpi_env_vars():
             for index, env_indices in enumerate(split(num_envs, spec.num_workers)):
                 parent_conn, child_conn = ctx.Pipe()
@@ -527,6 +543,7 @@ class WorkerGroup:
                         semaphore=semaphore,
                         spin=self.spin.worker_spin,
                         spin_yield=self.spin.spin_yield,
+                        spin_max_gap=self.spin.worker_max_gap,
                     )
                     args, target = (child_conn, parent_conn, config), run_worker
                 process = ctx.Process(
@@ -559,6 +576,30 @@ class WorkerGroup:
                     handle.sent += 1
                     handle.expected.append(handle.sent)
                 self.add(handle)
+
+    def _start_local(self, spec: StartSpec, closers: list[Any]) -> None:
+        """``num_workers=0``: host every env in this process (see local_worker)."""
+        from vecpool.local_worker import LocalHandle
+
+        buffers = spec.buffers
+        handle = LocalHandle(
+            WorkerConfig(
+                index=0,
+                start=0,
+                env_fns=EnvFns(list(spec.env_fns)),
+                block=buffers.block,
+                layout=buffers.layout,
+                action_space=spec.action_space,
+                observation_space=spec.observation_space,
+                obs_transport=buffers.transport,
+                gym_obs_memory=buffers.gym_obs_memory,
+                autoreset_mode=spec.autoreset_mode,
+                observation_mode=spec.observation_mode,
+                check_spaces=(spec.observation_space, spec.action_space),
+            )
+        )
+        closers.append(handle)  # closed with the pipes, on every way out
+        self.add(handle)
 
     def check_spaces(
         self,

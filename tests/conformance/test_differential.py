@@ -34,7 +34,14 @@ from vecpool.testing import (
 
 MODES = list(AutoresetMode)
 # (num_envs, num_workers); None means the default grouping.
-GROUPINGS: list[tuple[int, int | None]] = [(4, 1), (4, 2), (4, 4), (5, 2), (3, None)]
+GROUPINGS: list[tuple[int, int | None]] = [
+    (4, 1),
+    (4, 2),
+    (4, 4),
+    (5, 2),
+    (3, None),
+    (4, 0),  # in-process
+]
 
 # A hung worker must fail fast, not eat the global 120 s timeout.
 pytestmark = pytest.mark.timeout(30)
@@ -125,6 +132,21 @@ def _async_kwargs(num_workers: int | None, **kwargs: Any) -> dict[str, Any]:
     if num_workers is not None:
         kwargs["num_workers"] = num_workers
     return kwargs
+
+
+@pytest.fixture(params=["processes", "in-process"])
+def make_async(request, make_async):
+    """Every test below runs twice: as written, and with ``num_workers=0``.
+
+    The in-process mode must give the same results and errors as the processes.
+    """
+    if request.param == "processes":
+        return make_async
+
+    def in_process(env_fns: Any, **kwargs: Any) -> vecpool.AsyncVectorEnv:
+        return make_async(env_fns, **{**kwargs, "num_workers": 0})
+
+    return in_process
 
 
 def test_cases_cover_every_value_of_every_axis() -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
+import os
 import re
+import time
 
 import numpy as np
 import pytest
@@ -51,3 +53,35 @@ def test_timeouts_hold_while_spinning(make_async, wait_strategy):
 def test_invalid_wait_strategy_is_refused():
     with pytest.raises(ValueError, match=re.escape("`wait_strategy` must be one of")):
         vecpool.AsyncVectorEnv([CountingEnv], wait_strategy="busy")
+
+
+def _worker_cpu_seconds(env: vecpool.AsyncVectorEnv) -> float:
+    ticks = 0
+    for process in env.processes:
+        with open(f"/proc/{process.pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc (Linux)")
+def test_auto_workers_block_while_the_parent_computes(make_async):
+    """A policy between steps (here 6 ms of sleep) must not find the workers spinning.
+
+    With ``"spin"`` each worker burns up to its 2 ms budget after every reply; with
+    ``"auto"`` it sees the parent's long gaps and blocks after a few steps. CPU
+    seconds, not wall time: the two differ by an order of magnitude, not by noise.
+    """
+    burned = {}
+    for strategy in ("spin", "auto"):
+        env = make_async([CountingEnv] * 2, num_workers=2, wait_strategy=strategy)
+        env.reset(seed=0)
+        before = _worker_cpu_seconds(env)
+        for _ in range(80):
+            env.step(np.zeros(2, np.int64))
+            time.sleep(0.006)  # the parent's own work
+        burned[strategy] = _worker_cpu_seconds(env) - before
+        env.close()
+    # spin: ~2 workers x 80 x 2 ms = 0.32 s; auto: a few spins, then ~steps only
+    assert burned["spin"] > 0.15, burned
+    assert burned["auto"] < burned["spin"] / 3, burned

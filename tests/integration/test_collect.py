@@ -242,7 +242,7 @@ def test_bad_policies_are_argument_errors(policy_module, spec, message):
         ({"window_size": 10_000}, "`window_size` must be an integer between 1 and"),
         ({"steps": 0}, "`steps` must be an integer >= 1, got 0."),
         ({"autoreset_mode": "sometimes"}, "Unknown autoreset mode 'sometimes'"),
-        ({"num_workers": 5}, "`num_workers` must be an integer between 1 and"),
+        ({"num_workers": 5}, "`num_workers` must be an integer between 0 and"),
     ],
 )
 def test_invalid_arguments_raise_argument_errors(tmp_path, kwargs, message):

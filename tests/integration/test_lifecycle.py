@@ -116,7 +116,7 @@ def test_default_num_workers(num_envs, max_concurrency, make_async):
     assert len(set(env.call("get_pid"))) == expected
 
 
-@pytest.mark.parametrize("num_workers", [0, -1, 5, 1.5, "2", 2.0])
+@pytest.mark.parametrize("num_workers", [-1, 5, 1.5, "2", 2.0])  # 0: in-process
 def test_invalid_num_workers_raises(num_workers, leak_checker):
     with pytest.raises(ValueError, match="num_workers"):
         vecpool.AsyncVectorEnv(make_env_fns(4), num_workers=num_workers)

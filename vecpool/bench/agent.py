@@ -1,0 +1,195 @@
+"""The agent in the loop: a policy computed in the parent between steps.
+
+A synthetic bench steps pre-drawn actions with the parent idle; a training loop runs
+a policy on every observation batch first, on the parent's cores (BLAS threads, as
+torch does). :class:`Policy` is that policy: a numpy MLP whose forward on a batch of
+``num_envs`` observations is calibrated to cost about ``milliseconds``. The actions
+stepped are still the plan's (the same env work for every backend); the forward's
+result is consumed, so it cannot be skipped.
+
+:func:`cpu_seconds` reads what a set of processes burned (Linux ``/proc``), which
+gives the CPU each worker spends per env-step beside the env's own step cost.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from gymnasium import spaces
+
+from vecpool.bench.backends import Measurement
+from vecpool.bench.workloads import ActionPlan
+
+__all__ = ["Policy", "agent_runner", "cpu_seconds", "env_pids", "obs_size"]
+
+_WIDTH = 256
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+class Policy:
+    """A numpy MLP forward calibrated to about ``milliseconds`` per vector step.
+
+    Example:
+        >>> import numpy as np
+        >>> policy = Policy(obs_size=4, num_envs=8, milliseconds=0.2)
+        >>> float(policy(np.zeros((8, 4), np.float32))) >= 0.0
+        True
+
+    Args:
+        obs_size: Number of values in one observation.
+        num_envs: Rows of the batch the cost is calibrated for.
+        milliseconds: Target cost of one forward on ``num_envs`` rows.
+        seed: Seed of the weights.
+    """
+
+    def __init__(
+        self, obs_size: int, num_envs: int, milliseconds: float, seed: int = 0
+    ) -> None:
+        """Draw the weights and calibrate the depth."""
+        rng = np.random.default_rng(seed)
+        scale = 1.0 / math.sqrt(max(1, obs_size))
+        self.first = (rng.standard_normal((obs_size, _WIDTH)) * scale).astype(
+            np.float32
+        )
+        self.hidden = (rng.standard_normal((_WIDTH, _WIDTH)) / _WIDTH**0.5).astype(
+            np.float32
+        )
+        self.depth = 0
+        self.total = 0.0
+        self.target = milliseconds / 1e3
+        probe = np.zeros((num_envs, obs_size), np.float32)
+        base = self._time(probe)
+        self.depth = 8
+        per_layer = max((self._time(probe) - base) / 8, 1e-7)
+        self.depth = max(0, round((self.target - base) / per_layer))
+        self.seconds = self._time(probe)  # what one forward costs, as calibrated
+
+    def _time(self, probe: npt.NDArray[np.float32]) -> float:
+        self(probe)
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            self(probe)
+            times.append(time.perf_counter() - start)
+        return sorted(times)[2]
+
+    def __call__(self, obs: Any) -> np.floating[Any]:
+        """One forward over a batch of observations (any array or Dict/Tuple).
+
+        Args:
+            obs: The observation batch, one row per env.
+
+        Returns:
+            A number computed from every output (so nothing can be skipped).
+        """
+        rows = _flat_rows(obs, self.first.shape[0])
+        hidden = np.maximum(rows @ self.first, 0.0)
+        for _ in range(self.depth):
+            hidden = np.tanh(hidden @ self.hidden)
+        result: np.floating[Any] = hidden.sum()
+        self.total += float(result)  # consumed: the forward cannot be skipped
+        return result
+
+
+def _flat_rows(obs: Any, size: int) -> npt.NDArray[np.float32]:
+    if isinstance(obs, dict):
+        parts = [_flat_rows(value, -1) for value in obs.values()]
+    elif isinstance(obs, tuple):
+        parts = [_flat_rows(value, -1) for value in obs]
+    else:
+        array = np.asarray(obs)
+        return array.reshape(array.shape[0], size).astype(np.float32, copy=False)
+    return np.concatenate(parts, axis=1).reshape(parts[0].shape[0], size)
+
+
+def obs_size(space: spaces.Space[Any]) -> int:
+    """Number of values in one observation of ``space`` (flattened)."""
+    return int(spaces.flatdim(space))
+
+
+def env_pids(env: Any) -> list[int]:
+    """The worker process ids of a vector env (``[]`` for in-process ones)."""
+    processes = getattr(getattr(env, "unwrapped", env), "processes", None) or []
+    return [p.pid for p in processes if getattr(p, "pid", None)]
+
+
+def cpu_seconds(pids: Iterable[int]) -> float | None:
+    """User + system CPU seconds the processes ``pids`` burned so far.
+
+    Args:
+        pids: Process ids.
+
+    Returns:
+        The sum, or ``None`` where ``/proc`` is not readable (not Linux).
+    """
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            return None
+        total += int(fields[11]) + int(fields[12])  # utime, stime (after the name)
+    return total / _CLOCK_TICKS
+
+
+def agent_runner(
+    policy: Policy, *, batches: bool = False
+) -> Callable[[Any, ActionPlan, int], Measurement]:
+    """A bench runner that computes ``policy`` before every step.
+
+    Args:
+        policy: The policy.
+        batches: Use ``send``/``recv`` (a vecpool env built with ``batch_size``):
+            the policy runs on each received batch while the other envs step, the
+            overlap an alternating sampler gets.
+
+    Returns:
+        ``run(env, plan, steps)`` timing ``steps * num_envs`` env-steps.
+    """
+    last: dict[int, Any] = {}  # each env's latest observation batch
+
+    def run_vector(env: Any, plan: ActionPlan, steps: int) -> Measurement:
+        step = env.step
+        plan_batches, rows = plan.batches, plan.rows
+        obs = last.get(id(env))
+        start = time.perf_counter()
+        for index in range(steps):
+            if obs is not None:
+                policy(obs)
+            obs = step(plan_batches[index % rows])[0]
+        seconds = time.perf_counter() - start
+        last[id(env)] = obs
+        return Measurement(steps * plan.num_envs, seconds)
+
+    def run_batches(env: Any, plan: ActionPlan, steps: int) -> Measurement:
+        num_envs = plan.num_envs
+        target = steps * num_envs
+        send, recv = env.send, env.recv
+        done = 0
+        start = time.perf_counter()
+        send(plan.batch(0), np.arange(num_envs))
+        in_flight, index = num_envs, 1
+        while True:
+            obs, _, _, _, info = recv()
+            ids = info["env_id"]
+            in_flight -= ids.size
+            done += ids.size
+            if done >= target:
+                break
+            policy(obs)
+            send(plan.take(index, ids), ids)
+            in_flight += ids.size
+            index += 1
+        seconds = time.perf_counter() - start
+        while in_flight:  # leave nothing in flight for the next round (untimed)
+            in_flight -= recv()[4]["env_id"].size
+        return Measurement(done, seconds)
+
+    return run_batches if batches else run_vector
