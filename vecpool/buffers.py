@@ -51,6 +51,9 @@ OBS_BUFFERS = 4
 """Observation buffers with ``copy=True``: 3 handed out, 1 scratch."""
 OBS_BUFFERS_MAX_BYTES = 64 * 2**20
 """Bigger observation batches get one buffer, copied out."""
+OBS_BUFFERS_MIN_BYTES = 16 * 2**10
+"""Smaller observation batches get one buffer, copied out: copying a few KiB costs
+less than the rotation's bookkeeping (cutting fresh views, reference counts)."""
 
 
 class _InfoMerger:
@@ -179,7 +182,9 @@ class StepBuffers:
             if native
             and copy
             and not batches
-            and batch_nbytes(observation_space, num_envs) <= OBS_BUFFERS_MAX_BYTES
+            and OBS_BUFFERS_MIN_BYTES
+            <= batch_nbytes(observation_space, num_envs)
+            <= OBS_BUFFERS_MAX_BYTES
             else 1
         )
         self.layout = Layout.build(
@@ -440,6 +445,8 @@ class StepBuffers:
             if not self.copy:
                 return self.observations
             index = self.obs_index
+            if len(self._obs_owners) == 1:  # one buffer: its standing views, copied
+                return copy_tree(self.observations)
             tree = make_views(
                 self.observation_space,
                 cut(self._obs_owners[index], self._obs_fields[index]),

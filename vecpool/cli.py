@@ -68,6 +68,22 @@ def _workers(text: str) -> int:
         raise argparse.ArgumentTypeError(msg) from None
 
 
+def _agent_ms(text: str) -> float:
+    """Parse ``--agent``: milliseconds between 0 and 1000.
+
+    Raises:
+        argparse.ArgumentTypeError: Otherwise.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1000.0:
+        msg = f"expected milliseconds between 0 and 1000, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
 def _positive_int(text: str) -> int:
     """Parse a command-line integer that must be at least 1.
 
@@ -259,6 +275,7 @@ def _bench_settings(args: argparse.Namespace) -> bench.BenchSettings:
         ),
         quick=quick,
         memory=(not quick) if memory is None else memory,
+        agent_ms=args.agent,
     )
 
 
@@ -455,6 +472,16 @@ def _add_bench_parser(
         default=None,
         help=f"measure the memory of {bench.MEMORY_NUM_ENVS} x "
         f"{bench.MEMORY_ENV_ID} (default: on, off with --quick)",
+    )
+    parser.add_argument(
+        "--agent",
+        type=_agent_ms,
+        default=None,
+        metavar="MS",
+        help="agent in the loop: before every step, compute a numpy MLP policy on "
+        "the observations, costing about MS milliseconds on n of them (BLAS "
+        "threads, as torch uses); vecpool-batch runs it on each received batch. "
+        "The raw loop stays the env alone (its own step cost)",
     )
     parser.add_argument(
         "--tune",

@@ -82,6 +82,7 @@ def test_auto_workers_block_while_the_parent_computes(make_async):
             time.sleep(0.006)  # the parent's own work
         burned[strategy] = _worker_cpu_seconds(env) - before
         env.close()
-    # spin: ~2 workers x 80 x 2 ms = 0.32 s; auto: a few spins, then ~steps only
-    assert burned["spin"] > 0.15, burned
-    assert burned["auto"] < burned["spin"] / 3, burned
+    # spin: up to 2 workers x 80 x 2 ms = 0.32 s (less when other processes take
+    # the cores: it yields); auto: a few spins, then the steps only (~0.02 s)
+    assert burned["auto"] < 0.1, burned
+    assert burned["auto"] < burned["spin"], burned

@@ -32,7 +32,14 @@ from vecpool.bench import (
 )
 from vecpool.tune import autotune, candidate_worker_counts
 
-EXPECTED_BACKENDS = {"raw", "gym-sync", "gym-async", "vecpool", "vecpool-batch"}
+EXPECTED_BACKENDS = {
+    "raw",
+    "gym-sync",
+    "gym-async",
+    "vecpool",
+    "vecpool-inproc",
+    "vecpool-batch",
+}
 if importlib.util.find_spec("envpool") is not None:
     EXPECTED_BACKENDS.add("envpool")
 ON_LINUX = Path("/proc/self/smaps_rollup").exists()
@@ -127,7 +134,7 @@ def test_quick_run_table_has_every_backend(quick_run):
         for name, figures in quick_run["data"]["results"][0]["backends"].items()
     }
     for name, value in medians.items():
-        assert f"{name:<14}{value:>12,.0f}" in out
+        assert f"{name:<15}{value:>12,.0f}" in out
 
 
 def test_quick_run_shows_progress_on_stderr(quick_run):

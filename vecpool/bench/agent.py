@@ -25,6 +25,7 @@ from gymnasium import spaces
 
 from vecpool.bench.backends import Measurement
 from vecpool.bench.workloads import ActionPlan
+from vecpool.spaces import leaves
 
 __all__ = ["Policy", "agent_runner", "cpu_seconds", "env_pids", "obs_size"]
 
@@ -98,19 +99,23 @@ class Policy:
 
 
 def _flat_rows(obs: Any, size: int) -> npt.NDArray[np.float32]:
+    """The batch as float32 rows of ``size`` values (every leaf, flattened)."""
+    parts = [np.asarray(leaf).reshape(len(leaf), -1) for leaf in _leaves_of(obs)]
+    rows = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+    return rows.reshape(rows.shape[0], size).astype(np.float32, copy=False)
+
+
+def _leaves_of(obs: Any) -> list[Any]:
     if isinstance(obs, dict):
-        parts = [_flat_rows(value, -1) for value in obs.values()]
-    elif isinstance(obs, tuple):
-        parts = [_flat_rows(value, -1) for value in obs]
-    else:
-        array = np.asarray(obs)
-        return array.reshape(array.shape[0], size).astype(np.float32, copy=False)
-    return np.concatenate(parts, axis=1).reshape(parts[0].shape[0], size)
+        return [leaf for value in obs.values() for leaf in _leaves_of(value)]
+    if isinstance(obs, tuple):
+        return [leaf for value in obs for leaf in _leaves_of(value)]
+    return [obs]
 
 
 def obs_size(space: spaces.Space[Any]) -> int:
-    """Number of values in one observation of ``space`` (flattened)."""
-    return int(spaces.flatdim(space))
+    """Number of values in one observation of ``space`` (every leaf, flattened)."""
+    return sum(max(1, math.prod(shape)) for _, shape in leaves(space))
 
 
 def env_pids(env: Any) -> list[int]:

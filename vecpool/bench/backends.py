@@ -28,10 +28,16 @@ class Measurement:
     Attributes:
         env_steps: Sub-environment steps taken.
         seconds: Wall-clock seconds they took.
+        worker_cpu: CPU seconds the backend's worker processes burned meanwhile
+            (``None``: not measured, or no worker processes).
+        parent_cpu: CPU seconds of this process meanwhile, every thread (the
+            stepping loop, the policy, its BLAS threads).
     """
 
     env_steps: int
     seconds: float
+    worker_cpu: float | None = None
+    parent_cpu: float | None = None
 
     @property
     def steps_per_second(self) -> float:
@@ -170,6 +176,19 @@ class VecpoolBackend(GymSyncBackend):
         return env
 
 
+class VecpoolInProcessBackend(GymSyncBackend):
+    """``vecpool.AsyncVectorEnv(num_workers=0)``: every env in this process."""
+
+    name = "vecpool-inproc"
+    description = "vecpool.AsyncVectorEnv(env_fns, num_workers=0), no processes"
+
+    def make(self, env_fn: EnvFn, num_envs: int, seed: int) -> Any:
+        """Create and reset the vector env."""
+        env = vecpool.AsyncVectorEnv([env_fn] * num_envs, num_workers=0)
+        env.reset(seed=seed)
+        return env
+
+
 class VecpoolBatchBackend(Backend):
     """vecpool's EnvPool-style async batches: ``batch_size = num_envs // 2``.
 
@@ -249,6 +268,7 @@ BACKENDS: dict[str, Backend] = {
         GymSyncBackend(),
         GymAsyncBackend(),
         VecpoolBackend(),
+        VecpoolInProcessBackend(),
         VecpoolBatchBackend(),
         EnvPoolBackend(),
     )

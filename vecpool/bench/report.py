@@ -45,6 +45,9 @@ class BenchSettings:
         warmup_seconds: Warm-up time per backend before the rounds.
         quick: A tiny run (tests, CI smoke).
         memory: Whether to measure the memory of 32 CartPole envs.
+        agent_ms: If set, the agent-in-the-loop mode: before every step the parent
+            computes a policy (:class:`vecpool.bench.agent.Policy`) costing about
+            this many milliseconds on a batch of ``num_envs`` observations.
     """
 
     workloads: tuple[str, ...] = DEFAULT_WORKLOADS
@@ -57,6 +60,7 @@ class BenchSettings:
     warmup_seconds: float = DEFAULT_WARMUP_SECONDS
     quick: bool = False
     memory: bool = True
+    agent_ms: float | None = None
 
     def __post_init__(self) -> None:
         """Check the settings.
@@ -79,6 +83,9 @@ class BenchSettings:
             raise ValueError(msg)
         if min(self.num_envs) < 1 or (self.steps is not None and self.steps < 1):
             msg = "`num_envs` and `steps` must be at least 1."
+            raise ValueError(msg)
+        if self.agent_ms is not None and not 0 <= self.agent_ms <= 1000:
+            msg = f"`agent_ms` must be between 0 and 1000, got {self.agent_ms}."
             raise ValueError(msg)
         if self.seconds <= 0 or self.warmup_seconds < 0:
             msg = "`seconds` must be positive and `warmup_seconds` not negative."
@@ -111,6 +118,26 @@ class BackendResult:
         mid = self.median
         return (max(rates) - min(rates)) / mid if mid > 0 else 0.0
 
+    @property
+    def worker_cpu_per_step(self) -> float | None:
+        """Median CPU seconds the worker processes burned per env-step."""
+        values = [
+            m.worker_cpu / m.env_steps
+            for m in self.rounds
+            if m.worker_cpu is not None and m.env_steps
+        ]
+        return median(values) if values else None
+
+    @property
+    def parent_cpu_per_step(self) -> float | None:
+        """Median CPU seconds of the parent (all its threads) per env-step."""
+        values = [
+            m.parent_cpu / m.env_steps
+            for m in self.rounds
+            if m.parent_cpu is not None and m.env_steps
+        ]
+        return median(values) if values else None
+
 
 @dataclass(frozen=True)
 class GroupResult:
@@ -122,6 +149,8 @@ class GroupResult:
         num_envs: Number of sub-environments.
         cpus: CPUs available (for the physical limit).
         results: Per backend, in table order.
+        policy_seconds: In the agent-in-the-loop mode, what one policy forward on
+            ``num_envs`` observations cost when calibrated.
     """
 
     workload: str
@@ -129,6 +158,15 @@ class GroupResult:
     num_envs: int
     cpus: int
     results: tuple[BackendResult, ...]
+    policy_seconds: float | None = None
+
+    @property
+    def fastest(self) -> str:
+        """The backend with the highest median (``raw`` excluded)."""
+        candidates = [r for r in self.results if r.backend != "raw"] or list(
+            self.results
+        )
+        return max(candidates, key=lambda r: r.median).backend
 
     @property
     def medians(self) -> dict[str, float]:
@@ -154,6 +192,8 @@ class GroupResult:
             "env_id": self.env_id,
             "num_envs": self.num_envs,
             "physical_limit": self.limit,
+            "policy_seconds": self.policy_seconds,
+            "fastest": self.fastest,
             "backends": {
                 result.backend: {
                     "steps_per_run": result.steps,
@@ -162,11 +202,15 @@ class GroupResult:
                             "env_steps": m.env_steps,
                             "seconds": m.seconds,
                             "steps_per_second": m.steps_per_second,
+                            "worker_cpu": m.worker_cpu,
+                            "parent_cpu": m.parent_cpu,
                         }
                         for m in result.rounds
                     ],
                     "median": result.median,
                     "spread": result.spread,
+                    "worker_cpu_per_step": result.worker_cpu_per_step,
+                    "parent_cpu_per_step": result.parent_cpu_per_step,
                     **dataclasses.asdict(ratios[result.backend]),
                 }
                 for result in self.results
@@ -369,29 +413,45 @@ def format_group_table(groups: Sequence[GroupResult]) -> list[str]:
         else f"{first.workload} ({first.env_id})"
     )
     header = (
-        f"{'num_envs':>8}  {'backend':<14}{'env-steps/s':>12}{'spread':>8}"
+        f"{'num_envs':>8}  {'backend':<15}{'env-steps/s':>12}{'spread':>8}"
         f"{'vs gym-async':>14}{'vs gym-sync':>13}{'vs limit':>10}"
+        f"{'workers us':>12}{'parent us':>11}"
     )
+    policy = first.policy_seconds
     lines = [
         f"{label}: median of {len(first.results[0].rounds)} rounds; "
         f"physical limit = raw x {first.cpus} CPUs",
-        header,
-        "-" * len(header),
+        "CPU microseconds per env-step: of the worker processes, and of this "
+        "process (every thread)",
     ]
+    if policy is not None:
+        lines.append(
+            f"agent in the loop: a policy forward of {policy * 1e3:.2f} ms on "
+            f"n={first.num_envs} observations before every step (raw: the env "
+            "alone, its own step cost)"
+        )
+    lines += [header, "-" * len(header)]
     for group in groups:
         ratios = group.ratios
         for result in group.results:
             ratio = ratios[result.backend]
             lines.append(
-                f"{group.num_envs:>8}  {result.backend:<14}{result.median:>12,.0f}"
+                f"{group.num_envs:>8}  {result.backend:<15}{result.median:>12,.0f}"
                 f"{result.spread:>7.0%} "
                 f"{_format_ratio(ratio.vs_gym_async):>14}"
                 f"{_format_ratio(ratio.vs_gym_sync):>13}"
                 f"{_format_ratio(ratio.vs_limit):>10}"
+                f"{_micro(result.worker_cpu_per_step):>12}"
+                f"{_micro(result.parent_cpu_per_step):>11}"
             )
         if group.limit is not None:
-            lines.append(f"{group.num_envs:>8}  {'(limit)':<14}{group.limit:>12,.0f}")
+            lines.append(f"{group.num_envs:>8}  {'(limit)':<15}{group.limit:>12,.0f}")
+        lines.append(f"{group.num_envs:>8}  fastest here: {group.fastest}")
     return lines
+
+
+def _micro(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e6:,.1f}"
 
 
 def _mib(value: int | None) -> str:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from vecpool._progress import Progress
-from vecpool.bench.backends import BACKENDS, Measurement, calibrate
+from vecpool.bench.agent import Policy, agent_runner, cpu_seconds, env_pids, obs_size
+from vecpool.bench.backends import BACKENDS, Backend, Measurement, calibrate
 from vecpool.bench.memory import measure_memory
 from vecpool.bench.report import (
     BackendResult,
@@ -102,7 +105,13 @@ def _run_group(
         return None
     probe = workload.env_fn()
     action_space = probe.action_space
+    observation_space = probe.observation_space
     probe.close()
+    policy = (
+        None
+        if settings.agent_ms is None
+        else Policy(obs_size(observation_space), num_envs, settings.agent_ms)
+    )
     envs: dict[str, Any] = {}
     progress.update(f"{tag} starting {', '.join(b.name for b in backends)}")
     try:
@@ -110,7 +119,7 @@ def _run_group(
             progress.update(f"{tag} starting {backend.name}", minor=True)
             envs[backend.name] = backend.make(workload.env_fn, num_envs, settings.seed)
         steps, rounds = measure_interleaved(
-            {b.name: (envs[b.name], b.run) for b in backends},
+            {b.name: (envs[b.name], _runner(b, policy)) for b in backends},
             action_space,
             num_envs,
             seed=settings.seed,
@@ -136,7 +145,32 @@ def _run_group(
             BackendResult(b.name, steps[b.name], tuple(rounds[b.name]))
             for b in backends
         ),
+        policy_seconds=None if policy is None else policy.seconds,
     )
+
+
+def _runner(backend: Backend, policy: Policy | None) -> Runner:
+    """How the bench runs ``backend``, with its CPU seconds measured.
+
+    With a policy, every backend but the raw one-env loop (the env's own reference)
+    computes it before each step.
+    """
+    run: Runner = backend.run
+    if policy is not None and backend.name != "raw":
+        run = agent_runner(policy, batches=backend.name == "vecpool-batch")
+
+    def measured(env: Any, plan: ActionPlan, steps: int) -> Measurement:
+        pids = env_pids(env)
+        workers = cpu_seconds(pids) if pids else None
+        parent = time.process_time()
+        measurement = run(env, plan, steps)
+        parent = time.process_time() - parent
+        if workers is not None:
+            after = cpu_seconds(pids)
+            workers = None if after is None else after - workers
+        return dataclasses.replace(measurement, worker_cpu=workers, parent_cpu=parent)
+
+    return measured
 
 
 def run_benchmark(

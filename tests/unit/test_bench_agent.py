@@ -1,0 +1,136 @@
+"""The agent-in-the-loop bench: a policy between steps, CPU per env-step (issue 9)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+import vecpool
+from vecpool.bench.agent import Policy, agent_runner, cpu_seconds, env_pids, obs_size
+from vecpool.bench.workloads import ActionPlan
+from vecpool.cli import main
+from vecpool.testing import CountingEnv
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class _CountingPolicy:
+    """Stands in for a Policy: records the batch size of every call."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+
+    def __call__(self, obs: Any) -> float:
+        self.rows.append(len(obs))
+        return 0.0
+
+
+def test_the_vector_loop_runs_the_policy_on_every_observation_batch():
+    env = vecpool.AsyncVectorEnv([CountingEnv] * 3, num_workers=1)
+    try:
+        env.reset(seed=0)
+        policy = _CountingPolicy()
+        run = agent_runner(policy)  # type: ignore[arg-type]
+        plan = ActionPlan(env.single_action_space, 3, 16, seed=0)
+        first = run(env, plan, 5)
+        second = run(env, plan, 7)
+    finally:
+        env.close()
+    assert (first.env_steps, second.env_steps) == (15, 21)
+    # the first run of an env starts with no observation yet; later runs carry it
+    assert policy.rows == [3] * (4 + 7)
+
+
+def test_the_batch_loop_runs_the_policy_on_each_received_batch():
+    env = vecpool.AsyncVectorEnv([CountingEnv] * 4, num_workers=2, batch_size=2)
+    try:
+        env.reset(seed=0)
+        policy = _CountingPolicy()
+        run = agent_runner(policy, batches=True)  # type: ignore[arg-type]
+        plan = ActionPlan(env.single_action_space, 4, 16, seed=0)
+        measurement = run(env, plan, 5)
+    finally:
+        env.close()
+    assert measurement.env_steps >= 20
+    assert set(policy.rows) == {2}  # never the whole batch of 4: the other half steps
+    # every received batch but the last was followed by a policy call
+    assert len(policy.rows) == measurement.env_steps // 2 - 1
+
+
+def test_policy_reads_every_observation_kind():
+    space = spaces.Dict(
+        {"a": spaces.Box(0, 1, (2, 3)), "b": spaces.Tuple((spaces.Discrete(4),))}
+    )
+    batch = gym.vector.utils.batch_space(space, 5)
+    batch.seed(0)
+    policy = Policy(obs_size(space), 5, milliseconds=0.05)
+    assert obs_size(space) == 2 * 3 + 1  # a Discrete is one value
+    first = float(policy(batch.sample()))
+    assert np.isfinite(first)
+    assert policy.total == pytest.approx(first)  # consumed: it cannot be skipped
+
+
+def test_cpu_seconds_counts_a_process_and_sums_several():
+    pid = os.getpid()
+    before = cpu_seconds([pid])
+    if before is None:
+        pytest.skip("no /proc here")
+    deadline = time.process_time() + 0.2
+    while time.process_time() < deadline:  # burn 0.2 s of CPU
+        pass
+    after = cpu_seconds([pid])
+    assert after is not None
+    assert after - before >= 0.1
+    assert cpu_seconds([pid, pid]) == pytest.approx(2 * cpu_seconds([pid]), abs=0.05)
+    assert cpu_seconds([2**22 + 12345]) is None  # no such process
+
+
+def test_env_pids_of_each_kind_of_vector_env():
+    fns = [CountingEnv] * 2
+    ours = vecpool.AsyncVectorEnv(fns, num_workers=2)
+    local = vecpool.AsyncVectorEnv(fns, num_workers=0)
+    sync = gym.vector.SyncVectorEnv(fns)
+    try:
+        assert env_pids(ours) == [p.pid for p in ours.processes]
+        assert len(env_pids(ours)) == 2
+        assert env_pids(local) == []
+        assert env_pids(sync) == []
+    finally:
+        for env in (ours, local, sync):
+            env.close()
+
+
+def test_bench_agent_mode_reports_policy_cpu_and_the_fastest(tmp_path, capsys):
+    path = tmp_path / "agent.json"
+    argv = ["bench", "--quick", "--workloads", "cartpole", "--num-envs", "4"]
+    argv += ["--agent", "0.05", "--json", str(path), "--quiet"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "agent in the loop: a policy forward of" in out
+    assert "fastest here:" in out
+    (group,) = json.loads(path.read_text())["results"]
+    assert group["policy_seconds"] > 0
+    backends = group["backends"]
+    assert group["fastest"] in backends
+    assert group["fastest"] != "raw"
+    for name in ("vecpool", "vecpool-batch", "gym-async"):
+        assert backends[name]["worker_cpu_per_step"] > 0, name
+    for name in ("raw", "gym-sync", "vecpool-inproc"):
+        assert backends[name]["worker_cpu_per_step"] is None, name
+    for figures in backends.values():
+        assert figures["parent_cpu_per_step"] > 0
+
+
+@pytest.mark.parametrize("value", ["-1", "5000", "fast"])
+def test_bad_agent_value_is_refused(value, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "--quick", "--agent", value])
+    assert info.value.code == 2
+    assert "agent" in capsys.readouterr().err
