@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 import sys
 import time
@@ -36,6 +37,13 @@ MEMORY_BACKENDS: tuple[str, ...] = ("vecpool", "gym-async")
 MEMORY_STEPS = 200
 """Vector steps the memory probe takes before it measures (steady state)."""
 BUSY_STEP_SECONDS = 200e-6
+ATARI_ENV_ID = "ALE/Pong-v5"
+"""The Atari game of the ``atari`` workload."""
+ATARI_FRAME_STACK = 4
+_ATARI_MODULES: tuple[str, ...] = ("ale_py", "cv2")
+_ATARI_INSTALL = (
+    '`pip install "vecpool[bench]"` (or `pip install ale-py opencv-python-headless`)'
+)
 _MAX_ACTION_BYTES = 64 * 2**20
 _MAX_SAMPLED_ROWS = 20_000
 
@@ -148,12 +156,53 @@ class BigObsEnv(gym.Env[npt.NDArray[np.uint8], np.int64]):
         return self._frame.copy(), reward, False, self._steps >= self.max_steps, {}
 
 
+def make_atari(env_id: str = ATARI_ENV_ID) -> gym.Env[Any, Any]:
+    """Create one Atari env preprocessed as in DQN/PPO training (``atari`` workload).
+
+    The game runs with ``frameskip=1`` inside Gymnasium's ``AtariPreprocessing``
+    (default settings: up to 30 no-ops on reset, 4 frames skipped and max-pooled,
+    84x84 grayscale ``uint8`` frames), then ``FrameStackObservation`` stacks the last
+    4 frames and ``RecordEpisodeStatistics`` adds episode statistics (so every step's
+    info is non-empty). It registers the ``ale_py`` envs itself, so a worker process
+    started with ``spawn`` or ``forkserver`` can call it; it is picklable as a
+    module-level function. Needs ``ale-py`` and ``opencv-python-headless``
+    (``pip install "vecpool[bench]"``).
+
+    Args:
+        env_id: An ALE env id (``ALE/<Game>-v5``).
+
+    Returns:
+        The wrapped env; its observations have shape (4, 84, 84) and dtype ``uint8``.
+    """
+    import ale_py  # optional dependency: imported where it is used
+
+    gym.register_envs(ale_py)
+    env: gym.Env[Any, Any] = gym.make(env_id, frameskip=1)
+    env = gym.wrappers.AtariPreprocessing(env)
+    env = gym.wrappers.FrameStackObservation(env, ATARI_FRAME_STACK)
+    return gym.wrappers.RecordEpisodeStatistics(env)
+
+
+def _check_atari() -> None:
+    """Raise a ValueError saying what to install if ``ale_py`` or ``cv2`` is missing."""
+    for module in _ATARI_MODULES:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            msg = (
+                f"The atari workload needs {module!r}, which is not importable "
+                f"({exc}); install it with {_ATARI_INSTALL}."
+            )
+            raise ValueError(msg) from exc
+
+
 @dataclass(frozen=True)
 class Workload:
     """An environment to benchmark.
 
     Attributes:
-        name: Name on the command line (``cartpole``, ``busy``, ``bigobs`` or an id).
+        name: Name on the command line (``cartpole``, ``busy``, ``bigobs``,
+            ``atari`` or an id).
         env_id: What the environment is (a Gymnasium id or a class name).
         env_fn: A picklable function that creates one environment.
     """
@@ -174,25 +223,34 @@ _BUILTIN_WORKLOADS: dict[str, Workload] = {
     ),
     "busy": Workload("busy", "BusyEnv", BusyEnv),
     "bigobs": Workload("bigobs", "BigObsEnv", BigObsEnv),
+    "atari": Workload("atari", ATARI_ENV_ID, make_atari),
 }
+_WORKLOAD_CHECKS: dict[str, Callable[[], None]] = {"atari": _check_atari}
+"""Checks of the optional dependencies of built-in workloads (run on resolve)."""
 
 
 def resolve_workload(name: str) -> Workload:
     """Turn a command-line workload name into a :class:`Workload`.
 
     Args:
-        name: ``cartpole``, ``busy``, ``bigobs`` or a registered Gymnasium env id
-            (``module:Env-v0`` imports ``module`` first, as :func:`gymnasium.make`
-            does).
+        name: ``cartpole``, ``busy``, ``bigobs``, ``atari`` (``ALE/Pong-v5``
+            preprocessed, see :func:`make_atari`; needs ``vecpool[bench]``) or a
+            registered Gymnasium env id (``module:Env-v0`` imports ``module`` first,
+            as :func:`gymnasium.make` does).
 
     Returns:
         The workload.
 
     Raises:
-        ValueError: If ``name`` is neither a built-in workload nor a registered id.
+        ValueError: If ``name`` is neither a built-in workload nor a registered id,
+            or if a built-in workload's optional dependencies are missing (the
+            message says what to install).
     """
     builtin = _BUILTIN_WORKLOADS.get(name)
     if builtin is not None:
+        check = _WORKLOAD_CHECKS.get(name)
+        if check is not None:
+            check()
         return builtin
     if ":" not in name and name not in gym.registry:
         msg = (
