@@ -49,8 +49,20 @@ class Batches:
         self.buffers = buffers
         self.owner = owner
         self.in_flight = np.zeros(num_envs, dtype=np.bool_)
+        self.flying = 0  # in_flight.sum(), kept as an int (the loops test it)
         self.ready: deque[int] = deque()
         self.ready_infos: dict[int, dict[str, Any]] = {}
+        self._worker_of: list[int] = []
+
+    @property
+    def worker_of(self) -> list[int]:
+        """Env -> position of its worker in ``group.handles`` (once they started)."""
+        if len(self._worker_of) != self.num_envs:
+            self._worker_of = [0] * self.num_envs
+            for position, handle in enumerate(self.group.handles):
+                for index in handle.env_indices:
+                    self._worker_of[index] = position
+        return self._worker_of
 
     @property
     def pending(self) -> list[int]:
@@ -63,7 +75,7 @@ class Batches:
         Raises:
             AlreadyPendingCallError: Naming the envs.
         """
-        if self.in_flight.any() or self.ready:
+        if self.flying or self.ready:
             msg = (
                 f"Calling `{method}` while envs {self.pending} are in flight from "
                 "`send` or waiting to be returned: `recv` them first."
@@ -85,20 +97,21 @@ class Batches:
             msg = f"`env_ids` must be a non-empty 1-D array of ints, got {env_ids!r}."
             raise ValueError(msg)
         ids = ids.astype(np.int64, copy=False)
-        if ids.min() < 0 or ids.max() >= self.num_envs:
-            msg = f"`env_ids` must lie in [0, {self.num_envs}), got {ids.tolist()}."
+        listed = ids.tolist()
+        if min(listed) < 0 or max(listed) >= self.num_envs:
+            msg = f"`env_ids` must lie in [0, {self.num_envs}), got {listed}."
             raise ValueError(msg)
-        if np.unique(ids).size != ids.size:
+        if len(set(listed)) != ids.size:
             msg = f"`env_ids` must not repeat an id, got {ids.tolist()}."
             raise ValueError(msg)
-        busy = ids[self.in_flight[ids]]
-        if busy.size:
+        if self.flying and self.in_flight[ids].any():
+            busy = ids[self.in_flight[ids]]
             msg = (
                 f"envs {busy.tolist()} are still in flight: `recv` them before "
                 "sending them again."
             )
             raise ValueError(msg)
-        waiting = sorted(set(ids.tolist()) & set(self.ready))
+        waiting = sorted(set(listed) & set(self.ready)) if self.ready else []
         if waiting:
             msg = (
                 f"envs {waiting} have finished but `recv` has not returned them yet: "
@@ -119,16 +132,21 @@ class Batches:
             per_env = self.buffers.place_actions(
                 actions, ids, shared=not self.group.any_abandoned()
             )
-            order = np.argsort(ids, kind="stable")
-            sorted_ids = ids[order]
-            for handle in self.group.handles:
-                lo, hi = np.searchsorted(
-                    sorted_ids, [handle.env_indices.start, handle.env_indices.stop]
-                )
-                if lo == hi:
-                    continue
-                chosen = sorted_ids[lo:hi]
-                local = (chosen - handle.env_indices.start).tolist()
+            listed = ids.tolist()
+            order = sorted(range(len(listed)), key=listed.__getitem__)
+            worker_of = self.worker_of
+            handles = self.group.handles
+            # one command per worker concerned: the sorted ids, cut where it changes
+            lo = 0
+            while lo < len(order):
+                worker = worker_of[listed[order[lo]]]
+                hi = lo + 1
+                while hi < len(order) and worker_of[listed[order[hi]]] == worker:
+                    hi += 1
+                handle = handles[worker]
+                chosen = [listed[i] for i in order[lo:hi]]
+                start = handle.env_indices.start
+                local = [index - start for index in chosen]
                 handle_actions = (
                     None if per_env is None else [per_env[i] for i in order[lo:hi]]
                 )
@@ -139,8 +157,10 @@ class Batches:
                 except OSError:
                     self.group.crashed(handle, "send")
                 handle.expected.append(number)
-                handle.batches[number] = chosen.tolist()
+                handle.batches[number] = chosen
                 self.in_flight[chosen] = True
+                self.flying += hi - lo
+                lo = hi
 
     def recv(
         self, timeout: float | None
@@ -159,11 +179,11 @@ class Batches:
                 flight).
             WorkerCrashedError: If a worker died.
         """
-        if not self.ready and not self.in_flight.any():
+        if not self.ready and not self.flying:
             msg = "Calling `recv` without any env in flight; call `send` first."
             raise NoAsyncCallError(msg, "recv")
         deadline = None if timeout is None else time.monotonic() + timeout
-        while len(self.ready) < self.batch_size and self.in_flight.any():
+        while len(self.ready) < self.batch_size and self.flying:
             busy = [
                 h for h in self.group.handles if h.expected or (h.answers and h.batches)
             ]
@@ -192,7 +212,7 @@ class Batches:
     def finish_in_flight(self, timeout: float | None = None) -> None:
         """Wait until no env is in flight; finished envs wait in :attr:`ready`."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.in_flight.any():
+        while self.flying:
             busy = [
                 h for h in self.group.handles if h.expected or (h.answers and h.batches)
             ]
@@ -217,6 +237,7 @@ class Batches:
                         continue  # the answer to a plain call made before the batch
                     done = handle.batches.pop(number)
                     self.in_flight[done] = False
+                    self.flying -= len(done)
                     failed: set[int] = set()
                     if reply is not None:
                         failed = {error.env_index for error in reply.errors or []}
@@ -232,5 +253,6 @@ class Batches:
     def clear(self) -> None:
         """Forget every batch (on close: the replies will be dropped)."""
         self.in_flight[:] = False
+        self.flying = 0
         self.ready.clear()
         self.ready_infos.clear()

@@ -319,7 +319,7 @@ class StepBuffers:
         count = self.num_envs if ids is None else ids.size
         views = self.action_views
         if views and shared:
-            if ids is None and len(views) == 1 and is_native_leaf(self.action_space):
+            if self.fast_action_view is not None:  # one array leaf: no walk
                 batch_leaves: list[Any] | None = [actions]
             else:
                 try:

@@ -748,6 +748,10 @@ class WorkerGroup:
         if handles is None:
             handles = self.handles
             poller, watched = self._all_poll()
+        elif any_answer:
+            # recv: the standing poll set (workers not waited on are idle: silent),
+            # not a new one per call
+            poller, watched = self._all_poll()
         else:
             poller, watched = poll_set(handles)
 

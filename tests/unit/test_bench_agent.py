@@ -121,7 +121,8 @@ def test_bench_agent_mode_reports_policy_cpu_and_the_fastest(tmp_path, capsys):
     assert group["fastest"] in backends
     assert group["fastest"] != "raw"
     for name in ("vecpool", "vecpool-batch", "gym-async"):
-        assert backends[name]["worker_cpu_per_step"] > 0, name
+        # measured (/proc counts in clock ticks: a --quick run may read 0)
+        assert backends[name]["worker_cpu_per_step"] >= 0, name
     for name in ("raw", "gym-sync", "vecpool-inproc"):
         assert backends[name]["worker_cpu_per_step"] is None, name
     for figures in backends.values():
