@@ -298,6 +298,7 @@ def _bench_tune(args: argparse.Namespace, settings: bench.BenchSettings) -> int:
                 rounds=settings.rounds,
                 verbose=not args.quiet,
                 seed=settings.seed,
+                agent_ms=settings.agent_ms,
             )
             if args.quiet:
                 print("\n".join(result.format_table()))

@@ -10,6 +10,7 @@ from typing import Any
 import vecpool
 from vecpool._checks import WAIT_STRATEGIES, available_cpus
 from vecpool._progress import Progress
+from vecpool.bench.agent import Policy, agent_runner, obs_size
 from vecpool.bench.backends import run_vector
 from vecpool.bench.report import median
 from vecpool.bench.runner import measure_interleaved
@@ -69,6 +70,11 @@ class TuneResult:
     @property
     def recommendation(self) -> str:
         """The recommended constructor call, as code."""
+        if self.num_workers == 0:
+            return (
+                "vecpool.AsyncVectorEnv(env_fns, num_workers=0)  # in this process: "
+                "no isolation, see docs/performance.md"
+            )
         return (
             f"vecpool.AsyncVectorEnv(env_fns, num_workers={self.num_workers}, "
             f'wait_strategy="{self.wait_strategy}")'
@@ -155,27 +161,27 @@ class TuneResult:
 def candidate_worker_counts(num_envs: int, cpus: int | None = None) -> tuple[int, ...]:
     """The worker counts :func:`autotune` tries by default.
 
-    1, 2, the CPU count, twice the CPU count (capped at ``num_envs``), and
-    ``num_envs`` itself (one env per process) when it is small.
+    0 (every env in this process), 1, 2, the CPU count, twice the CPU count (capped
+    at ``num_envs``), and ``num_envs`` itself (one env per process) when it is small.
 
     Args:
         num_envs: Number of sub-environments.
         cpus: Available CPUs; default: this process's.
 
     Returns:
-        Sorted distinct counts between 1 and ``num_envs``.
+        Sorted distinct counts between 0 and ``num_envs``.
 
     Example:
         >>> candidate_worker_counts(32, cpus=4)
-        (1, 2, 4, 8)
+        (0, 1, 2, 4, 8)
         >>> candidate_worker_counts(6, cpus=2)
-        (1, 2, 4, 6)
+        (0, 1, 2, 4, 6)
     """
     cpus = available_cpus() if cpus is None else cpus
-    counts = {1, 2, cpus, min(2 * cpus, num_envs)}
+    counts = {0, 1, 2, cpus, min(2 * cpus, num_envs)}
     if num_envs <= max(8, 2 * cpus):
         counts.add(num_envs)
-    return tuple(sorted(count for count in counts if 1 <= count <= num_envs))
+    return tuple(sorted(count for count in counts if 0 <= count <= num_envs))
 
 
 def _check_arguments(
@@ -188,11 +194,11 @@ def _check_arguments(
     if num_envs < 1:
         msg = f"`num_envs` must be at least 1, got {num_envs}."
         raise ValueError(msg)
-    bad_counts = [n for n in worker_counts if not 1 <= n <= num_envs]
+    bad_counts = [n for n in worker_counts if not 0 <= n <= num_envs]
     if not worker_counts or bad_counts:
         msg = (
-            f"`worker_counts` must hold integers between 1 and num_envs={num_envs}, "
-            f"got {list(worker_counts)}."
+            f"`worker_counts` must hold integers between 0 (in-process) and "
+            f"num_envs={num_envs}, got {list(worker_counts)}."
         )
         raise ValueError(msg)
     bad_strategies = [s for s in wait_strategies if s not in WAIT_STRATEGIES]
@@ -220,8 +226,12 @@ def autotune(
     rounds: int = 3,
     verbose: bool = True,
     seed: int = 0,
+    agent_ms: float | None = None,
 ) -> TuneResult:
     """Measure vecpool's throughput on your env over worker counts and wait strategies.
+
+    The candidates include ``num_workers=0`` (every env in this process), which
+    wins for cheap envs on few cores.
 
     For each worker count, one :class:`vecpool.AsyncVectorEnv` per wait strategy is
     created and warmed up; then ``rounds`` interleaved runs of about ``seconds`` each
@@ -248,6 +258,9 @@ def autotune(
         rounds: Timed runs per setting; the median counts.
         verbose: Show progress on standard error and print the table.
         seed: Seed of the resets and the actions.
+        agent_ms: Measure your training loop's way: a policy costing about this
+            many milliseconds per batch runs in this process before every step
+            (see :class:`vecpool.bench.agent.Policy`).
 
     Returns:
         The :class:`TuneResult`, whose ``recommendation`` is the fastest setting.
@@ -271,6 +284,7 @@ def autotune(
         rounds,
         seed,
         Progress(enabled=verbose),
+        agent_ms,
     )
     if verbose:
         sys.stdout.write("\n".join(result.format_table()) + "\n")
@@ -286,17 +300,26 @@ def _measure(
     rounds: int,
     seed: int,
     progress: Progress,
+    agent_ms: float | None = None,
 ) -> TuneResult:
     """Run the measurements (validated arguments) and pick the fastest setting."""
     probe = env_fn()
     action_space = probe.action_space
+    observation_space = probe.observation_space
     env_id = probe.spec.id if probe.spec is not None else type(probe.unwrapped).__name__
     probe.close()
     measurements: list[TuneMeasurement] = []
+    run = (
+        run_vector
+        if agent_ms is None
+        else agent_runner(Policy(obs_size(observation_space), num_envs, agent_ms, seed))
+    )
     for workers in worker_counts:
         envs: dict[str, vecpool.AsyncVectorEnv] = {}
+        # in-process, no one waits: one strategy stands for all
+        tried = wait_strategies[:1] if workers == 0 else wait_strategies
         try:
-            for strategy in wait_strategies:
+            for strategy in tried:
                 progress.update(
                     f"[autotune n={num_envs}] starting {workers} workers, {strategy}"
                 )
@@ -306,7 +329,7 @@ def _measure(
                 envs[strategy] = env
                 env.reset(seed=seed)
             _, runs = measure_interleaved(
-                {strategy: (env, run_vector) for strategy, env in envs.items()},
+                {strategy: (env, run) for strategy, env in envs.items()},
                 action_space,
                 num_envs,
                 seed=seed,
@@ -319,7 +342,7 @@ def _measure(
         finally:
             for env in envs.values():
                 env.close()
-        for strategy in wait_strategies:
+        for strategy in tried:
             rates = tuple(m.steps_per_second for m in runs[strategy])
             measurements.append(
                 TuneMeasurement(workers, strategy, median(rates), rates)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import doctest
 import importlib
 import importlib.util
@@ -30,6 +31,7 @@ from vecpool.bench import (
     median,
     physical_limit,
 )
+from vecpool.testing import CountingEnv
 from vecpool.tune import autotune, candidate_worker_counts
 
 EXPECTED_BACKENDS = {
@@ -159,7 +161,10 @@ def test_quiet_and_tune_with_json(tmp_path):
     assert err == ""
     (tuned,) = json.loads(path.read_text())["tune"]
     tried = {(m["num_workers"], m["wait_strategy"]) for m in tuned["measurements"]}
-    assert tried == {(n, s) for n in (1, 2) for s in ("auto", "spin", "block")}
+    in_process = {(0, "auto")}  # one run stands for every strategy
+    assert tried == in_process | {
+        (n, s) for n in (1, 2) for s in ("auto", "spin", "block")
+    }
     assert (tuned["num_workers"], tuned["wait_strategy"]) in tried
     assert tuned["steps_per_second"] == max(
         m["steps_per_second"] for m in tuned["measurements"]
@@ -332,9 +337,9 @@ def test_big_obs_env():
 
 
 def test_candidate_worker_counts():
-    assert candidate_worker_counts(32, cpus=4) == (1, 2, 4, 8)
-    assert candidate_worker_counts(3, cpus=8) == (1, 2, 3)
-    assert candidate_worker_counts(1, cpus=2) == (1,)
+    assert candidate_worker_counts(32, cpus=4) == (0, 1, 2, 4, 8)
+    assert candidate_worker_counts(3, cpus=8) == (0, 1, 2, 3)
+    assert candidate_worker_counts(1, cpus=2) == (0, 1)
 
 
 def test_autotune_recommends_a_candidate_it_tried(capsys):
@@ -362,9 +367,29 @@ def test_autotune_recommends_a_candidate_it_tried(capsys):
     assert "BusyEnv" in out
 
 
+def test_autotune_tries_in_process_once_and_can_recommend_it(capsys):
+    result = autotune(
+        CountingEnv,
+        3,
+        worker_counts=[0, 1],
+        wait_strategies=["auto", "block"],
+        seconds=0.02,
+        rounds=1,
+        verbose=True,
+        agent_ms=0.01,
+    )
+    tried = [(m.num_workers, m.wait_strategy) for m in result.measurements]
+    assert tried == [(0, "auto"), (1, "auto"), (1, "block")]  # 0: one strategy
+    assert f"recommended: {result.recommendation}" in capsys.readouterr().out
+    in_process = dataclasses.replace(result, num_workers=0)
+    assert in_process.recommendation.startswith(
+        "vecpool.AsyncVectorEnv(env_fns, num_workers=0)  # in this process"
+    )
+
+
 @pytest.mark.parametrize(
     "kwargs",
-    [{"worker_counts": [0]}, {"worker_counts": [3]}, {"wait_strategies": ["nap"]}],
+    [{"worker_counts": [-1]}, {"worker_counts": [3]}, {"wait_strategies": ["nap"]}],
 )
 def test_autotune_rejects_bad_candidates(kwargs):
     with pytest.raises(ValueError, match="must"):
