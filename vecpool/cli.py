@@ -180,6 +180,14 @@ def _demo(args: argparse.Namespace) -> int:
         ),
         ("gymnasium.vector.SyncVectorEnv", lambda: gym.vector.SyncVectorEnv(env_fns)),
     ]
+    if args.num_workers is None:  # the in-process mode too, when it is not the first
+        factories.insert(
+            1,
+            (
+                "vecpool.AsyncVectorEnv(num_workers=0)",
+                lambda: vecpool.AsyncVectorEnv(env_fns, num_workers=0),
+            ),
+        )
     runs: list[_Run] = []
     for name, factory in factories:
         print(f"  running {name} ...", flush=True)
@@ -187,11 +195,16 @@ def _demo(args: argparse.Namespace) -> int:
 
     ours, *others = runs
     print()
-    print(f"{'vector env':<34}{'env-steps/s':>14}{'vecpool speed-up':>20}")
-    print(f"{ours.name:<34}{ours.env_steps_per_second:>14,.0f}{'-':>20}")
+    print(f"{'vector env':<38}{'env-steps/s':>14}{'vecpool speed-up':>20}")
+    print(f"{ours.name:<38}{ours.env_steps_per_second:>14,.0f}{'-':>20}")
     for run in others:
         ratio = ours.env_steps_per_second / run.env_steps_per_second
-        print(f"{run.name:<34}{run.env_steps_per_second:>14,.0f}{ratio:>19.2f}x")
+        print(f"{run.name:<38}{run.env_steps_per_second:>14,.0f}{ratio:>19.2f}x")
+    fastest = max(runs, key=lambda run: run.env_steps_per_second)
+    print(
+        f"fastest here: {fastest.name} (one run, random actions, no policy; "
+        "`vecpool bench tune --agent MS` measures your loop's way)"
+    )
     print()
 
     identical = _traces_equal(ours.traces, runs[-1].traces)
