@@ -5,11 +5,18 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import re
+import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["remove_stale_temporaries", "write_atomically"]
+__all__ = ["STALE_AGE", "remove_stale_temporaries", "write_atomically"]
+
+STALE_AGE = 60.0
+"""Seconds a dead writer's temporary file must have been untouched to be removed."""
+_HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"
 
 
 def write_atomically(target: Path, write: Callable[[IO[bytes]], Any]) -> Path:
@@ -17,9 +24,9 @@ def write_atomically(target: Path, write: Callable[[IO[bytes]], Any]) -> Path:
 
     The temporary file is flushed and synced before the rename, and the directory
     after it: ``target`` is never a partial file, and a previous file there stays
-    intact if the write fails. An exception removes the hidden ``.NAME.PID.*.tmp``
-    file; a process killed mid-write leaves it, and the next write of ``target``
-    removes the temporary files of writers that are no longer running.
+    intact if the write fails. An exception removes the hidden
+    ``.NAME.HOST.PID.*.tmp`` file; a process killed mid-write leaves it, and a later
+    write of ``target`` removes it (see :func:`remove_stale_temporaries`).
 
     Args:
         target: The file to write.
@@ -29,7 +36,9 @@ def write_atomically(target: Path, write: Callable[[IO[bytes]], Any]) -> Path:
         ``target``.
     """
     remove_stale_temporaries(target)
-    temporary = target.with_name(f".{target.name}.{os.getpid()}.{id(write):x}.tmp")
+    temporary = target.with_name(
+        f".{target.name}.{_HOST}.{os.getpid()}.{id(write):x}.tmp"
+    )
     # os.open with 0o666 honours the umask, as a plain open() would
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
@@ -51,26 +60,38 @@ def write_atomically(target: Path, write: Callable[[IO[bytes]], Any]) -> Path:
     return target
 
 
-def remove_stale_temporaries(target: Path) -> list[Path]:
+def remove_stale_temporaries(target: Path, min_age: float = STALE_AGE) -> list[Path]:
     """Remove the temporary files of ``target`` whose writer process is gone.
+
+    Only files named exactly as :func:`write_atomically` names them for ``target``,
+    written on this host, by a process that no longer exists, and untouched for
+    ``min_age`` seconds: a live writer's file, another target's (``NAME.7`` beside
+    ``NAME``), or a writer on another machine sharing the directory is never taken.
 
     Args:
         target: The file that :func:`write_atomically` writes.
+        min_age: Seconds since the file was last written.
 
     Returns:
         The files removed.
     """
     removed: list[Path] = []
-    prefix = f".{target.name}."
+    pattern = re.compile(
+        rf"\.{re.escape(target.name)}\.{re.escape(_HOST)}\.(\d+)\.[0-9a-f]+\.tmp"
+    )
+    prefix = f".{target.name}.{_HOST}."
     try:
         candidates = list(target.parent.glob(f"{glob.escape(prefix)}*.tmp"))
     except OSError:
         return removed
+    now = time.time()
     for path in candidates:
-        pid_text = path.name[len(prefix) :].split(".", 1)[0]
-        if not pid_text.isdigit() or _running(int(pid_text)):
+        match = pattern.fullmatch(path.name)
+        if match is None or _running(int(match.group(1))):
             continue
         with contextlib.suppress(OSError):
+            if now - path.stat().st_mtime < min_age:
+                continue
             path.unlink()
             removed.append(path)
     return removed

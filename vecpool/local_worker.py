@@ -62,12 +62,21 @@ class _LocalChannel:
             raise
         self.buffer: deque[bytes] = deque([first])
         self.running = self.host is not None
+        self.broken_by: str | None = None  # what stopped a command half-way
 
     def send(self, data: bytes) -> None:
         if not self.running or self.host is None:
             msg = "the in-process envs are closed"
             raise BrokenPipeError(msg)
-        reply, self.running = serve(self.host, data)
+        try:
+            reply, self.running = serve(self.host, data)
+        except BaseException as exc:
+            # serve() answers every Exception; this one (KeyboardInterrupt,
+            # SystemExit, ...) stopped the envs half-way: like a worker dying, the
+            # envs are lost, and no later call may return their rows
+            self.broken_by = type(exc).__name__
+            self.running = False
+            raise
         if not self.running:  # CLOSE: the host closed the envs
             self.envs.clear()
         self.buffer.append(reply)
@@ -105,7 +114,9 @@ class _LocalProcess:
 
     @property
     def exitcode(self) -> int | None:
-        return None if self._channel.running else 0
+        if self._channel.running:
+            return None
+        return 0 if self._channel.broken_by is None else 1
 
     def join(self, timeout: float | None = None) -> None:
         del timeout
@@ -130,6 +141,7 @@ class LocalHandle(WorkerHandle):
     def __init__(self, config: WorkerConfig) -> None:
         """Create the envs (a constructor's error becomes the first answer)."""
         channel = _LocalChannel(config)
+        self.local_channel = channel
         self.quiet = _Quiet()
         self.local_process = _LocalProcess(channel)
         super().__init__(
@@ -146,6 +158,21 @@ class LocalHandle(WorkerHandle):
     def poll(self) -> bool:
         """Whether an answer is queued."""
         return self.channel.has_message()
+
+    def _write(self, data: bytes) -> int:
+        """Run the command at once (its answer is queued for the wait)."""
+        try:
+            return super()._write(data)
+        except KeyboardInterrupt:
+            # no transfer was cut (there is no pipe): the envs were, and the next
+            # call says so, as for a dead worker (the channel refuses it)
+            self.out_of_step = False
+            raise
+
+    @property
+    def broken_by(self) -> str | None:
+        """The exception that stopped a command half-way, if one did."""
+        return self.local_channel.broken_by
 
     def close(self) -> None:
         """Close the envs (if still open) and the stand-in descriptors."""

@@ -27,6 +27,7 @@ import numpy.typing as npt
 from gymnasium import spaces
 
 from vecpool._files import write_atomically
+from vecpool.spaces import leaves
 
 if TYPE_CHECKING:
     from vecpool.pool import ReplayPool
@@ -149,17 +150,28 @@ def space_from_dict(data: Any) -> spaces.Space[Any]:
             return spaces.MultiBinary(data["n"])
         if kind == "Tuple":
             return spaces.Tuple([space_from_dict(s) for s in data["spaces"]])
-        if kind == "Dict":
-            return spaces.Dict({key: space_from_dict(s) for key, s in data["spaces"]})
-    except (KeyError, TypeError, ValueError, AssertionError) as exc:
-        msg = f"bad space description {_short(data)}: {exc!r}"
+        if kind == "Dict":  # pairs, not a mapping: Gymnasium would sort a mapping
+            return spaces.Dict([(key, space_from_dict(s)) for key, s in data["spaces"]])
+    except (
+        KeyError,
+        TypeError,
+        ValueError,
+        AssertionError,
+        OverflowError,
+        RecursionError,
+        MemoryError,
+    ) as exc:
+        msg = f"bad space description {_short(data)}: {type(exc).__name__}: {exc}"
         raise ValueError(msg) from exc
     msg = f"unknown space type in {_short(data)}"
     raise ValueError(msg)
 
 
 def _short(data: Any) -> str:
-    text = repr(data)
+    try:
+        text = repr(data)
+    except RecursionError:
+        return "<nested too deeply>"
     return text if len(text) <= 120 else text[:117] + "..."
 
 
@@ -221,31 +233,98 @@ def read(cls: type[ReplayPool], path: str | os.PathLike[str], trusted: bool) -> 
                     "file, then `save()` it again to get a file without pickle"
                 )
                 raise _BadFile(msg)
-            objects = pickle.loads(_array(data, "objects").tobytes())
-            observation_space, action_space, rng = objects
+            try:
+                objects = pickle.loads(_array(data, "objects").tobytes())
+                observation_space, action_space, rng = objects
+            except _BadFile:
+                raise
+            except Exception as exc:
+                msg = f"its pickled spaces do not load ({type(exc).__name__}: {exc})"
+                raise _BadFile(msg) from exc
         else:
             observation_space = space_from_dict(header["observation_space"])
             action_space = space_from_dict(header["action_space"])
             rng = header["rng"]
+        arguments = _arguments(header)
+        _check_sizes(data, observation_space, action_space, arguments)
         try:
-            pool = cls(
-                observation_space,
-                action_space,
-                **{name: header[name] for name in _ARGUMENTS},
-            )
-        except (KeyError, TypeError, ValueError) as exc:
+            pool = cls(observation_space, action_space, **arguments)
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             msg = f"its header holds no valid pool arguments: {exc}"
             raise _BadFile(msg) from exc
         try:
             pool._rng.bit_generator.state = rng
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             msg = f"its generator state is not valid: {exc!r}"
             raise _BadFile(msg) from exc
         _restore(pool, data)
+    except RecursionError as exc:
+        msg = f"Cannot load {os.fspath(path)!r} as a vecpool.ReplayPool: its header "
+        msg += "is nested too deeply to be one."
+        raise ValueError(msg) from exc
     except (_BadFile, ValueError) as exc:
         msg = f"Cannot load {os.fspath(path)!r} as a vecpool.ReplayPool: {exc}."
         raise ValueError(msg) from exc
     return pool
+
+
+_INT_LIMIT = 2**62  # any count beyond this is a forgery (and overflows int64 maths)
+
+
+def _arguments(header: dict[str, Any]) -> dict[str, Any]:
+    """The constructor arguments of the header, each of the type it must have."""
+    arguments = {name: header[name] for name in _ARGUMENTS}
+    for name in (
+        "num_envs",
+        "pool_size",
+        "window_size",
+        "clearing_freq",
+        "window_size_",
+    ):
+        value = arguments[name]
+        optional = name not in ("num_envs", "pool_size")
+        if value is None and optional:
+            continue
+        if type(value) is not int or not 1 <= value < _INT_LIMIT:
+            msg = f"its header's `{name}` is {_short(value)}, not a count"
+            raise _BadFile(msg)
+    for name in ("random", "store_next_obs"):
+        if type(arguments[name]) is not bool:
+            msg = f"its header's `{name}` is {_short(arguments[name])}, not a bool"
+            raise _BadFile(msg)
+    return arguments
+
+
+def _check_sizes(
+    data: dict[str, npt.NDArray[Any]],
+    observation_space: spaces.Space[Any],
+    action_space: spaces.Space[Any],
+    arguments: dict[str, Any],
+) -> None:
+    """Refuse a header whose sizes the arrays do not have (before allocating them)."""
+    num_envs, pool_size = arguments["num_envs"], arguments["pool_size"]
+    rows = num_envs * (-(-pool_size // num_envs) + 1)
+    reward = _array(data, "reward")
+    if reward.shape != (rows,):
+        msg = (
+            f"its header describes {rows} rows (num_envs={num_envs}, "
+            f"pool_size={pool_size}) but `reward` has shape {reward.shape}"
+        )
+        raise _BadFile(msg)
+    for group, space in (("obs", observation_space), ("action", action_space)):
+        try:
+            shapes = [shape for _, shape in leaves(space)]
+        except (TypeError, ValueError) as exc:
+            msg = f"its {group} space has no array layout ({exc})"
+            raise _BadFile(msg) from exc
+        for index, shape in enumerate(shapes):
+            array = _array(data, f"{group}_{index}")
+            if array.shape != (rows, *shape):
+                msg = (
+                    f"its `{group}_{index}` member has shape {array.shape}, but the "
+                    f"header describes {(rows, *shape)}"
+                )
+                raise _BadFile(msg)
 
 
 def _members(handle: Any) -> dict[str, npt.NDArray[Any]]:
@@ -357,6 +436,14 @@ def _check_counters(pool: ReplayPool, data: dict[str, npt.NDArray[Any]]) -> None
         refuse("received", "at least the sub-pool's length")
     if (data["episode_length"] < 0).any():
         refuse("episode_length", ">= 0")
+    count, returns, lengths = data["episodes"].tolist()
+    if not (
+        np.isfinite([count, returns, lengths]).all()
+        and count >= 0
+        and lengths >= 0
+        and count == int(count)
+    ):
+        refuse("episodes", "finite: a whole count >= 0, a return sum, a length sum")
     if pool.store_next_obs:
         return
     extra = data["extra_0"].shape[0] if "extra_0" in data else 0

@@ -379,22 +379,42 @@ class GapTracker:
         ...     tracker.commanded(now=0.01)  # the parent computes 10 ms each time
         >>> tracker.spins()
         False
+        >>> for _ in range(31):  # blocked; the 32nd command is awaited spinning
+        ...     blocked = tracker.spins()
+        >>> tracker.replied(now=0.0)
+        >>> tracker.commanded(now=0.0001)  # the parent is fast again
+        >>> tracker.spins()
+        True
 
     Args:
         max_gap: Spin while the smoothed gap stays below this (seconds).
     """
 
-    __slots__ = ("_replied", "average", "max_gap")
+    __slots__ = ("_blocked", "_probing", "_replied", "average", "max_gap")
+
+    PROBE_EVERY = 32
+    """While blocking, spin once every this many commands to measure the true gap
+    (a blocked worker's gaps include its own wake-up, so they alone could keep it
+    blocked for good after the parent sped up)."""
 
     def __init__(self, max_gap: float) -> None:
         """Start with no gap seen (spinning)."""
         self.max_gap = max_gap
         self.average = 0.0
         self._replied: float | None = None
+        self._blocked = 0
+        self._probing = False
 
     def spins(self) -> bool:
         """Whether to spin before blocking for the next command."""
-        return self.average < self.max_gap
+        if self.average < self.max_gap:
+            return True
+        self._blocked += 1
+        if self._blocked >= self.PROBE_EVERY:
+            self._blocked = 0
+            self._probing = True  # this gap is measured without a wake-up in it
+            return True
+        return False
 
     def replied(self, now: float) -> None:
         """A reply went out at ``now`` (``time.perf_counter()``)."""
@@ -408,8 +428,12 @@ class GapTracker:
         """
         if self._replied is not None:
             gap = min(now - self._replied, 4.0 * self.max_gap)
-            self.average += 0.125 * (gap - self.average)
+            if self._probing:  # the true gap: it replaces the blocked estimates
+                self.average = gap
+            else:
+                self.average += 0.125 * (gap - self.average)
             self._replied = None
+        self._probing = False
 
 
 def rebuild_exception(error: ErrorRecord) -> BaseException:

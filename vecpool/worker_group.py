@@ -862,11 +862,20 @@ class WorkerGroup:
             if len(envs) == 1
             else f"envs {envs.start}-{envs.stop - 1}"
         )
-        msg = (
-            f"Worker {handle.index} (hosting {hosted}) died with "
-            f"{describe_exit(handle.process.exitcode)} while running `{what}`. Its "
-            "sub-environments are lost: call `close()` and create a new vector env."
-        )
+        broken_by = getattr(handle, "broken_by", None)  # the in-process handle
+        if broken_by is not None:
+            msg = (
+                f"The in-process sub-environments ({hosted}) were stopped half-way "
+                f"through a command by {broken_by}, so their state is unknown: call "
+                "`close()` and create a new vector env."
+            )
+        else:
+            msg = (
+                f"Worker {handle.index} (hosting {hosted}) died with "
+                f"{describe_exit(handle.process.exitcode)} while running `{what}`. "
+                "Its sub-environments are lost: call `close()` and create a new "
+                "vector env."
+            )
         error = WorkerCrashedError(
             msg, handle.index, tuple(envs), handle.process.exitcode
         )

@@ -2,7 +2,7 @@
 
 Each case runs against the process engine (``num_workers=1``) on the same inputs:
 results, error types and messages must match, except what having no process makes
-inherent (no isolation, no timeout). xfail(strict=True) marks the bugs found.
+inherent (no isolation, no timeout). The first tests once exposed bugs (now fixed).
 """
 
 from __future__ import annotations
@@ -92,12 +92,6 @@ def _outcome(call: Any) -> tuple[str, str]:
 # -- bugs ------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after a KeyboardInterrupt raised by env.step in-process, every later "
-    "call raises OutOfStepError saying 'A second Ctrl-C cut off a transfer ... its "
-    "pipe is out of step': there was one interrupt and no pipe",
-)
 def test_a_keyboard_interrupt_from_env_step_is_then_named_clearly():
     env = vecpool.AsyncVectorEnv([CountingEnv, _InterruptedStep], num_workers=0)
     try:
@@ -109,16 +103,12 @@ def test_a_keyboard_interrupt_from_env_step_is_then_named_clearly():
             env.step(_zeros(2))
         assert "second Ctrl-C" not in str(info.value)
         assert "pipe" not in str(info.value)
+        assert "stopped half-way" in str(info.value)
+        assert "KeyboardInterrupt" in str(info.value)
     finally:
         env.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SystemExit (any BaseException but KeyboardInterrupt) from env.step "
-    "in-process leaves the vector env usable after a half-done step: env 0 was "
-    "stepped, its truncation never returned, the next step silently autoresets it",
-)
 def test_a_system_exit_from_env_step_leaves_no_half_done_step():
     env = vecpool.AsyncVectorEnv(
         [lambda: CountingEnv(max_steps=2, terminate_prob=0.0), _ExitingStep],
@@ -131,7 +121,7 @@ def test_a_system_exit_from_env_step_leaves_no_half_done_step():
             env.step(_zeros(2))  # env 0 truncated in it; nobody saw that
         # process mode: WorkerCrashedError from here on; in-process: the next step
         # returns env 0's autoreset row (reward 0, flags False), its episode end lost
-        with pytest.raises(VecPoolError):
+        with pytest.raises(VecPoolError, match=r"stopped half-way.*SystemExit"):
             env.step(_zeros(2))
     finally:
         env.close()

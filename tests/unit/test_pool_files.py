@@ -8,6 +8,7 @@ import pickle
 import re
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from gymnasium import spaces
 
 import vecpool
 from vecpool import pool_files
-from vecpool._files import remove_stale_temporaries
+from vecpool._files import _HOST, STALE_AGE, remove_stale_temporaries
 from vecpool.testing import assert_same_data
 
 SPACES = {
@@ -327,17 +328,22 @@ def test_temporary_files_of_killed_writers_are_removed_by_the_next_save(tmp_path
         text=True,
         check=True,
     )
-    stale = tmp_path / f".pool.npz.{int(dead.stdout)}.7f00.tmp"
-    stale.write_bytes(b"x" * 1000)
-    live = tmp_path / f".pool.npz.{os.getppid()}.7f00.tmp"  # a running process
-    live.write_bytes(b"y")
-    other = tmp_path / f".other.npz.{int(dead.stdout)}.1.tmp"  # another target's
-    other.write_bytes(b"z")
+    dead_pid = int(dead.stdout)
+    long_ago = time.time() - 2 * STALE_AGE
+
+    def temp(name: str, host: str, pid: int, age: float = long_ago) -> Path:
+        path = tmp_path / f".{name}.{host}.{pid}.7f00.tmp"
+        path.write_bytes(b"x" * 100)
+        os.utime(path, (age, age))
+        return path
+
+    stale = temp("pool.npz", _HOST, dead_pid)
+    live = temp("pool.npz", _HOST, os.getppid())  # a running process
+    fresh = temp("pool.npz", _HOST, dead_pid + 1, age=time.time())  # just written
+    other_host = temp("pool.npz", "elsewhere", dead_pid)  # a shared directory
+    other_target = temp("pool.npz.7", _HOST, dead_pid)  # "pool.npz.7", not ours
     pool.save(target)
     assert not stale.exists()
-    assert live.exists()
-    assert other.exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [live.name, other.name, "pool.npz"]
-    )
-    assert remove_stale_temporaries(tmp_path / "other.npz") == [other]
+    for kept in (live, fresh, other_host, other_target):
+        assert kept.exists(), kept.name
+    assert remove_stale_temporaries(tmp_path / "pool.npz.7") == [other_target]

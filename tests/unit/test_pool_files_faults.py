@@ -1,7 +1,7 @@
 """Faults in pool files (review of 123f2a2): forged headers, lying arrays, races.
 
 Every bad file must be one ValueError naming the file (vecpool.pool_files.read);
-xfail(strict=True) marks the bugs found, the rest pins down verified behaviour.
+Each test once exposed a bug (now fixed) or pins down verified behaviour.
 """
 
 from __future__ import annotations
@@ -90,11 +90,6 @@ def _refused(path: Path, trusted: bool = False) -> None:
 # -- bugs ------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="space_from_dict rebuilds a Dict from a dict, which Gymnasium sorts: a "
-    "Dict built in another key order loads with its leaves' data swapped",
-)
 def test_an_unsorted_dict_space_loads_with_each_key_own_data(tmp_path):
     obs = spaces.Dict(
         [
@@ -113,11 +108,6 @@ def test_an_unsorted_dict_space_loads_with_each_key_own_data(tmp_path):
     assert_same_data(pool.get_pool(), loaded.get_pool(), "get_pool")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="remove_stale_temporaries('ckpt') parses '.ckpt.<N>.<pid>.<id>.tmp' of "
-    "a live writer of 'ckpt.<N>' as pid N and deletes it; that save then fails",
-)
 def test_a_save_never_deletes_the_live_temporary_of_another_target(tmp_path):
     other = tmp_path / "ckpt.2000000000"  # a name ending in digits (a step count)
 
@@ -132,11 +122,6 @@ def test_a_save_never_deletes_the_live_temporary_of_another_target(tmp_path):
 _HUGE = 10**30
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="huge ints in a space or generator state escape as OverflowError, not "
-    "the ValueError naming the file",
-)
 @pytest.mark.parametrize(
     "changes",
     [
@@ -171,10 +156,6 @@ def test_huge_ints_in_the_header_are_a_value_error(tmp_path, good, changes):
     _refused(_write(tmp_path / "huge.npz", _with_header(good, **changes)))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a deeply nested config (JSON or Tuple spaces) escapes as RecursionError",
-)
 @pytest.mark.parametrize("kind", ["json", "tuple"])
 def test_a_deeply_nested_header_is_a_value_error(tmp_path, good, kind):
     if kind == "json":
@@ -189,22 +170,12 @@ def test_a_deeply_nested_header_is_a_value_error(tmp_path, good, kind):
     _refused(_write(tmp_path / "deep.npz", members))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the pool is allocated from the header before any array is checked: a "
-    "forged num_envs/pool_size gives MemoryError (or allocates that much)",
-)
 def test_a_header_far_larger_than_its_arrays_is_a_value_error(tmp_path, good):
     # 2**47 envs: 1 PiB of row indices, more than any address space
     members = _with_header(good, num_envs=2**47, pool_size=2**47)
     _refused(_write(tmp_path / "big.npz", members))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="format 2 with trusted=True: a pickle that is not a 3-tuple of the right "
-    "kind raises TypeError / UnpicklingError / EOFError, not ValueError",
-)
 @pytest.mark.parametrize(
     "blob",
     [pickle.dumps(5), b"\x80\x04garbage", b""],
@@ -216,11 +187,6 @@ def test_a_bad_trusted_pickle_is_a_value_error(tmp_path, good, blob):
     _refused(_write(tmp_path / "old.npz", members), trusted=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="`episodes` is not checked: NaN/inf/negative counts load, then "
-    "episode_stats raises ValueError/OverflowError or reports a negative count",
-)
 @pytest.mark.parametrize("count", [np.nan, np.inf, -5.0])
 def test_episode_counters_that_lie_are_refused(tmp_path, good, count):
     members = {**good, "episodes": np.array([count, 1.0, 1.0])}
@@ -233,11 +199,6 @@ def test_episode_counters_that_lie_are_refused(tmp_path, good, count):
     assert stats.count >= 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="clearing_freq beyond int64 is accepted (by the file and the "
-    "constructor), then every add raises OverflowError",
-)
 def test_a_header_clearing_freq_beyond_int64_is_refused_or_works(tmp_path, good):
     path = _write(
         tmp_path / "cf.npz", _with_header(good, clearing_freq=_HUGE, window_size_=1)
