@@ -894,21 +894,24 @@ class ReplayPool:
                 state[f"{name}_{index}"] = array
         return state
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the whole pool to ``path`` (an ``.npz`` archive), atomically.
+    def save(self, path: str | os.PathLike[str], *, compress: bool = False) -> Path:
+        """Write the pool to ``path`` (an ``.npz`` archive), atomically.
 
-        Written beside ``path``, synced, then renamed over it: ``path`` is never a
-        partial file, and a previous file there stays intact if the save fails.
-        Temporary files left beside it by writers that were killed are removed.
+        Only the transitions held are written (not the empty capacity), so a
+        partly filled pool makes a small file; :meth:`load` rebuilds the same
+        capacity. Written beside ``path``, synced, then renamed over it: ``path``
+        is never a partial file, and a previous file there stays intact if the
+        save fails. Temporary files left beside it by killed writers are removed.
         The file holds no pickle: spaces and settings are JSON.
 
         Args:
             path: Destination file (written as given; no suffix is added).
+            compress: Deflate the arrays (smaller, slower; good for images).
 
         Returns:
             The path written.
         """
-        return pool_files.write(self, path)
+        return pool_files.write(self, path, compress=compress)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], trusted: bool = False) -> ReplayPool:

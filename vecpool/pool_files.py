@@ -16,6 +16,7 @@ pool's private fields, as ``pool.py`` does.
 from __future__ import annotations
 
 import json
+import math
 import os
 import pickle
 import zipfile
@@ -178,17 +179,27 @@ def _short(data: Any) -> str:
 # -- writing ---------------------------------------------------------------------------
 
 
-def write(pool: ReplayPool, path: str | os.PathLike[str]) -> Path:
+def write(
+    pool: ReplayPool, path: str | os.PathLike[str], *, compress: bool = False
+) -> Path:
     """Write ``pool`` to ``path`` atomically (see :meth:`ReplayPool.save`).
+
+    Only the filled rows are written, each sub-pool's oldest to newest, so a file
+    holds about the bytes of its transitions whatever the capacity.
 
     Args:
         pool: The pool.
         path: Destination file (written as given; no suffix is added).
+        compress: Deflate the archive (``numpy.savez_compressed``).
 
     Returns:
         The path written.
     """
     state = pool._state()
+    rows = _filled_rows(pool, state["length"], state.pop("end"))
+    for name in list(state):
+        if _per_row(name):
+            state[name] = state[name][rows]
     header = {
         "format": FORMAT,
         **{name: getattr(pool, name) for name in _ARGUMENTS},
@@ -197,8 +208,38 @@ def write(pool: ReplayPool, path: str | os.PathLike[str]) -> Path:
         "rng": pool._rng.bit_generator.state,
     }
     arrays = {"config": np.frombuffer(json.dumps(header).encode(), np.uint8), **state}
-    savez: Any = np.savez  # typed stubs refuse `**arrays`
+    savez: Any = np.savez_compressed if compress else np.savez  # stubs refuse **
     return write_atomically(Path(path), lambda handle: savez(handle, **arrays))
+
+
+def _per_row(name: str) -> bool:
+    """Whether a state array has one entry per row of the pool (vs per env)."""
+    return name in ("reward", "terminated", "truncated", "own_next") or (
+        name.split("_")[0] in ("obs", "action") or name.startswith("next_obs_")
+    )
+
+
+def _filled_rows(
+    pool: ReplayPool,
+    length: npt.NDArray[np.int64],
+    end: npt.NDArray[np.int64] | None,
+) -> npt.NDArray[np.int64]:
+    """The rows of every sub-pool, oldest to newest, sub-pool after sub-pool.
+
+    With ``end=None``, the rows a loaded pool puts them in: slots ``0..length-1``.
+    """
+    num_envs = pool.num_envs
+    env = np.repeat(np.arange(num_envs, dtype=np.int64), length)
+    offset = np.arange(env.size, dtype=np.int64) - np.repeat(
+        np.cumsum(length) - length, length
+    )
+    slot = (
+        offset
+        if end is None
+        else (end[env] - length[env] + offset) % (pool.capacity + 1)
+    )
+    rows: npt.NDArray[np.int64] = env + slot * num_envs
+    return rows
 
 
 # -- reading ---------------------------------------------------------------------------
@@ -246,7 +287,8 @@ def read(cls: type[ReplayPool], path: str | os.PathLike[str], trusted: bool) -> 
             action_space = space_from_dict(header["action_space"])
             rng = header["rng"]
         arguments = _arguments(header)
-        _check_sizes(data, observation_space, action_space, arguments)
+        compact = header["format"] == FORMAT
+        _check_sizes(data, observation_space, action_space, arguments, compact)
         try:
             pool = cls(observation_space, action_space, **arguments)
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
@@ -257,7 +299,7 @@ def read(cls: type[ReplayPool], path: str | os.PathLike[str], trusted: bool) -> 
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             msg = f"its generator state is not valid: {exc!r}"
             raise _BadFile(msg) from exc
-        _restore(pool, data)
+        _restore(pool, data, compact)
     except RecursionError as exc:
         msg = f"Cannot load {os.fspath(path)!r} as a vecpool.ReplayPool: its header "
         msg += "is nested too deeply to be one."
@@ -300,24 +342,59 @@ def _check_sizes(
     observation_space: spaces.Space[Any],
     action_space: spaces.Space[Any],
     arguments: dict[str, Any],
+    compact: bool,
 ) -> None:
-    """Refuse a header whose sizes the arrays do not have (before allocating them)."""
+    """Refuse sizes the arrays do not have, or a pool this machine cannot hold.
+
+    Checked before the pool is built, so a forged header allocates nothing.
+    """
     num_envs, pool_size = arguments["num_envs"], arguments["pool_size"]
-    rows = num_envs * (-(-pool_size // num_envs) + 1)
+    capacity = -(-pool_size // num_envs)
+    slots_rows = num_envs * (capacity + 1)
+    if compact:
+        length = _array(data, "length")
+        if length.dtype != np.int64 or length.shape != (num_envs,):
+            msg = f"its `length` member is not int64[{num_envs}] (num_envs)"
+            raise _BadFile(msg)
+        if ((length < 0) | (length > capacity)).any():
+            msg = (
+                "its `length` member is out of range (each value must be between 0 "
+                f"and the capacity {capacity})"
+            )
+            raise _BadFile(msg)
+        rows = int(length.sum())
+    else:
+        rows = slots_rows
+    try:
+        shapes = {
+            group: [shape for _, shape in leaves(space)]
+            for group, space in (("obs", observation_space), ("action", action_space))
+        }
+        row_bytes = sum(
+            dtype.itemsize * math.prod(shape)
+            for space in (observation_space, action_space)
+            for dtype, shape in leaves(space)
+        )
+    except (TypeError, ValueError) as exc:
+        msg = f"its spaces have no array layout ({exc})"
+        raise _BadFile(msg) from exc
+    needed = slots_rows * (2 * row_bytes + 20)
+    if needed > _memory_bytes():
+        msg = (
+            f"its header describes a pool of about {needed / 2**30:,.1f} GiB "
+            f"(num_envs={num_envs}, pool_size={pool_size}), more than this machine's "
+            "memory"
+        )
+        raise _BadFile(msg)
     reward = _array(data, "reward")
     if reward.shape != (rows,):
         msg = (
-            f"its header describes {rows} rows (num_envs={num_envs}, "
-            f"pool_size={pool_size}) but `reward` has shape {reward.shape}"
+            f"its header and `length` describe {rows} rows but `reward` has shape "
+            f"{reward.shape}"
         )
         raise _BadFile(msg)
-    for group, space in (("obs", observation_space), ("action", action_space)):
-        try:
-            shapes = [shape for _, shape in leaves(space)]
-        except (TypeError, ValueError) as exc:
-            msg = f"its {group} space has no array layout ({exc})"
-            raise _BadFile(msg) from exc
-        for index, shape in enumerate(shapes):
+    for group, group_shapes in shapes.items():
+        for index, shape in enumerate(group_shapes):
             array = _array(data, f"{group}_{index}")
             if array.shape != (rows, *shape):
                 msg = (
@@ -325,6 +402,14 @@ def _check_sizes(
                     f"header describes {(rows, *shape)}"
                 )
                 raise _BadFile(msg)
+
+
+def _memory_bytes() -> int:
+    """This machine's physical memory (a bound no pool file may exceed)."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, OSError, ValueError):
+        return 2**40
 
 
 def _members(handle: Any) -> dict[str, npt.NDArray[Any]]:
@@ -384,11 +469,21 @@ def _array(data: dict[str, npt.NDArray[Any]], name: str) -> npt.NDArray[Any]:
         raise _BadFile(msg) from None
 
 
-def _restore(pool: ReplayPool, data: dict[str, npt.NDArray[Any]]) -> None:
-    """Copy the file's arrays into ``pool``, each checked against the fresh one."""
+def _restore(
+    pool: ReplayPool, data: dict[str, npt.NDArray[Any]], compact: bool
+) -> None:
+    """Copy the file's arrays into ``pool``, each checked against the fresh one.
+
+    A compact file (format 3) holds each sub-pool's filled rows, oldest first: they
+    go to slots ``0..length-1`` (the ring starts over; what the pool holds, returns
+    and samples is unchanged). A format-2 file holds every row as it lay.
+    """
     fresh = pool._state()
+    if compact:
+        fresh.pop("end")
     # the store of kept next observations grows; its free list with it
     growable = {name for name in fresh if name.startswith("extra_")} | {"free"}
+    rows = int(_array(data, "length").sum()) if compact else 0
     loaded: dict[str, npt.NDArray[Any]] = {}
     for name, like in fresh.items():
         array = _array(data, name)
@@ -398,25 +493,41 @@ def _restore(pool: ReplayPool, data: dict[str, npt.NDArray[Any]]) -> None:
                 f"expected {like.dtype}[{like.ndim}-D]"
             )
             raise _BadFile(msg)
+        expected = like.shape
+        if compact and _per_row(name):
+            expected = (rows, *like.shape[1:])
         if name in growable:
             same = array.shape[1:] == like.shape[1:]
         else:
-            same = array.shape == like.shape
+            same = array.shape == expected
         if not same:
-            msg = f"its `{name}` member has shape {array.shape}, expected {like.shape}"
+            msg = f"its `{name}` member has shape {array.shape}, expected {expected}"
             raise _BadFile(msg)
         loaded[name] = array
+    if compact:
+        loaded["end"] = loaded["length"].copy()
     _check_counters(pool, loaded)
+    targets = _filled_rows(pool, loaded["length"], None) if compact else slice(None)
     for name in _COUNTERS:
-        setattr(pool, f"_{name}", loaded[name])
+        if compact and _per_row(name):
+            getattr(pool, f"_{name}")[targets] = loaded[name]
+        else:
+            setattr(pool, f"_{name}", loaded[name])
     groups = ["obs", "action"]
     groups += ["next_obs"] if pool.store_next_obs else ["tail", "extra"]
     for group in groups:
         arrays = getattr(pool, f"_{group}")
         for index in range(len(arrays)):
-            arrays[index] = loaded[f"{group}_{index}"]
+            array = loaded[f"{group}_{index}"]
+            if compact and _per_row(f"{group}_{index}"):
+                arrays[index][targets] = array
+            else:
+                arrays[index] = array
     if not pool.store_next_obs:
-        pool._own_next = loaded["own_next"]
+        if compact:
+            pool._own_next[targets] = loaded["own_next"]
+        else:
+            pool._own_next = loaded["own_next"]
         pool._free = loaded["free"].tolist()
     pool._row = pool._base + loaded["end"] * pool.num_envs
 

@@ -206,8 +206,8 @@ def _broken(saved: Path, kind: str) -> Path:
     elif kind == "length-over-capacity":  # consistent CRCs, lying counters
         members["length"] = members["length"] + 100
         _write_archive(bad, members)
-    elif kind == "negative-end":
-        members["end"] = members["end"] - 10
+    elif kind == "negative-length":
+        members["length"] = members["length"] - 10
         _write_archive(bad, members)
     elif kind == "own-next-out-of-range":
         members["own_next"] = members["own_next"].copy()
@@ -239,7 +239,7 @@ BROKEN = [
     ("wrong-dtype", "`terminated` member is int64"),
     ("wrong-shape", "`obs_0` member has shape"),
     ("length-over-capacity", "`length` member is out of range"),
-    ("negative-end", "`end` member is out of range"),
+    ("negative-length", "`length` member is out of range"),
     ("own-next-out-of-range", "`own_next` member is out of range"),
     ("free-twice", "`own_next/free` member is out of range"),
 ]
@@ -347,3 +347,58 @@ def test_temporary_files_of_killed_writers_are_removed_by_the_next_save(tmp_path
     for kept in (live, fresh, other_host, other_target):
         assert kept.exists(), kept.name
     assert remove_stale_temporaries(tmp_path / "pool.npz.7") == [other_target]
+
+
+def _transition_bytes(pool: vecpool.ReplayPool) -> int:
+    def size(tree: Any) -> int:
+        if isinstance(tree, dict):
+            return sum(size(value) for value in tree.values())
+        if isinstance(tree, tuple):
+            return sum(size(value) for value in tree)
+        return int(np.asarray(tree).nbytes)
+
+    return sum(size(field) for field in pool.get_pool())
+
+
+@pytest.mark.parametrize("store_next_obs", [True, False])
+def test_a_tenth_filled_pool_writes_only_its_transitions(tmp_path, store_next_obs):
+    obs_space = spaces.Box(-1, 1, (4,), np.float32)
+    pool = vecpool.ReplayPool(
+        obs_space, spaces.Discrete(2), 8, 100_000, store_next_obs=store_next_obs
+    )
+    rng = np.random.default_rng(0)
+    obs = rng.uniform(-1, 1, (8, 4)).astype(np.float32)
+    for step in range(1250):  # 10,000 transitions: a tenth of the capacity
+        next_obs = rng.uniform(-1, 1, (8, 4)).astype(np.float32)
+        ended = rng.random(8) < 0.05
+        pool.add(
+            obs,
+            rng.integers(0, 2, 8),
+            next_obs,
+            rng.random(8),
+            ended,
+            ~ended & (step % 97 == 0),
+        )
+        obs = np.where(ended[:, None], rng.uniform(-1, 1, (8, 4)), next_obs).astype(
+            np.float32
+        )
+    assert len(pool) == 10_000
+    path = pool.save(tmp_path / "tenth.npz")
+    held = _transition_bytes(pool)
+    assert path.stat().st_size <= 1.2 * held, (path.stat().st_size, held)
+    assert path.stat().st_size < 0.2 * pool.nbytes  # the capacity is not written
+    loaded = vecpool.ReplayPool.load(path)
+    assert loaded.capacity == pool.capacity
+    assert_same_data(pool.get_pool(), loaded.get_pool(), "tenth")
+    assert_same_data(pool.sample(50), loaded.sample(50), "sample")
+
+
+def test_compress_makes_a_smaller_file_with_the_same_contents(tmp_path):
+    pool = _filled(SPACES["box-uint8-image"], SPACES["discrete"])
+    plain = pool.save(tmp_path / "plain.npz")
+    packed = pool.save(tmp_path / "packed.npz", compress=True)
+    assert packed.stat().st_size < plain.stat().st_size
+    for path in (plain, packed):
+        assert_same_data(
+            pool.get_pool(), vecpool.ReplayPool.load(path).get_pool(), path.name
+        )

@@ -264,7 +264,7 @@ def test_bad_header_values_are_a_value_error(tmp_path, good, changes):
         ("received", np.array([-1, -1])),
         ("episode_length", np.array([-1, 0])),
         ("length", np.array([9, 0])),
-        ("end", np.array([0, -1])),
+        ("length", np.array([0, -1])),  # (files hold no `end`: rows start at 0)
     ],
 )
 def test_counters_that_lie_are_a_value_error(tmp_path, good, name, value):
