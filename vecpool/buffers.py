@@ -92,6 +92,20 @@ def merge_infos(items: list[tuple[int, dict[str, Any]]], count: int) -> dict[str
     return infos
 
 
+def _lossless(source: np.dtype[Any], target: np.dtype[Any]) -> bool:
+    """Whether integer actions of ``source`` fit ``target`` exactly (int32 -> int64).
+
+    Such actions take the shared-memory path: each env receives the same value (as
+    the action space's own integer type). Floats never do: float64 -> float32
+    rounds, so those travel as given.
+    """
+    return (
+        source.kind in "iub"
+        and target.kind in "iu"
+        and np.can_cast(source, target, "safe")
+    )
+
+
 def batch_nbytes(space: Space[Any], num_envs: int) -> int:
     """Bytes of one batch of observations of a native ``space``."""
     return num_envs * sum(
@@ -280,8 +294,8 @@ class StepBuffers:
         if (
             view is not None
             and type(actions) is np.ndarray
-            and actions.dtype == view.dtype
             and actions.shape == view.shape
+            and (actions.dtype == view.dtype or _lossless(actions.dtype, view.dtype))
         ):
             view[...] = actions
             return True
@@ -328,7 +342,7 @@ class StepBuffers:
                     batch_leaves = None
             if batch_leaves is not None and all(
                 type(leaf) is np.ndarray
-                and leaf.dtype == view.dtype
+                and (leaf.dtype == view.dtype or _lossless(leaf.dtype, view.dtype))
                 and leaf.shape == (count, *view.shape[1:])
                 for leaf, view in zip(batch_leaves, views, strict=True)
             ):

@@ -141,6 +141,46 @@ def test_mismatched_action_dtype_warns_once_and_stays_exact(make_async, make_syn
             assert data_equivalence(ours.step(batch), reference.step(batch), exact=True)
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.int16, np.bool_])
+def test_lossless_integer_actions_take_the_fast_path(make_async, make_sync, dtype):
+    """JAX's int32 (or uint8, bool) actions for a Discrete space: no pipe, no warning.
+
+    The values reach each env unchanged; Gymnasium hands the env the array's own
+    scalar type, vecpool the action space's (np.int64): equal as actions.
+    """
+    fns = [functools.partial(CountingEnv) for _ in range(3)]
+    ours, reference = make_async(fns, num_workers=2), make_sync(fns)
+    ours.reset(seed=3)
+    reference.reset(seed=3)
+    pipes = [handle.sent for handle in ours._group.handles]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "travel pickled" warning
+        for step in range(30):
+            actions = np.array([step % 2, (step + 1) % 2, 1]).astype(dtype)
+            assert data_equivalence(
+                ours.step(actions), reference.step(actions), exact=True
+            )
+        # and through `send` batches' shared path too
+        batched = make_async(fns, num_workers=2, batch_size=3)
+        batched.reset(seed=3)
+        batched.send(np.array([1, 0, 1], dtype), np.arange(3))
+        assert batched.recv()[4]["env_id"].size == 3
+    # each step was one short message per worker: the actions went by shared memory
+    assert [h.sent - p for h, p in zip(ours._group.handles, pipes)] == [30, 30]
+    assert ours._buffers.fast_action_view is not None
+
+
+def test_lossy_integer_actions_still_travel_as_given(make_async, make_sync):
+    fns = [functools.partial(CountingEnv)] * 2
+    ours, reference = make_async(fns), make_sync(fns)
+    ours.reset(seed=4)
+    reference.reset(seed=4)
+    actions = np.ones(2, np.uint64)  # uint64 -> int64 could overflow: not lossless
+    with pytest.warns(vecpool.VecPoolWarning, match="travel pickled"):
+        result = ours.step(actions)
+    assert data_equivalence(result, reference.step(actions), exact=True)
+
+
 def test_list_actions_reach_envs_like_gymnasium(make_async, make_sync):
     fns = [functools.partial(CountingEnv) for _ in range(3)]
     ours, reference = make_async(fns, num_workers=2), make_sync(fns)
