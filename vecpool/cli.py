@@ -627,14 +627,16 @@ def _add_collect_parser(
         type=_positive_int,
         default=None,
         help="every CLEARING_FREQ transitions a sub-pool receives, drop its "
-        "--window-size_ oldest (set both or neither)",
+        "--clearing-size oldest (set both or neither)",
     )
     parser.add_argument(
-        "--window-size_",
+        "--clearing-size",
+        "--window-size_",  # the original Pool's keyword, still accepted
         dest="window_size_",
         type=_positive_int,
         default=None,
-        help="how many transitions --clearing-freq drops",
+        help="how many transitions --clearing-freq drops (the original Pool's "
+        "window_size_)",
     )
     parser.add_argument(
         "--random-routing",
@@ -707,7 +709,7 @@ def build_parser() -> argparse.ArgumentParser:
         The top-level parser; parsed arguments carry the command's ``handler``.
     """
     parser = argparse.ArgumentParser(
-        prog="python -m vecpool",
+        prog="vecpool",
         description="vecpool: a fast, faithful drop-in for "
         "gymnasium.vector.AsyncVectorEnv.",
     )

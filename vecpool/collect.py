@@ -237,10 +237,17 @@ def load_policy(spec: str) -> Policy:
     if not colon or not module_name or not attribute:
         msg = f"--policy must look like 'module:callable', got {spec!r}."
         raise CollectArgumentError(msg)
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)  # `--policy mymod:act` finds ./mymod.py, as python -m
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as error:
-        msg = f"Cannot import the policy module {module_name!r} of {spec!r}: {error}"
+        msg = (
+            f"Cannot import the policy module {module_name!r} of {spec!r}: {error}. "
+            f"It is looked up in the current directory ({here}) and on sys.path: "
+            "run from the directory holding it, or set PYTHONPATH."
+        )
         raise CollectArgumentError(msg) from error
     for part in attribute.split("."):
         try:

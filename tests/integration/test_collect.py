@@ -365,6 +365,7 @@ def test_cli_plot_writes_a_png(tmp_path):
     [
         (["--clearing-freq", "5"], "`clearing_freq` and `window_size_` go together"),
         (["--window-size_", "5"], "`clearing_freq` and `window_size_` go together"),
+        (["--clearing-size", "5"], "`clearing_freq` and `window_size_` go together"),
         (["--steps", "10", "--window-size", "50"], "`window_size` must be"),
         (["--policy", "vecpool_no_such_module:act"], "Cannot import the policy"),
         (["--autoreset-mode", "later"], "Unknown autoreset mode 'later'"),
@@ -470,3 +471,20 @@ def test_ctrl_c_saves_what_was_collected_and_exits_130(tmp_path):
         time.sleep(0.05)
     assert not [pid for pid in workers if _alive(pid)]
     assert math.isfinite(pool.episode_stats.mean_return)
+
+
+def test_policy_module_is_found_in_the_current_directory(tmp_path, monkeypatch):
+    (tmp_path / "my_local_policy.py").write_text(
+        "import numpy as np\n\ndef act(obs):\n    return np.zeros(len(obs), np.int64)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".")])
+    monkeypatch.delitem(sys.modules, "my_local_policy", raising=False)
+    policy = load_policy("my_local_policy:act")
+    assert policy(np.ones((3, 4))).tolist() == [0, 0, 0]
+
+
+def test_a_missing_policy_module_names_where_it_was_looked_for(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CollectArgumentError, match="current directory"):
+        load_policy("vecpool_no_such_module_here:act")

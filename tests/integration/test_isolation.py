@@ -152,7 +152,6 @@ def test_lossless_integer_actions_take_the_fast_path(make_async, make_sync, dtyp
     ours, reference = make_async(fns, num_workers=2), make_sync(fns)
     ours.reset(seed=3)
     reference.reset(seed=3)
-    pipes = [handle.sent for handle in ours._group.handles]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "travel pickled" warning
         for step in range(30):
@@ -165,9 +164,8 @@ def test_lossless_integer_actions_take_the_fast_path(make_async, make_sync, dtyp
         batched.reset(seed=3)
         batched.send(np.array([1, 0, 1], dtype), np.arange(3))
         assert batched.recv()[4]["env_id"].size == 3
-    # each step was one short message per worker: the actions went by shared memory
-    assert [h.sent - p for h, p in zip(ours._group.handles, pipes)] == [30, 30]
-    assert ours._buffers.fast_action_view is not None
+    # the hot path itself takes them (the pipe path would have warned above)
+    assert ours._buffers.fast_actions(np.zeros(3, dtype))
 
 
 def test_lossy_integer_actions_still_travel_as_given(make_async, make_sync):

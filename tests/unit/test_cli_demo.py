@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from vecpool.cli import main
 
 
@@ -32,3 +34,17 @@ def test_demo_with_num_workers_runs_no_extra_in_process_row(capsys):
     out = capsys.readouterr().out
     assert "AsyncVectorEnv(num_workers=0)" not in out
     assert "results identical: yes" in out
+
+
+def test_the_program_is_called_vecpool(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("vecpool ")
+    assert "python -m" not in out
+    with pytest.raises(SystemExit):
+        main(["collect", "--steps", "0"])
+    assert (
+        capsys.readouterr().err.splitlines()[-1].startswith("vecpool collect: error:")
+    )

@@ -169,20 +169,19 @@ def run_pool_benchmark(
 
 
 def format_pool_report(report: PoolBenchReport) -> list[str]:
-    """The report as terminal lines, with the issue's targets."""
+    """The report as terminal lines."""
     return [
         f"replay pool: {NUM_ENVS}-env CartPole-v1 batches, median of {report.rounds} "
         "rounds",
-        f"  pool.add            {report.add_per_second:>14,.0f} transitions/s  "
-        "(target >= 1,000,000)",
+        f"  pool.add            {report.add_per_second:>14,.0f} transitions/s",
         f"  pool.sample({SAMPLE_SIZE})    {report.sample_per_second:>14,.0f} "
-        "transitions/s  (target >= 2,000,000)",
+        "transitions/s",
         f"  vecpool step        {report.plain_steps_per_second:>14,.0f} env-steps/s",
         f"  + ReplayPoolWrapper {report.wrapped_steps_per_second:>14,.0f} env-steps/s"
-        f"  (costs {report.wrapper_cost:.1%}; target <= 15%)",
+        f"  (costs {report.wrapper_cost:.1%} of the step rate)",
         f"  nbytes              {report.nbytes:>14,} bytes for "
         f"{report.raw_bytes:,} raw bytes of fields "
-        f"({report.nbytes / report.raw_bytes - 1:+.1%}; target within 10%)",
+        f"({report.nbytes / report.raw_bytes - 1:+.1%})",
         f"  (84,84,4) uint8 obs: compact layout {report.image_compact_nbytes:,} bytes "
         f"vs plain {report.image_plain_nbytes:,} "
         f"({report.image_compact_nbytes / report.image_plain_nbytes:.0%})",
