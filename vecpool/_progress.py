@@ -1,12 +1,33 @@
-"""One progress display for every long job (bench, collect, the classic Pool)."""
+"""One progress display for every long job (bench, collect, the classic Pool).
+
+On a terminal: one line, redrawn, never wider than the terminal; counts are drawn by
+``tqdm``'s meter (bar, percentage, elapsed, ETA, rate). In a log (not a terminal):
+plain lines, no carriage returns. ``enabled=False`` (``--quiet``) writes nothing.
+Counts are env steps everywhere (one step of one sub-environment).
+"""
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from typing import TextIO
 
 __all__ = ["Progress"]
+
+UNIT = "env steps"
+"""What every count of a long job counts: steps of single sub-environments."""
+
+
+def _fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` columns at a word boundary, with an ellipsis."""
+    if len(text) <= width:
+        return text
+    cut = text[: max(1, width - 1)]
+    space = cut.rfind(" ")
+    if space > width // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;|") + "…"
 
 
 class Progress:
@@ -25,7 +46,18 @@ class Progress:
         self.overwrite = bool(isatty and isatty())
         self._pending = False
         self._started = time.perf_counter()
-        self._drawn = 0.0
+        # a terminal draws at once; a log's first line comes after 30 s
+        self._drawn = -float("inf") if self.overwrite else time.perf_counter()
+
+    @property
+    def pending(self) -> bool:
+        """Whether a redrawn line is on screen, not yet ended by a newline."""
+        return self._pending
+
+    @property
+    def width(self) -> int:
+        """Columns available for the line (the terminal's, less one)."""
+        return max(20, shutil.get_terminal_size((80, 24)).columns - 1)
 
     def update(self, text: str, *, minor: bool = False) -> None:
         """Show ``text`` as the current activity.
@@ -38,7 +70,7 @@ class Progress:
         if not self.enabled or (minor and not self.overwrite):
             return
         if self.overwrite:
-            self.stream.write("\r\x1b[K" + text)
+            self.stream.write("\r\x1b[K" + _fit(text, self.width))
             self._pending = True
         else:
             self.stream.write(text + "\n")
@@ -51,29 +83,59 @@ class Progress:
             self.stream.flush()
             self._pending = False
 
-    def count(self, done: int, total: int, *, unit: str, extra: str = "") -> None:
-        """Show ``done`` of ``total`` with the elapsed time and the rate.
+    def count(
+        self,
+        done: int,
+        total: int,
+        *,
+        unit: str = UNIT,
+        extra: str = "",
+        elapsed: float | None = None,
+    ) -> None:
+        """Show ``done`` of ``total`` with the elapsed time, the rate and the ETA.
 
-        Redrawn at most ten times a second on a terminal; in a log, only the last
-        count is written.
+        On a terminal, ``tqdm``'s meter fitted to the width, redrawn at most ten
+        times a second; in a log, a plain line at most every 30 seconds, and always
+        the last count.
 
         Args:
             done: Units done so far.
             total: Units planned.
-            unit: What is counted, e.g. ``"vector steps"``.
+            unit: What is counted (env steps, unless a job counts something else).
             extra: Appended after a comma, e.g. ``"1,200 transitions"``.
+            elapsed: Seconds the job has run (default: since this display began).
         """
+        if not self.enabled:
+            return
         now = time.perf_counter()
-        if done < total and now - self._drawn < 0.1:
+        every = 0.1 if self.overwrite else 30.0
+        if done < total and now - self._drawn < every:
             return
         self._drawn = now
-        elapsed = now - self._started
-        rate = done / max(elapsed, 1e-9)
-        line = (
-            f"{done:,}/{total:,} {unit} ({100 * done / max(total, 1):.0f}%), "
-            f"{elapsed:.1f} s, {rate:,.0f} {unit}/s"
-        )
-        self.update(f"{line}, {extra}" if extra else line, minor=done < total)
+        elapsed = now - self._started if elapsed is None else elapsed
+        if self.overwrite:
+            from tqdm import tqdm  # the meter only: this class writes the line
+
+            postfix = extra or None
+            line = tqdm.format_meter(
+                done,
+                total,
+                elapsed,
+                ncols=self.width,
+                unit=f" {unit}",
+                unit_scale=False,
+                postfix=postfix,
+            )
+        else:
+            rate = done / max(elapsed, 1e-9)
+            left = (total - done) / rate if rate > 0 and done < total else 0.0
+            line = (
+                f"{done:,}/{total:,} {unit} ({100 * done / max(total, 1):.0f}%), "
+                f"{elapsed:.1f} s, {rate:,.0f} {unit}/s, ETA {left:.0f} s"
+            )
+            if extra:
+                line += f", {extra}"
+        self.update(line)
         if done >= total and self._pending:  # keep the last count on screen
             self.stream.write("\n")
             self.stream.flush()

@@ -113,11 +113,10 @@ class Pool:
             else:
                 actions = policy(self._obs)
             self._obs, *_ = self.envs.step(actions)
-            if progress:
+            if progress:  # counted in env steps, as everywhere
                 display.count(
-                    step + 1,
-                    num_steps,
-                    unit="vector steps",
+                    (step + 1) * self.envs.num_envs,
+                    num_steps * self.envs.num_envs,
                     extra=f"{len(self.pool):,} transitions",
                 )
 

@@ -13,7 +13,6 @@ import importlib
 import logging
 import math
 import os
-import shutil
 import signal
 import sys
 import threading
@@ -378,7 +377,16 @@ class _CollectProgress:
                 return
             self.shown_tenth = tenth
         self.shown = now
-        self.display.update(self._text(tracker))
+        if self.display.overwrite:  # tqdm's meter, fitted to the terminal
+            self.display.count(
+                vector_steps * self.num_envs,
+                self.total * self.num_envs,
+                extra=f"{len(tracker.episode_returns):,} episodes, return "
+                f"{tracker.recent_mean_return():.1f}",
+                elapsed=tracker.stepping_seconds(),
+            )
+        else:
+            self.display.update(self._text(tracker))
 
     def _text(self, tracker: _EpisodeTracker) -> str:
         env_steps = tracker.vector_steps * self.num_envs
@@ -388,15 +396,6 @@ class _CollectProgress:
         rate = env_steps / max(seconds, 1e-9)
         episodes = len(tracker.episode_returns)
         mean_return = tracker.recent_mean_return()
-        if self.display.overwrite:  # short enough not to wrap: \r redraws one row
-            width = 20
-            filled = int(width * fraction)
-            line = (
-                f"[{'#' * filled}{'.' * (width - filled)}] {fraction:4.0%} "
-                f"{env_steps:,}/{total:,} steps | {rate:,.0f} steps/s | "
-                f"{episodes:,} episodes | return {mean_return:.1f}"
-            )
-            return line[: shutil.get_terminal_size().columns - 1]
         return (
             f"collect: {env_steps:,}/{total:,} env steps ({fraction:.0%}), "
             f"{rate:,.0f} env-steps/s, {episodes:,} episodes, mean return "
@@ -404,7 +403,7 @@ class _CollectProgress:
         )
 
     def close(self) -> None:
-        if self.display.enabled and self.display.overwrite:
+        if self.display.enabled and self.display.overwrite and self.display.pending:
             self.display.stream.write("\n")  # keep the last line on screen
             self.display.stream.flush()
 

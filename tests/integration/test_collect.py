@@ -8,6 +8,7 @@ import importlib
 import io
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -301,10 +302,14 @@ def test_progress_redraws_one_line_on_a_terminal(tmp_path):
     stream = FakeTerminal()
     small_run(tmp_path, steps=200, progress=stream)
     text = stream.getvalue()
-    assert text.startswith("\r\x1b[K[")
+    assert text.startswith("\r\x1b[K")
     assert text.endswith("\n")
     assert text.count("\n") == 1
-    assert "200/200 steps" in text.rsplit("\r\x1b[K", 1)[-1]
+    last = text.rsplit("\r\x1b[K", 1)[-1].rstrip("\n")
+    # tqdm's meter: percentage, bar, count in env steps, elapsed<ETA, rate, extra
+    assert re.match(r"100%\|█+\| 200/200 \[\d\d:\d\d<00:00, .* env steps/s", last)
+    assert "episodes, return" in last
+    assert len(last) <= 80  # fitted to the terminal (80 columns when not known)
 
 
 def test_no_progress_by_default(tmp_path, capsys):
