@@ -555,6 +555,7 @@ def _collect(args: argparse.Namespace) -> int:
             policy=args.policy,
             num_workers=args.num_workers,
             store_next_obs=args.store_next_obs,
+            minari=args.minari,
             progress=not args.quiet,
             log=functools.partial(print, flush=True),
         )
@@ -637,6 +638,14 @@ def _add_collect_parser(
         default=None,
         help="how many transitions --clearing-freq drops (the original Pool's "
         "window_size_)",
+    )
+    parser.add_argument(
+        "--minari",
+        metavar="DATASET_ID",
+        default=None,
+        help="also write the complete episodes as this Minari dataset, e.g. "
+        "cartpole/random-v0 (needs vecpool[minari]; partial episodes are left out "
+        "and counted)",
     )
     parser.add_argument(
         "--random-routing",

@@ -98,6 +98,8 @@ class CollectResult:
         file_size: Its size in bytes, or ``None``.
         interrupted: Whether Ctrl-C (``SIGINT``) stopped the collection early.
         pool: The pool (as saved).
+        minari: ``(dataset_id, complete episodes written, partial ones left out)``
+            when a Minari dataset was written.
     """
 
     env_id: str
@@ -118,6 +120,7 @@ class CollectResult:
     file_size: int | None
     interrupted: bool
     pool: ReplayPool = dataclasses.field(repr=False, compare=False)
+    minari: tuple[str, int, int] | None = None
 
     @property
     def env_steps(self) -> int:
@@ -164,6 +167,12 @@ class CollectResult:
         ]
         if self.path is not None and self.file_size is not None:
             lines.append(f"wrote {self.path} ({format_bytes(self.file_size)})")
+        if self.minari is not None:
+            dataset_id, written, partial = self.minari
+            lines.append(
+                f"wrote Minari dataset {dataset_id}: {written:,} complete episodes "
+                f"({partial:,} partial ones left out)"
+            )
         lines.append(f"wall time {self.wall_seconds:.1f} s")
         return lines
 
@@ -537,6 +546,7 @@ def collect(
     store_next_obs: bool = True,
     progress: bool | TextIO = False,
     log: Callable[[str], None] | None = None,
+    minari: str | None = None,
 ) -> CollectResult:
     """Step ``num_envs`` copies of ``env_id`` and save every transition to a pool.
 
@@ -584,6 +594,9 @@ def collect(
         progress: ``True`` shows progress on standard error, a stream shows it
             there: a redrawn line on a terminal, plain lines otherwise.
         log: Receives the start line; default: this module's logger (INFO).
+        minari: Also write the complete episodes as this Minari dataset id
+            (``pip install "vecpool[minari]"``; see
+            :func:`vecpool.integrations.minari.to_minari`).
 
     Returns:
         The figures of the collection and the pool.
@@ -651,6 +664,12 @@ def collect(
         if path is not None:
             path = pool.save(path)
             file_size = path.stat().st_size
+        exported = None
+        if minari is not None:
+            from vecpool.integrations.minari import to_minari
+
+            dataset, left_out = to_minari(pool, minari, env=env_id)
+            exported = (minari, int(dataset.total_episodes), left_out)
     return CollectResult(
         env_id=env_id,
         num_envs=num_envs,
@@ -670,6 +689,7 @@ def collect(
         file_size=file_size,
         interrupted=interrupted,
         pool=pool,
+        minari=exported,
     )
 
 

@@ -228,6 +228,12 @@ class ReplayPool:
         self._sync()
         return self._length.copy()
 
+    @property
+    def received(self) -> npt.NDArray[np.int64]:
+        """Transitions each sub-pool has received so far, kept or not (a copy)."""
+        self._sync()
+        return self._received.copy()
+
     def __len__(self) -> int:
         """Total number of stored transitions."""
         self._sync()
@@ -912,6 +918,18 @@ class ReplayPool:
             The path written.
         """
         return pool_files.write(self, path, compress=compress)
+
+    def to_minari(self, dataset_id: str, **kwargs: Any) -> tuple[Any, int]:
+        """Write the complete episodes as a Minari dataset (``vecpool[minari]``).
+
+        See :func:`vecpool.integrations.minari.to_minari` (same arguments).
+
+        Returns:
+            The ``MinariDataset`` and the number of partial episodes left out.
+        """
+        from vecpool.integrations.minari import to_minari
+
+        return to_minari(self, dataset_id, **kwargs)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], trusted: bool = False) -> ReplayPool:

@@ -1,0 +1,111 @@
+"""ReplayPool -> Minari: complete episodes only, equal after minari.load_dataset."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+minari = pytest.importorskip("minari")
+pytest.importorskip("h5py")
+
+import gymnasium as gym  # noqa: E402
+
+import vecpool  # noqa: E402
+from vecpool.episodes import complete_episodes  # noqa: E402
+from vecpool.integrations.minari import to_minari  # noqa: E402
+from vecpool.testing import make_env_fns  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:minari")
+
+
+@pytest.fixture(autouse=True)
+def _datasets_in_tmp(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
+
+
+def _collected(fns, steps: int, pool_size: int = 4000) -> vecpool.ReplayPool:
+    envs = vecpool.ReplayPoolWrapper(
+        vecpool.AsyncVectorEnv(fns, num_workers=0), pool_size=pool_size, seed=0
+    )
+    try:
+        envs.reset(seed=0)
+        envs.action_space.seed(0)
+        for _ in range(steps):
+            envs.step(envs.action_space.sample())
+        return envs.pool
+    finally:
+        envs.close()
+
+
+def _assert_equal_tree(a, b, label):
+    if isinstance(a, dict):
+        assert set(a) == set(b), label
+        for key in a:
+            _assert_equal_tree(a[key], b[key], f"{label}.{key}")
+        return
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=label)
+
+
+def test_cartpole_round_trip_through_minari():
+    pool = _collected([lambda: gym.make("CartPole-v1")] * 4, 300)
+    episodes, partial = complete_episodes(pool)
+    dataset, skipped = to_minari(
+        pool, "cartpole/vecpool-v0", env="CartPole-v1", algorithm_name="random"
+    )
+    assert skipped == partial > 0  # the running tails were left out
+    assert dataset.total_episodes == len(episodes)
+    loaded = minari.load_dataset("cartpole/vecpool-v0")
+    assert loaded.total_steps == sum(len(e) for e in episodes)
+    for ours, theirs in zip(episodes, loaded.iterate_episodes(), strict=True):
+        _assert_equal_tree(ours.observations, theirs.observations, "observations")
+        _assert_equal_tree(ours.actions, theirs.actions, "actions")
+        np.testing.assert_array_equal(ours.rewards, theirs.rewards)
+        np.testing.assert_array_equal(ours.terminations, theirs.terminations)
+        np.testing.assert_array_equal(ours.truncations, theirs.truncations)
+    assert loaded.spec.env_spec.id == "CartPole-v1"
+
+
+def test_dict_observations_and_no_env_round_trip():
+    fns = make_env_fns(2, max_steps=5, terminate_prob=0.2, obs_kind="dict")
+    pool = _collected(fns, 60)
+    episodes, _ = complete_episodes(pool)
+    to_minari(pool, "counting/dict-v0", algorithm_name="random")
+    loaded = minari.load_dataset("counting/dict-v0")
+    assert loaded.observation_space == pool.observation_space
+    for ours, theirs in zip(episodes, loaded.iterate_episodes(), strict=True):
+        _assert_equal_tree(ours.observations, theirs.observations, "observations")
+        np.testing.assert_array_equal(ours.rewards, theirs.rewards)
+
+
+def test_a_pool_without_complete_episodes_is_refused():
+    pool = _collected([lambda: gym.make("CartPole-v1")], 3)  # no episode has ended
+    with pytest.raises(ValueError, match="no complete episode"):
+        to_minari(pool, "cartpole/none-v0", env="CartPole-v1")
+
+
+def test_collect_writes_a_minari_dataset_beside_its_pool(tmp_path):
+    from vecpool.cli import main
+
+    code = main(
+        [
+            "collect",
+            "CartPole-v1",
+            "--num-envs",
+            "2",
+            "--steps",
+            "400",
+            "--num-workers",
+            "0",
+            "--out",
+            str(tmp_path / "pool.npz"),
+            "--minari",
+            "cartpole/cli-v0",
+            "--quiet",
+        ]
+    )
+    assert code == 0
+    pool = vecpool.ReplayPool.load(tmp_path / "pool.npz")
+    episodes, _ = complete_episodes(pool)
+    loaded = minari.load_dataset("cartpole/cli-v0")
+    assert loaded.total_episodes == len(episodes) > 0
+    assert pool.to_minari("cartpole/method-v0")[0].total_episodes == len(episodes)

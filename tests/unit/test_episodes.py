@@ -1,0 +1,168 @@
+"""Complete episodes out of a replay pool: starts, ends, drops and jumps."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+
+import vecpool
+from vecpool.episodes import complete_episodes
+from vecpool.testing import make_env_fns
+
+
+def _pool(pool_size: int = 100, num_envs: int = 1, **kwargs) -> vecpool.ReplayPool:
+    return vecpool.ReplayPool(
+        spaces.Box(-100, 100, (1,)), spaces.Discrete(2), num_envs, pool_size, **kwargs
+    )
+
+
+def _add(pool, obs, next_obs, terminated=False, truncated=False):
+    pool.add(
+        np.array([[obs]], np.float32),
+        np.array([1]),
+        np.array([[next_obs]], np.float32),
+        np.array([float(obs)]),
+        np.array([terminated]),
+        np.array([truncated]),
+    )
+
+
+def _firsts(episodes):
+    return [e.observations[:, 0].tolist() for e in episodes]
+
+
+def test_an_episode_runs_from_a_reset_to_its_end():
+    pool = _pool()
+    for t in range(3):
+        _add(pool, t, t + 1, terminated=t == 2)
+    _add(pool, 10, 11)  # reset, then one step of a running episode
+    episodes, partial = complete_episodes(pool)
+    assert _firsts(episodes) == [[0, 1, 2, 3]]
+    (episode,) = episodes
+    assert len(episode) == 3
+    assert episode.rewards.tolist() == [0.0, 1.0, 2.0]
+    assert episode.terminations.tolist() == [False, False, True]
+    assert episode.truncations.tolist() == [False, False, False]
+    assert partial == 1  # the running tail
+
+
+def test_a_truncation_ends_an_episode_too():
+    pool = _pool()
+    _add(pool, 0, 1)
+    _add(pool, 1, 2, truncated=True)
+    episodes, partial = complete_episodes(pool)
+    assert _firsts(episodes) == [[0, 1, 2]]
+    assert episodes[0].truncations.tolist() == [False, True]
+    assert partial == 0
+
+
+def test_a_head_whose_start_was_dropped_is_partial():
+    pool = _pool(pool_size=3)  # keeps the 3 newest
+    for t in range(4):
+        _add(pool, t, t + 1, terminated=t == 1)
+    _add(pool, 20, 21, terminated=True)
+    # kept: rows t=2, t=3 and 20. Rows 2-3 did begin after t=1's end, but that row
+    # was dropped, so nothing in the pool shows it: partial, and cut by the jump
+    episodes, partial = complete_episodes(pool)
+    assert pool.received.tolist() == [5]
+    assert _firsts(episodes) == [[20, 21]]
+    assert partial == 1
+
+
+def test_a_jump_cuts_an_episode_and_starts_the_next():
+    pool = _pool()
+    _add(pool, 0, 1)
+    _add(pool, 1, 2)
+    _add(pool, 50, 51)  # obs != previous next_obs: a reset no flag announced
+    _add(pool, 51, 52, terminated=True)
+    episodes, partial = complete_episodes(pool)
+    assert _firsts(episodes) == [[50, 51, 52]]
+    assert partial == 1
+
+
+def test_sub_pools_are_separate_envs():
+    pool = _pool(num_envs=2)
+    for t in range(2):
+        pool.add(
+            np.array([[t], [100 + t]], np.float32),
+            np.array([0, 1]),
+            np.array([[t + 1], [101 + t]], np.float32),
+            np.zeros(2),
+            np.array([t == 1, False]),
+            np.array([False, False]),
+        )
+    episodes, partial = complete_episodes(pool)
+    assert [(e.env, e.observations[:, 0].tolist()) for e in episodes] == [
+        (0, [0, 1, 2])
+    ]
+    assert partial == 1
+
+
+def test_a_randomly_routed_pool_has_no_episodes():
+    with pytest.raises(ValueError, match="random=True"):
+        complete_episodes(_pool(random=True))
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode))
+def test_episodes_recorded_by_the_wrapper_are_the_envs_own(mode):
+    """Each complete episode equals what a plain env does from the same reset."""
+    fns = make_env_fns(3, max_steps=6, terminate_prob=0.15, obs_kind="dict")
+    kwargs = {"autoreset_mode": mode}
+    envs = vecpool.ReplayPoolWrapper(
+        vecpool.AsyncVectorEnv(fns, num_workers=0, **kwargs), pool_size=600
+    )
+    try:
+        envs.reset(seed=5)
+        actions = np.random.default_rng(1).integers(0, 2, (40, 3))
+        for batch in actions:
+            if mode is AutoresetMode.DISABLED:
+                _, _, term, trunc, _ = envs.step(batch)
+                if (term | trunc).any():
+                    envs.reset(options={"reset_mask": term | trunc})
+            else:
+                envs.step(batch)
+        episodes, partial = complete_episodes(envs.pool)
+    finally:
+        envs.close()
+    assert len(episodes) >= 5
+    assert partial <= 3  # at most the running tail of each env
+    for episode in episodes:
+        ends = episode.terminations | episode.truncations
+        assert ends[-1]
+        assert not ends[:-1].any()
+        # a dict observation batch with T + 1 rows, T actions
+        for leaf in episode.observations.values():
+            assert len(leaf) == len(episode) + 1
+        assert len(episode.actions) == len(episode)
+
+
+def test_cartpole_episodes_replay_exactly_from_their_actions():
+    """Replaying an episode's actions in a fresh env from its reset state matches."""
+    envs = vecpool.ReplayPoolWrapper(
+        vecpool.AsyncVectorEnv(
+            [lambda: gym.make("CartPole-v1").unwrapped] * 2, num_workers=0
+        ),
+        pool_size=4000,
+    )
+    try:
+        envs.reset(seed=3)
+        envs.action_space.seed(3)
+        for _ in range(200):
+            envs.step(envs.action_space.sample())
+        episodes, _ = complete_episodes(envs.pool)
+    finally:
+        envs.close()
+    assert episodes
+    replay = gym.make("CartPole-v1").unwrapped
+    for episode in episodes[:5]:
+        replay.reset()
+        replay.state = episode.observations[0].astype(np.float64)
+        for t, action in enumerate(episode.actions.tolist()):
+            obs, reward, terminated, _, _ = replay.step(action)
+            # the env steps in float64 from a float32 start: equal to float32 noise
+            np.testing.assert_allclose(obs, episode.observations[t + 1], atol=1e-5)
+            assert reward == episode.rewards[t]
+            assert terminated == episode.terminations[t]
