@@ -50,6 +50,29 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs)
 
 
+# torch is pinned (a CPU wheel; torchrl needs a matching torch and tensordict)
+INTEGRATIONS = [
+    "torch==2.13.0",
+    "torchrl==0.14.1",
+    "tensordict>=0.14.3,<0.15",
+]
+
+
+@nox.session(python=PYTHON, default=False)
+def integrations(session: nox.Session) -> None:
+    """Run tests/integrations with Stable-Baselines3, TorchRL and Minari installed.
+
+    The default ``tests`` session skips those tests cleanly where the libraries are
+    absent; this one installs them (the ``sb3`` and ``minari`` extras, torch pinned)
+    and runs them, the slow SB3 learning test included.
+    """
+    install_project(session, *nox.project.dependency_groups(PYPROJECT, "test"))
+    session.install(".[sb3,minari]", *INTEGRATIONS)
+    session.run(
+        "pytest", "tests/integrations", "-p", "no:cacheprovider", *session.posargs
+    )
+
+
 @nox.session(python=PYTHON, default=False)
 def coverage(session: nox.Session) -> None:
     """Run the test suite under coverage, worker processes included, and report.
