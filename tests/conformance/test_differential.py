@@ -144,7 +144,10 @@ def make_async(request, make_async):
         return make_async
 
     def in_process(env_fns: Any, **kwargs: Any) -> vecpool.AsyncVectorEnv:
-        return make_async(env_fns, **{**kwargs, "num_workers": 0})
+        env: vecpool.AsyncVectorEnv = make_async(
+            env_fns, **{**kwargs, "num_workers": 0}
+        )
+        return env
 
     return in_process
 

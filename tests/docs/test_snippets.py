@@ -112,7 +112,8 @@ def _close_vector_envs(namespace: dict[str, Any]) -> None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 try:
-                    value.close(terminate=True)
+                    closer: Any = value.close
+                    closer(terminate=True)
                 except TypeError:  # vecpool.Pool.close() takes no arguments
                     value.close()
                 except Exception:  # noqa: BLE001  # best effort after a failure

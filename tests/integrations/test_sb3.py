@@ -328,8 +328,7 @@ def test_step_async_then_step_wait(closing):
 
 @pytest.mark.parametrize("policy", ["MlpPolicy", "MultiInputPolicy"])
 def test_ppo_learns_a_few_steps(policy, closing):
-    import torch
-
+    torch = pytest.importorskip("torch")
     torch.set_num_threads(1)
     if policy == "MlpPolicy":
         fns = cartpole_fns(4)
@@ -371,8 +370,7 @@ def test_a_missing_sb3_says_which_extra_to_install():
 @pytest.mark.timeout(900)
 def test_ppo_solves_cartpole_through_vecpool(closing):
     """PPO (rl-zoo's CartPole settings) over 8 vecpool envs: return >= 150 in 50k."""
-    import torch
-
+    torch = pytest.importorskip("torch")
     torch.set_num_threads(1)
     fns = [monitored_cartpole] * 8
     env = SB3VecEnv(vecpool.AsyncVectorEnv(fns, num_workers=2, autoreset_mode=SAME))

@@ -88,7 +88,9 @@ def test_cpu_seconds_counts_a_process_and_sums_several():
     after = cpu_seconds([pid])
     assert after is not None
     assert after - before >= 0.1
-    assert cpu_seconds([pid, pid]) == pytest.approx(2 * cpu_seconds([pid]), abs=0.05)
+    once = cpu_seconds([pid])
+    assert once is not None
+    assert cpu_seconds([pid, pid]) == pytest.approx(2 * once, abs=0.05)
     assert cpu_seconds([2**22 + 12345]) is None  # no such process
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -156,7 +158,7 @@ def test_cartpole_episodes_replay_exactly_from_their_actions():
     finally:
         envs.close()
     assert episodes
-    replay = gym.make("CartPole-v1").unwrapped
+    replay: Any = gym.make("CartPole-v1").unwrapped
     for episode in episodes[:5]:
         replay.reset()
         replay.state = episode.observations[0].astype(np.float64)

@@ -22,7 +22,7 @@ from vecpool import pool_files
 from vecpool._files import _HOST, STALE_AGE, remove_stale_temporaries
 from vecpool.testing import assert_same_data
 
-SPACES = {
+SPACES: dict[str, spaces.Space[Any]] = {
     "box-inf": spaces.Box(-np.inf, np.inf, (3,), np.float32),
     "box-bounds": spaces.Box(
         np.array([[-1.5, 0.0], [2.0, -np.inf]]),
@@ -56,6 +56,7 @@ def test_space_round_trip_through_json(name):
     assert again == space
     assert type(again) is type(space)
     if isinstance(space, spaces.Dict):
+        assert isinstance(again, spaces.Dict)
         assert list(again.spaces) == list(space.spaces)  # key order kept
 
 
@@ -97,7 +98,8 @@ def _filled(
 def _stack(space: spaces.Space[Any], items: list[Any]) -> Any:
     from gymnasium.vector.utils import concatenate, create_empty_array
 
-    return concatenate(space, items, create_empty_array(space, len(items)))
+    out: Any = create_empty_array(space, len(items))
+    return concatenate(space, items, out)
 
 
 @pytest.mark.parametrize("store_next_obs", [True, False])
@@ -136,7 +138,8 @@ def _members(path: Path) -> dict[str, np.ndarray]:
 
 
 def _header(members: dict[str, np.ndarray]) -> dict[str, Any]:
-    return json.loads(members["config"].tobytes())
+    header: dict[str, Any] = json.loads(members["config"].tobytes())
+    return header
 
 
 def _with_header(members: dict[str, np.ndarray], **changes: Any) -> dict[str, Any]:
@@ -332,7 +335,7 @@ def test_temporary_files_of_killed_writers_are_removed_by_the_next_save(tmp_path
     long_ago = time.time() - 2 * STALE_AGE
 
     def temp(name: str, host: str, pid: int, age: float = long_ago) -> Path:
-        path = tmp_path / f".{name}.{host}.{pid}.7f00.tmp"
+        path: Path = tmp_path / f".{name}.{host}.{pid}.7f00.tmp"
         path.write_bytes(b"x" * 100)
         os.utime(path, (age, age))
         return path

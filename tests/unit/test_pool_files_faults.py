@@ -53,7 +53,8 @@ def _pool(
 def _stack(space: spaces.Space[Any], items: list[Any]) -> Any:
     from gymnasium.vector.utils import concatenate, create_empty_array
 
-    return concatenate(space, items, create_empty_array(space, len(items)))
+    out: Any = create_empty_array(space, len(items))
+    return concatenate(space, items, out)
 
 
 def _members(path: Path) -> dict[str, np.ndarray]:
@@ -104,6 +105,7 @@ def test_an_unsorted_dict_space_loads_with_each_key_own_data(tmp_path):
     }
     pool.add(batch, np.array([1]), batch, np.zeros(1), *np.zeros((2, 1), bool))
     loaded = vecpool.ReplayPool.load(pool.save(tmp_path / "dict.npz"))
+    assert isinstance(loaded.observation_space, spaces.Dict)
     assert list(loaded.observation_space.spaces) == ["b", "a"]
     assert_same_data(pool.get_pool(), loaded.get_pool(), "get_pool")
 
