@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import os
+import select
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +18,7 @@ __all__ = [
     "check_custom_worker",
     "check_int",
     "check_max_concurrency",
+    "check_platform",
     "check_reset_mask",
     "is_int",
     "require_matplotlib",
@@ -68,6 +71,24 @@ def check_int(
         msg = f"`{name}` must be an integer {bound}{hint}, got {value!r}."
         raise error(msg)
     return number
+
+
+def check_platform() -> None:
+    """Refuse, with the way out, a platform vecpool's engine cannot run on.
+
+    The engine waits on pipes and process sentinels with ``select.poll``, which
+    Windows lacks (Linux is tested; macOS has it).
+
+    Raises:
+        RuntimeError: Naming the platform and the alternatives.
+    """
+    if not hasattr(select, "poll"):
+        msg = (
+            f"vecpool.AsyncVectorEnv needs select.poll, which {sys.platform} lacks "
+            "(vecpool runs on Linux and macOS). Use gymnasium.vector.AsyncVectorEnv "
+            "or SyncVectorEnv here, or run under WSL."
+        )
+        raise RuntimeError(msg)
 
 
 def available_cpus() -> int:

@@ -33,6 +33,7 @@ from vecpool._checks import (
     check_custom_worker,
     check_int,
     check_max_concurrency,
+    check_platform,
     check_reset_mask,
 )
 from vecpool._guards import HELD, exclusive
@@ -223,6 +224,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             if isinstance(autoreset_mode, AutoresetMode)
             else AutoresetMode(autoreset_mode)
         )
+        check_platform()
         self.max_concurrency = check_max_concurrency(max_concurrency)
         check_custom_worker(worker)
         self.num_envs = len(env_fns)

@@ -335,6 +335,10 @@ def encode_safely(reply: Reply, start: int) -> bytes:
     )
 
 
+def _sleep_zero() -> None:
+    time.sleep(0)
+
+
 def spin_until_ready(
     poller: select.poll, seconds: float, spin_yield: bool
 ) -> list[Any]:
@@ -354,7 +358,8 @@ def spin_until_ready(
     """
     deadline = time.perf_counter() + seconds
     poll = poller.poll
-    sched_yield = os.sched_yield if spin_yield else None
+    # macOS has no sched_yield: a zero sleep yields the CPU there
+    sched_yield = getattr(os, "sched_yield", _sleep_zero) if spin_yield else None
     while True:
         events = poll(0)
         if events:

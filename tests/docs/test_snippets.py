@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import gc
 import re
+import subprocess
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +89,8 @@ def _snippets(path: Path) -> tuple[list[Snippet], list[str]]:
     return snippets, problems
 
 
+MAIN_GUARD = re.compile(r"^if __name__ == [\"']__main__[\"']:", re.MULTILINE)
+
 SNIPPETS: list[Snippet] = []
 PROBLEMS: list[str] = []
 for _path in DOC_FILES:
@@ -137,6 +141,20 @@ def test_snippet(
         for module in re.split(r"[\s,]+", needs["modules"]):
             pytest.importorskip(module)
     monkeypatch.chdir(tmp_path)
+    if MAIN_GUARD.search(snippet.source):
+        # a script (`if __name__ == "__main__":`, e.g. for the spawn start method):
+        # run it as one, in its own interpreter
+        script = tmp_path / "snippet.py"
+        script.write_text(snippet.source)
+        result = subprocess.run(
+            [sys.executable, str(script)],
+            capture_output=True,
+            text=True,
+            timeout=110,
+            check=False,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        return
     code = compile(snippet.source, snippet.id, "exec")
     # a module name that is not importable: cloudpickle sends the snippet's
     # functions (env factories, lambdas) to the workers by value
