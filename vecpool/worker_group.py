@@ -527,19 +527,10 @@ class WorkerGroup:
                     )
                     target = custom
                 else:
-                    config = WorkerConfig(
-                        index=index,
-                        start=env_indices.start,
-                        env_fns=EnvFns([spec.env_fns[i] for i in env_indices]),
-                        block=buffers.block,
-                        layout=buffers.layout,
-                        action_space=spec.action_space,
-                        observation_space=spec.observation_space,
-                        obs_transport=buffers.transport,
-                        gym_obs_memory=buffers.gym_obs_memory,
-                        autoreset_mode=spec.autoreset_mode,
-                        observation_mode=spec.observation_mode,
-                        check_spaces=(spec.observation_space, spec.action_space),
+                    config = _config(
+                        spec,
+                        index,
+                        env_indices,
                         semaphore=semaphore,
                         spin=self.spin.worker_spin,
                         spin_yield=self.spin.spin_yield,
@@ -581,23 +572,7 @@ class WorkerGroup:
         """``num_workers=0``: host every env in this process (see local_worker)."""
         from vecpool.local_worker import LocalHandle
 
-        buffers = spec.buffers
-        handle = LocalHandle(
-            WorkerConfig(
-                index=0,
-                start=0,
-                env_fns=EnvFns(list(spec.env_fns)),
-                block=buffers.block,
-                layout=buffers.layout,
-                action_space=spec.action_space,
-                observation_space=spec.observation_space,
-                obs_transport=buffers.transport,
-                gym_obs_memory=buffers.gym_obs_memory,
-                autoreset_mode=spec.autoreset_mode,
-                observation_mode=spec.observation_mode,
-                check_spaces=(spec.observation_space, spec.action_space),
-            )
-        )
+        handle = LocalHandle(_config(spec, 0, range(len(spec.env_fns))))
         closers.append(handle)  # closed with the pipes, on every way out
         self.add(handle)
 
@@ -912,6 +887,31 @@ class WorkerGroup:
         except Exception:  # noqa: BLE001 - the caller terminates the workers
             return False
         return True
+
+
+def _config(
+    spec: StartSpec, index: int, env_indices: range, **waiting: Any
+) -> WorkerConfig:
+    """The configuration of the worker hosting ``env_indices``.
+
+    ``waiting`` holds a worker process's semaphore and spin settings.
+    """
+    buffers = spec.buffers
+    return WorkerConfig(
+        index=index,
+        start=env_indices.start,
+        env_fns=EnvFns([spec.env_fns[i] for i in env_indices]),
+        block=buffers.block,
+        layout=buffers.layout,
+        action_space=spec.action_space,
+        observation_space=spec.observation_space,
+        obs_transport=buffers.transport,
+        gym_obs_memory=buffers.gym_obs_memory,
+        autoreset_mode=spec.autoreset_mode,
+        observation_mode=spec.observation_mode,
+        check_spaces=(spec.observation_space, spec.action_space),
+        **waiting,
+    )
 
 
 def poll_set(

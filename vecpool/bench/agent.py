@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
 
-from vecpool.bench.backends import Measurement
+from vecpool.bench.backends import Measurement, run_batches
 from vecpool.bench.workloads import ActionPlan
 from vecpool.spaces import leaves
 
@@ -173,28 +173,7 @@ def agent_runner(
         last[id(env)] = obs
         return Measurement(steps * plan.num_envs, seconds)
 
-    def run_batches(env: Any, plan: ActionPlan, steps: int) -> Measurement:
-        num_envs = plan.num_envs
-        target = steps * num_envs
-        send, recv = env.send, env.recv
-        done = 0
-        start = time.perf_counter()
-        send(plan.batch(0), np.arange(num_envs))
-        in_flight, index = num_envs, 1
-        while True:
-            obs, _, _, _, info = recv()
-            ids = info["env_id"]
-            in_flight -= ids.size
-            done += ids.size
-            if done >= target:
-                break
-            policy(obs)
-            send(plan.take(index, ids), ids)
-            in_flight += ids.size
-            index += 1
-        seconds = time.perf_counter() - start
-        while in_flight:  # leave nothing in flight for the next round (untimed)
-            in_flight -= recv()[4]["env_id"].size
-        return Measurement(done, seconds)
+    def run_policy_batches(env: Any, plan: ActionPlan, steps: int) -> Measurement:
+        return run_batches(env, plan, steps, policy)
 
-    return run_batches if batches else run_vector
+    return run_policy_batches if batches else run_vector

@@ -209,27 +209,51 @@ class VecpoolBatchBackend(Backend):
 
     def run(self, env: Any, plan: ActionPlan, steps: int) -> Measurement:
         """Keep every env busy until ``steps * num_envs`` env-steps came back."""
-        num_envs = plan.num_envs
-        target = steps * num_envs
-        send, recv = env.send, env.recv
-        done = 0
-        start = time.perf_counter()
-        send(plan.batch(0), np.arange(num_envs))
-        in_flight = num_envs
-        step = 1
-        while True:
-            ids = recv()[4]["env_id"]
-            in_flight -= ids.size
-            done += ids.size
-            if done >= target:
-                break
-            send(plan.take(step, ids), ids)
-            in_flight += ids.size
-            step += 1
-        seconds = time.perf_counter() - start
-        while in_flight:  # leave nothing in flight for the next round (untimed)
-            in_flight -= recv()[4]["env_id"].size
-        return Measurement(done, seconds)
+        return run_batches(env, plan, steps)
+
+
+def run_batches(
+    env: Any,
+    plan: ActionPlan,
+    steps: int,
+    policy: Callable[[Any], Any] | None = None,
+) -> Measurement:
+    """EnvPool-style async batches: send every env, then recv a batch, send it.
+
+    Args:
+        env: A vecpool env built with ``batch_size``.
+        plan: The actions stepped.
+        steps: Vector steps' worth of env-steps (``steps * num_envs``).
+        policy: Run on each received batch's observations before its next send
+            (the other envs step meanwhile); ``None`` for none.
+
+    Returns:
+        The env-steps ``recv`` returned and their seconds (nothing is left in
+        flight afterwards; the draining is not timed).
+    """
+    num_envs = plan.num_envs
+    target = steps * num_envs
+    send, recv = env.send, env.recv
+    done = 0
+    start = time.perf_counter()
+    send(plan.batch(0), np.arange(num_envs))
+    in_flight, index = num_envs, 1
+    while True:
+        obs, _, _, _, info = recv()
+        ids = info["env_id"]
+        in_flight -= ids.size
+        done += ids.size
+        if done >= target:
+            break
+        if policy is not None:
+            policy(obs)
+        send(plan.take(index, ids), ids)
+        in_flight += ids.size
+        index += 1
+    seconds = time.perf_counter() - start
+    while in_flight:  # leave nothing in flight for the next round (untimed)
+        in_flight -= recv()[4]["env_id"].size
+    return Measurement(done, seconds)
 
 
 class EnvPoolBackend(Backend):
