@@ -191,18 +191,14 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 ``step`` at once; ``None`` for no limit.
             num_workers: Number of worker processes; the envs are split into that many
                 contiguous slices. Default: ``min(num_envs, available CPUs,
-                max_concurrency or num_envs)``. ``0`` runs every env in this
-                process, in turn (``SyncVectorEnv``'s way, with the same results and
-                errors as the workers give): fastest for cheap envs on few cores,
-                but without isolation (see docs/performance.md).
+                max_concurrency or num_envs)``. ``0``: every env in this process
+                (same results; no isolation; see docs/performance.md).
             wait_strategy: How the parent and the workers wait for each other:
                 ``"spin"`` polls (yielding the CPU between polls) for up to 2 ms
                 before blocking, which skips the cost of waking a blocked process;
                 ``"block"`` always blocks on the pipes; ``"auto"`` (default) spins
-                only when there are no more workers than CPUs, the parent spins
-                only while steps come back within about a quarter millisecond, and
-                the workers only while the parent sends the next command that soon
-                (a policy computed between steps finds them blocked).
+                only when there are no more workers than CPUs, and each side only
+                while the other answers within about a quarter millisecond.
             batch_size: Enables EnvPool-style asynchronous batches: :meth:`send`
                 steps the given envs and :meth:`recv` returns the first
                 ``batch_size`` envs to finish (``1 <= batch_size <= num_envs``).

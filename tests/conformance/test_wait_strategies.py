@@ -82,7 +82,8 @@ def test_auto_workers_block_while_the_parent_computes(make_async):
             time.sleep(0.006)  # the parent's own work
         burned[strategy] = _worker_cpu_seconds(env) - before
         env.close()
-    # spin: up to 2 workers x 80 x 2 ms = 0.32 s (less when other processes take
-    # the cores: it yields); auto: a few spins, then the steps only (~0.02 s)
+    # spin: up to 2 workers x 80 x 2 ms = 0.32 s on idle cores (it yields, so far
+    # less when other processes want them: no bound on it here); auto: a few
+    # spins, then the steps only (~0.02 s). Without the gap rule, auto spins as
+    # "spin" does (0.34 s measured on idle cores)
     assert burned["auto"] < 0.1, burned
-    assert burned["auto"] < burned["spin"], burned
