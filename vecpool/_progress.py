@@ -123,7 +123,7 @@ class Progress:
                 elapsed,
                 ncols=self.width,
                 unit=f" {unit}",
-                unit_scale=False,
+                unit_scale=total >= 10_000,  # 12.4k/20.0k, not 1.00/2.00
                 postfix=postfix,
             )
         else:
