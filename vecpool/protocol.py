@@ -158,6 +158,8 @@ class ErrorRecord(NamedTuple):
         exc_type: The exception type, or ``None`` if the type itself cannot be pickled.
         message: ``str(exception)``.
         traceback: The formatted remote traceback.
+        attributes: The exception's own attributes that pickle (for a class whose
+            ``__init__`` cannot be called again with the message alone).
     """
 
     env_index: int
@@ -165,6 +167,7 @@ class ErrorRecord(NamedTuple):
     exc_type: type[BaseException] | None
     message: str
     traceback: str
+    attributes: dict[str, Any] | None = None
 
 
 class EnvState(NamedTuple):
@@ -267,7 +270,15 @@ def pack_error(env_index: int, exc: BaseException) -> ErrorRecord:
         pickle.dumps(exc_type)
     except Exception:  # noqa: BLE001 - a local class: only the text can travel
         exc_type = None
-    return ErrorRecord(env_index, data, exc_type, str(exc), trace)
+    attributes: dict[str, Any] = {}
+    if data is None:
+        for name, value in getattr(exc, "__dict__", {}).items():
+            try:
+                pickle.loads(pickle.dumps(value))
+            except Exception:  # noqa: BLE001 - that attribute stays behind
+                continue
+            attributes[name] = value
+    return ErrorRecord(env_index, data, exc_type, str(exc), trace, attributes)
 
 
 def encode(reply: Reply) -> bytes:
@@ -444,8 +455,11 @@ class GapTracker:
 def rebuild_exception(error: ErrorRecord) -> BaseException:
     """Rebuild the exception a worker reported (the inverse of :func:`pack_error`).
 
-    The original object if it travelled, else its type rebuilt from the message, else
-    a :class:`~vecpool.errors.VecPoolError` carrying the message.
+    The original object if it travelled; else its type called with the message; else
+    (an ``__init__`` that needs other arguments) the same class built without
+    ``__init__``, holding the message and the attributes that pickled, so ``except
+    MyEnvError`` still catches it; else a :class:`~vecpool.errors.VecPoolError`
+    carrying the message.
 
     Args:
         error: The record.
@@ -460,6 +474,14 @@ def rebuild_exception(error: ErrorRecord) -> BaseException:
     if error.exc_type is not None:
         with contextlib.suppress(Exception):
             return error.exc_type(error.message)
+        with contextlib.suppress(Exception):
+            # an __init__ that needs other arguments: the same class, built without
+            # calling it, with the message as args and the attributes that travelled
+            rebuilt = error.exc_type.__new__(error.exc_type, error.message)
+            rebuilt.args = (error.message,)
+            rebuilt.__dict__.update(error.attributes or {})
+            str(rebuilt)  # a __str__ that needs what did not travel: give up
+            return rebuilt
     return VecPoolError(
         f"{error.message} (raised in sub-environment {error.env_index})"
     )

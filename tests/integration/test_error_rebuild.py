@@ -1,0 +1,84 @@
+"""An env's exception comes back as its own class, even when ``__init__`` needs
+more than the message (issue 11, item 9): ``except MyEnvError`` must catch it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import vecpool
+from vecpool.testing import CountingEnv
+
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.filterwarnings("ignore::UserWarning"),  # Gymnasium's error log lines
+]
+
+
+class CodedError(RuntimeError):
+    """Needs two arguments: it cannot be rebuilt from its message alone."""
+
+    def __init__(self, code: int, text: str) -> None:
+        super().__init__(f"E{code}: {text}")
+        self.code = code
+        self.text = text
+
+
+class LockedError(Exception):
+    """Its __str__ needs an attribute that cannot travel (a lock)."""
+
+    def __init__(self, lock: Any, text: str) -> None:
+        super().__init__(text)
+        self.lock = lock
+
+    def __str__(self) -> str:
+        return f"{self.args[0]} (lock held: {self.lock.locked()})"
+
+
+class _Raising(CountingEnv):
+    error: str = "coded"
+
+    def step(self, action: Any) -> Any:
+        if self.error == "coded":
+            raise CodedError(7, "the simulator diverged")
+        import threading
+
+        raise LockedError(threading.Lock(), "stuck")
+
+
+class _Locked(_Raising):
+    error = "locked"
+
+
+@pytest.mark.parametrize("num_workers", [1, 0])
+def test_an_exception_needing_init_arguments_keeps_its_class(num_workers):
+    env = vecpool.AsyncVectorEnv([CountingEnv, _Raising], num_workers=num_workers)
+    try:
+        env.reset(seed=0)
+        with pytest.raises(CodedError) as info:
+            env.step(np.zeros(2, np.int64))
+        error = info.value
+        assert type(error) is CodedError
+        assert str(error) == "E7: the simulator diverged"
+        assert error.code == 7  # its attributes came along
+        assert error.text == "the simulator diverged"
+        assert "sub-environment 1" in "".join(getattr(error, "__notes__", []))
+        assert "CodedError" in str(error.__cause__)  # the remote traceback
+        # still usable afterwards, as after any env error
+        assert env.get_attr("spec")[0] is None
+    finally:
+        env.close()
+
+
+def test_an_exception_that_cannot_be_rebuilt_says_so_in_a_vecpool_error():
+    env = vecpool.AsyncVectorEnv([CountingEnv, _Locked], num_workers=1)
+    try:
+        env.reset(seed=0)
+        with pytest.raises(vecpool.errors.VecPoolError, match="stuck") as info:
+            env.step(np.zeros(2, np.int64))
+        assert "LockedError" in str(info.value.__cause__)
+    finally:
+        env.close()
+
