@@ -189,13 +189,35 @@ def make_writer(space: spaces.Space[Any], arrays: list[np.ndarray[Any, Any]]) ->
 
             return write_tuple
         array = next(iterator)
+        shape = array.shape[1:]
 
         def write_leaf(index: int, value: Any) -> None:
+            # an array of the right shape passes on one attribute read; anything
+            # else (a scalar, None, a list) must have the shape too, or numpy would
+            # broadcast it silently where Gymnasium raises
+            if getattr(value, "shape", None) != shape:
+                _check_shape(value, shape)
             array[index] = value
 
         return write_leaf
 
     return build(space)
+
+
+def _check_shape(value: Any, shape: tuple[int, ...]) -> None:
+    """Refuse a value that does not have ``shape`` (it would be broadcast).
+
+    Raises:
+        ValueError: Naming the value, its shape and the space's.
+    """
+    if value is None or np.shape(value) != shape:
+        text = repr(value)
+        text = text if len(text) <= 60 else text[:57] + "..."
+        msg = (
+            f"The env returned {text} (shape {np.shape(value)}), not an observation "
+            f"of its space's shape {shape} (vecpool does not broadcast it)."
+        )
+        raise ValueError(msg)
 
 
 def make_reader(space: spaces.Space[Any], arrays: list[np.ndarray[Any, Any]]) -> Reader:
