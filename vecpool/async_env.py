@@ -1,17 +1,14 @@
 """Parent side of vecpool's vector env: :class:`AsyncVectorEnv`.
 
-The constructor with its checks and Gymnasium's state machine; each public method is
-a short delegate to the engine's rooms (``worker_group``, ``buffers``, ``batches``,
-``env_states``; ``protocol`` is what parent and worker share). See
-``docs/architecture.md``.
+The constructor, its checks and Gymnasium's state machine; public methods delegate to
+the engine's rooms (``worker_group``, ``buffers``, ``batches``, ``env_states``;
+``protocol`` is shared with the workers). See ``docs/architecture.md``.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import multiprocessing
-import os
 import threading
 import time
 import weakref
@@ -37,6 +34,7 @@ from vecpool._checks import (
     check_reset_mask,
 )
 from vecpool._guards import HELD, exclusive
+from vecpool._lifecycle import LIVE_ENVS, kill_groups, reap, shutdown
 from vecpool.batches import Batches
 from vecpool.buffers import StepBuffers
 from vecpool.env_states import EnvStates
@@ -49,12 +47,10 @@ from vecpool.errors import (
 from vecpool.protocol import Reply
 from vecpool.spaces import observation_spaces
 from vecpool.worker_group import (
-    STARTING_WORKERS,
     SpinPolicy,
     StartSpec,
     WorkerGroup,
     raise_env_errors,
-    shutdown,
 )
 
 __all__ = ["AsyncState", "AsyncVectorEnv"]
@@ -63,7 +59,6 @@ _RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
 CLOSE_GRACE = 10.0
 """Seconds ``close()`` (with ``timeout=None``) gives a pending call and the envs'
 own ``close`` before it terminates the workers."""
-_LIVE_ENVS: weakref.WeakSet[AsyncVectorEnv] = weakref.WeakSet()
 
 StepResult = tuple[
     Any,
@@ -72,36 +67,6 @@ StepResult = tuple[
     npt.NDArray[np.bool_],
     dict[str, Any],
 ]
-
-
-@atexit.register
-def _close_all_at_exit() -> None:
-    """Close every live vector env before ``multiprocessing`` joins its children.
-
-    Registered after ``multiprocessing.util`` (imported above), so it runs first:
-    otherwise non-daemonic workers waiting for commands would block interpreter exit.
-    """
-    for env in list(_LIVE_ENVS):
-        with contextlib.suppress(Exception):
-            env.close(terminate=True)
-
-
-def _retire_held_buffers() -> None:
-    """Before a fork: take observation buffers still in use out of rotation.
-
-    A forked child shares the shared-memory buffers instead of copying them, so an
-    observation array it inherited would change when the parent reuses the buffer.
-    vecpool's own workers never read those buffers, so their forks don't count.
-    """
-    if STARTING_WORKERS[0]:
-        return
-    for env in list(_LIVE_ENVS):
-        with contextlib.suppress(Exception):
-            env._buffers.retire_held_obs_buffers()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_retire_held_buffers)
 
 
 class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
@@ -286,7 +251,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._env_states = EnvStates(
             self._group, self._buffers, self.single_observation_space, owner
         )
-        _LIVE_ENVS.add(self)
+        LIVE_ENVS.add(self)
         self._holds_sigint = _guards.install()
         try:
             self._start_workers(ctx)
@@ -336,7 +301,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     def _start_workers(self, ctx: Any) -> None:
         # Registered before the first start: a failure half-way still reaps everything.
         self._finalizer = weakref.finalize(
-            self, shutdown, self.processes, self.parent_pipes
+            self, shutdown, self.processes, self.parent_pipes, self.worker is None
         )
         self.error_queue = ctx.Queue() if self.worker is not None else None
         self._group.start(
@@ -891,7 +856,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 after that the workers are terminated.
             terminate: If ``True``, terminate the workers at once.
         """
-        _LIVE_ENVS.discard(self)
+        LIVE_ENVS.discard(self)
         if getattr(self, "_holds_sigint", False):
             self._holds_sigint = False
             _guards.uninstall()
@@ -927,8 +892,10 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         if not terminate and not self._group.close(remaining):
             terminate = True
         if not terminate:
-            for process in self.processes:
-                process.join(max(0.0, deadline - time.monotonic()))
+            # envs closed: let the workers exit, then kill what their envs forked
+            reap(self.processes, min(deadline, time.monotonic() + 1.0))
+            if self.worker is None:
+                kill_groups(self.processes)
         if self._finalizer is not None:
             self._finalizer()  # terminates whatever is left, reaps, closes pipes
         self._buffers.release()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import pickle
 import select
 import signal
@@ -433,6 +434,10 @@ def run_worker(
     # Ctrl-C goes to the whole process group; the parent decides how to shut down.
     # A no-op handler rather than SIG_IGN: programs an env execs get the default back.
     signal.signal(signal.SIGINT, _ignore_signal)
+    # lead a process group of its own: on close the parent kills the group, so
+    # processes an env forked do not outlive it (nor hold its sentinel open)
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
     if parent_conn is not None:
         parent_conn.close()
     envs: list[Any] = []

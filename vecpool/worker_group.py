@@ -932,28 +932,3 @@ def poll_set(
             watched[fd] = (handle, is_sentinel)
             poller.register(fd, select.POLLIN)
     return poller, watched
-
-
-def shutdown(
-    processes: list[multiprocessing.process.BaseProcess], conns: list[Connection]
-) -> None:
-    """Terminate and reap worker processes; close pipes. Safe to call twice.
-
-    Args:
-        processes: The worker processes.
-        conns: The parent's pipe ends.
-    """
-    for process in processes:
-        with contextlib.suppress(Exception):
-            if process.is_alive():
-                process.terminate()
-    deadline = time.monotonic() + 2.0
-    for process in processes:
-        with contextlib.suppress(Exception):
-            process.join(max(0.0, deadline - time.monotonic()))
-            if process.is_alive():
-                process.kill()
-                process.join(1.0)
-    for conn in conns:
-        with contextlib.suppress(Exception):
-            conn.close()

@@ -7,6 +7,7 @@ import gc
 import multiprocessing
 import os
 import re
+import signal
 import time
 import warnings
 from collections.abc import Callable
@@ -424,3 +425,55 @@ def test_leak_checker_sees_live_workers(leak_checker):
     finally:
         env.close()
     leak_checker.assert_no_leaks()
+
+
+class _ForkingEnv(CountingEnv):
+    """Forks a child at construction that ignores SIGTERM and sleeps (a simulator
+    server an env forgets to stop): it inherits the worker's pipes and sentinel."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.child = 0
+        if multiprocessing.parent_process() is None:
+            return  # the parent's probe env (for the spaces) forks nothing
+        pid = os.fork()
+        if pid == 0:  # the grandchild
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            time.sleep(60)
+            os._exit(0)
+        self.child = pid
+
+    def child_pid(self) -> int:
+        return self.child
+
+
+def _gone(pid: int, timeout: float = 5.0) -> bool:
+    """Whether ``pid`` is dead (gone, or a zombie nobody reaped yet)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                state = handle.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+@pytest.mark.parametrize("how", ["close", "garbage collection"])
+def test_processes_an_env_forked_die_with_the_worker(how):
+    """Issue 11 item 13: close() took 10 s and left them running."""
+    env = vecpool.AsyncVectorEnv([_ForkingEnv] * 2, num_workers=2)
+    env.reset(seed=0)
+    children = env.call("child_pid")
+    started = time.monotonic()
+    if how == "close":
+        env.close()
+    else:
+        del env
+        gc.collect()
+    assert time.monotonic() - started < 5.0  # bounded: not the 10 s grace
+    assert all(_gone(pid) for pid in children), children
