@@ -559,7 +559,11 @@ def _collect(args: argparse.Namespace) -> int:
             progress=not args.quiet,
             log=functools.partial(print, flush=True),
         )
-    except (collect.CollectArgumentError, ImportError) as error:
+    except (
+        collect.CollectArgumentError,
+        collect.CollectSaveError,
+        ImportError,
+    ) as error:
         print(f"vecpool collect: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C before stepping began: nothing to save

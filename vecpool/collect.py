@@ -13,6 +13,7 @@ import importlib
 import logging
 import math
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -40,6 +41,7 @@ __all__ = [
     "DEFAULT_ENV_ID",
     "CollectArgumentError",
     "CollectResult",
+    "CollectSaveError",
     "collect",
     "format_bytes",
     "load_policy",
@@ -278,6 +280,42 @@ def _describe_policy(policy: Policy | str | None) -> str:
     module = getattr(policy, "__module__", None)
     name = getattr(policy, "__qualname__", None)
     return f"policy {module}:{name}" if module and name else f"policy {policy!r}"
+
+
+class CollectSaveError(VecPoolError, OSError):
+    """The collection ran but its file could not be written (exit status 2).
+
+    Attributes:
+        pool: The pool collected, to save elsewhere (``pool.save(other_path)``).
+    """
+
+    pool: ReplayPool | None = None
+
+
+def _check_space(path: Path | None, pool: ReplayPool, env_steps: int) -> None:
+    """Fail before collecting if the file cannot fit on its disk.
+
+    The file holds at most ``min(env_steps, capacity)`` transitions (a save writes
+    only the filled rows), plus a little for the archive.
+    """
+    if path is None:
+        return
+    rows = pool.num_envs * (pool.capacity + 1)
+    per_transition = pool.nbytes / max(rows, 1)
+    needed = int(per_transition * min(env_steps, pool.num_envs * pool.capacity))
+    needed += 2**20
+    try:
+        free = shutil.disk_usage(path.parent).free
+    except OSError:
+        return  # cannot tell: the save reports a failure clearly anyway
+    if free < needed:
+        msg = (
+            f"Not enough free space for {str(path)!r}: the pool may need about "
+            f"{format_bytes(needed)}, and {str(path.parent)!r} has "
+            f"{format_bytes(free)} free. Free some space, write elsewhere (--out), or "
+            "collect fewer steps."
+        )
+        raise CollectArgumentError(msg)
 
 
 def _check_out(out: str | os.PathLike[str] | None) -> Path | None:
@@ -632,6 +670,11 @@ def collect(
             store_next_obs,
         )
         pool = envs.pool
+        try:
+            _check_space(path, pool, planned * num_envs)
+        except CollectArgumentError:
+            envs.close()
+            raise
         tracker = _EpisodeTracker(num_envs, mode)
         display: _CollectProgress | None = None
         hard_stop = False
@@ -662,7 +705,16 @@ def collect(
         interrupted = hard_stop or (stop.requested and vector_steps < planned)
         file_size: int | None = None
         if path is not None:
-            path = pool.save(path)
+            try:
+                path = pool.save(path)
+            except OSError as error:  # a full disk, a directory gone read-only
+                msg = (
+                    f"Cannot write {str(path)!r}: {error}. Nothing was written (a "
+                    "previous file there is unchanged)."
+                )
+                failure = CollectSaveError(msg)
+                failure.pool = pool
+                raise failure from error
             file_size = path.stat().st_size
         exported = None
         if minari is not None:

@@ -493,3 +493,60 @@ def test_a_missing_policy_module_names_where_it_was_looked_for(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     with pytest.raises(CollectArgumentError, match="current directory"):
         load_policy("vecpool_no_such_module_here:act")
+
+
+def test_too_little_free_space_is_refused_before_collecting(tmp_path, monkeypatch):
+    import shutil as shutil_module
+
+    usage = shutil_module.disk_usage(tmp_path)
+    monkeypatch.setattr(
+        "vecpool.collect.shutil.disk_usage",
+        lambda path: usage._replace(free=10_000),  # 10 kB free
+    )
+    out = tmp_path / "pool.npz"
+    started = time.monotonic()
+    argv = ["collect", "CartPole-v1", "--steps", "20000", "--num-envs", "2"]
+    code, _, err = run_cli([*argv, "--out", str(out), "--quiet"])
+    assert code == 2
+    assert "Not enough free space" in err
+    assert "Traceback" not in err
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []
+    assert time.monotonic() - started < 30  # refused up front, not after collecting
+
+
+def test_a_failed_save_exits_2_with_nothing_half_written(tmp_path, monkeypatch):
+    import errno
+
+    def full_disk(self, path, *, compress=False):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(vecpool.ReplayPool, "save", full_disk)
+    out = tmp_path / "pool.npz"
+    argv = ["collect", "CartPole-v1", "--steps", "200", "--num-envs", "2"]
+    code, _, err = run_cli([*argv, "--out", str(out), "--quiet"])
+    assert code == 2
+    assert "No space left on device" in err
+    assert "Nothing was written" in err
+    assert "Traceback" not in err
+    assert not out.exists()
+
+
+def test_a_failed_save_keeps_the_pool_for_the_caller(tmp_path, monkeypatch):
+    import errno
+
+    from vecpool.collect import CollectSaveError
+
+    original = vecpool.ReplayPool.save
+    monkeypatch.setattr(
+        vecpool.ReplayPool,
+        "save",
+        lambda self, path, **kw: (_ for _ in ()).throw(OSError(errno.EROFS, "ro")),
+    )
+    with pytest.raises(CollectSaveError) as info:
+        small_run(tmp_path)
+    assert info.value.pool is not None
+    assert len(info.value.pool) > 0
+    monkeypatch.setattr(vecpool.ReplayPool, "save", original)
+    saved = info.value.pool.save(tmp_path / "elsewhere.npz")  # nothing lost
+    assert len(vecpool.ReplayPool.load(saved)) == len(info.value.pool)
