@@ -9,7 +9,9 @@ import argparse
 import dataclasses
 import functools
 import multiprocessing
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -567,13 +569,27 @@ def _collect(args: argparse.Namespace) -> int:
         print(f"vecpool collect: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C before stepping began: nothing to save
+        _ignore_ctrl_c()
         print("vecpool collect: interrupted before collecting", file=sys.stderr)
         return 130
+    if result.interrupted:
+        _ignore_ctrl_c()  # saved; what is left is printing and exiting with 130
     print("\n".join(result.summary_lines()))
     if args.plot is not None:
         collect.plot_collection(result, args.plot)
         print(f"wrote {args.plot}")
     return 130 if result.interrupted else 0
+
+
+def _ignore_ctrl_c() -> None:
+    """Let no later Ctrl-C turn a clean exit 130 into death by SIGINT.
+
+    A Ctrl-C repeated in quick succession can reach Python only after the
+    collection returned (CPython runs signal handlers in the main thread, between
+    bytecodes); by then the collection is saved and the command is exiting.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _add_collect_parser(

@@ -550,3 +550,35 @@ def test_a_failed_save_keeps_the_pool_for_the_caller(tmp_path, monkeypatch):
     monkeypatch.setattr(vecpool.ReplayPool, "save", original)
     saved = info.value.pool.save(tmp_path / "elsewhere.npz")  # nothing lost
     assert len(vecpool.ReplayPool.load(saved)) == len(info.value.pool)
+
+
+@pytest.mark.skipif(not ON_LINUX_PROC, reason="reads the process tree from /proc")
+@pytest.mark.parametrize("signals", [2, 5])
+def test_repeated_ctrl_c_still_exits_130_without_a_traceback(tmp_path, signals):
+    out = tmp_path / "pool.npz"
+    command = [sys.executable, "-m", "vecpool", "collect", "--num-envs", "4"]
+    command += ["--steps", "1000000000", "--pool-size", "4000", "--out", str(out)]
+    process = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().startswith("collecting CartPole-v1")
+        time.sleep(0.5)
+        for _ in range(signals):
+            process.send_signal(signal.SIGINT)
+            time.sleep(0.02)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, stderr  # never -2 (death by SIGINT)
+    assert "Traceback" not in stderr
+    assert "interrupted" in stdout + stderr
+    assert not list(tmp_path.glob(".pool.npz.*"))  # no temporary file left
