@@ -7,12 +7,13 @@ Usage: ``python docs/figures/speed.py`` (needs matplotlib). The inputs are the
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE.parent / "_static" / "speed.png"
@@ -27,7 +28,12 @@ PANELS = [  # (file, workload, num_envs, title)
         32,
         "CartPole + 0.5 ms policy, 32 envs",
     ),
-    ("bench-agent-atari-2cpu-2026-11-22.json", "atari", 8, "Pong + 5 ms policy, 8 envs"),
+    (
+        "bench-agent-atari-2cpu-2026-11-22.json",
+        "atari",
+        8,
+        "Pong + 5 ms policy, 8 envs",
+    ),
 ]
 
 
@@ -48,10 +54,12 @@ def main() -> None:
         axis.set_title(title, fontsize=9)
         axis.tick_params(axis="x", labelrotation=35, labelsize=8)
     axes[0].set_ylabel("env-steps/s vs gymnasium AsyncVectorEnv")
-    figure.suptitle("vecpool bench, 2 CPUs (medians of 3 interleaved rounds)", fontsize=10)
+    figure.suptitle(
+        "vecpool bench, 2 CPUs (medians of 3 interleaved rounds)", fontsize=10
+    )
     figure.tight_layout()
     figure.savefig(OUT, dpi=110)
-    print(f"wrote {OUT}")
+    sys.stdout.write(f"wrote {OUT}\n")
 
 
 if __name__ == "__main__":

@@ -81,4 +81,3 @@ def test_an_exception_that_cannot_be_rebuilt_says_so_in_a_vecpool_error():
         assert "LockedError" in str(info.value.__cause__)
     finally:
         env.close()
-
