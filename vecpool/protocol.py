@@ -75,6 +75,11 @@ STEP_SOME = b"p"
 ``uint16`` bytes; actions are in shared memory (``send``/``recv`` batches)."""
 
 
+_JOIN_BELOW = 1 << 16
+"""Messages up to this size are joined with their header and read in chunks; larger
+ones are written and read in place (no copies of megabytes of infos)."""
+
+
 class Channel:
     """Length-prefixed messages over a pipe's file descriptor, read in bulk.
 
@@ -93,17 +98,26 @@ class Channel:
         self.buffer = b""
 
     def send(self, payload: bytes) -> None:
-        """Write one message (all of it, however the pipe splits the write)."""
-        data = memoryview(len(payload).to_bytes(4, "big") + payload)
-        while data:
-            data = data[os.write(self.fd, data) :]
+        """Write one message (all of it, however the pipe splits the write).
+
+        A small message goes in one ``write`` with its header; a large one is
+        written from the payload itself, not from a copy joined to the header.
+        """
+        header = len(payload).to_bytes(4, "big")
+        parts = (
+            (header + payload,) if len(payload) <= _JOIN_BELOW else (header, payload)
+        )
+        for part in parts:
+            data = memoryview(part)
+            while data:
+                data = data[os.write(self.fd, data) :]
 
     def has_message(self) -> bool:
         """Whether a whole message is already buffered (no system call)."""
         buffer = self.buffer
         return len(buffer) >= 4 and len(buffer) - 4 >= int.from_bytes(buffer[:4], "big")
 
-    def recv(self) -> bytes:
+    def recv(self) -> bytes | memoryview:
         """Read one message, blocking until it is complete.
 
         A large message is read in chunks sized to what is still missing and joined
@@ -120,12 +134,24 @@ class Channel:
             buffer += chunk
         end = 4 + int.from_bytes(buffer[:4], "big")
         if len(buffer) < end:
-            parts, have = [buffer], len(buffer)
-            while have < end:
-                chunk = self._read(max(1 << 16, end - have))
-                parts.append(chunk)
-                have += len(chunk)
-            buffer = b"".join(parts)
+            if end <= _JOIN_BELOW:
+                parts, have = [buffer], len(buffer)
+                while have < end:
+                    chunk = self._read(max(1 << 16, end - have))
+                    parts.append(chunk)
+                    have += len(chunk)
+                buffer = b"".join(parts)
+            else:  # large: read straight into one buffer of its size, no joins
+                whole = bytearray(end)
+                whole[: len(buffer)] = buffer
+                view, have = memoryview(whole), len(buffer)
+                while have < end:
+                    count = os.readv(self.fd, [view[have:]])
+                    if not count:
+                        raise EOFError
+                    have += count
+                self.buffer = b""
+                return view[4:]  # pickle and numpy read it in place
         self.buffer = buffer[end:]
         return buffer[4:end]
 

@@ -341,7 +341,7 @@ class _Host:
         self.envs = []
 
 
-def _run_command(host: _Host, data: bytes) -> tuple[bytes, bool]:
+def _run_command(host: _Host, data: bytes | memoryview) -> tuple[bytes, bool]:
     """Run one pickled command; return the reply and whether to keep going."""
     command, payload = pickle.loads(data)
     if command is Command.STEP:
@@ -391,7 +391,7 @@ def open_host(config: WorkerConfig, envs: list[Any]) -> tuple[_Host | None, byte
     return host, host.check_spaces()
 
 
-def serve(host: _Host, data: bytes) -> tuple[bytes, bool]:
+def serve(host: _Host, data: bytes | memoryview) -> tuple[bytes, bool]:
     """Run one command; return the reply and whether to keep serving.
 
     Args:

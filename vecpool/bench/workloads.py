@@ -108,6 +108,52 @@ class BusyEnv(gym.Env[npt.NDArray[np.float32], np.int64]):
         return self._state.copy(), 1.0, False, self._steps >= self.max_steps, {}
 
 
+class BigInfoEnv(gym.Env[npt.NDArray[np.float32], np.int64]):
+    """A cheap env whose every step returns a 1 MiB array in its info.
+
+    Infos travel pickled through the pipes (observations go by shared memory), so
+    this measures the transport of large messages: one step of 8 envs moves 8 MiB.
+
+    Example:
+        >>> env = BigInfoEnv()
+        >>> _ = env.reset(seed=0)
+        >>> env.step(0)[4]["frame"].nbytes
+        1048576
+    """
+
+    info_bytes: ClassVar[int] = 2**20
+
+    def __init__(self, max_steps: int = 1000) -> None:
+        """Build the env.
+
+        Args:
+            max_steps: Episode length; the last step is truncated.
+        """
+        self.max_steps = max_steps
+        self.observation_space = spaces.Box(0, 1, shape=(4,), dtype=np.float32)
+        self.action_space = spaces.Discrete(2)
+        self._frame = np.zeros(self.info_bytes, dtype=np.uint8)
+        self._steps = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[npt.NDArray[np.float32], dict[str, Any]]:
+        """Start an episode."""
+        super().reset(seed=seed, options=options)
+        self._steps = 0
+        return np.zeros(4, np.float32), {}
+
+    def step(
+        self, action: np.int64
+    ) -> tuple[npt.NDArray[np.float32], SupportsFloat, bool, bool, dict[str, Any]]:
+        """Return the 1 MiB frame (one byte changed) in the info."""
+        self._steps += 1
+        self._frame[self._steps % self.info_bytes] = int(action)
+        obs = np.full(4, self._steps % 2, np.float32)
+        truncated = self._steps >= self.max_steps
+        return obs, 1.0, False, truncated, {"frame": self._frame.copy()}
+
+
 class BigObsEnv(gym.Env[npt.NDArray[np.uint8], np.int64]):
     """A cheap env with an Atari-sized ``uint8`` observation of shape (84, 84, 4).
 
@@ -223,6 +269,7 @@ _BUILTIN_WORKLOADS: dict[str, Workload] = {
     ),
     "busy": Workload("busy", "BusyEnv", BusyEnv),
     "bigobs": Workload("bigobs", "BigObsEnv", BigObsEnv),
+    "biginfo": Workload("biginfo", "BigInfoEnv", BigInfoEnv),
     "atari": Workload("atari", ATARI_ENV_ID, make_atari),
 }
 _WORKLOAD_CHECKS: dict[str, Callable[[], None]] = {"atari": _check_atari}
