@@ -18,7 +18,14 @@ nox.options.default_venv_backend = "uv|virtualenv"  # virtualenv when uv is miss
 
 ROOT = Path(__file__).resolve().parent
 PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
-PYTHON_SOURCES = ["vecpool", "tests", "examples", "noxfile.py", "docs/conf.py"]
+PYTHON_SOURCES = [
+    "vecpool",
+    "tests",
+    "examples",
+    "noxfile.py",
+    "docs/conf.py",
+    "docs/figures",
+]
 PEER_RUNNER = ROOT / "tests" / "peer" / "run.py"
 
 # Every session reuses the interpreter that runs nox (`python=None`): CI has
