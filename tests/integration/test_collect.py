@@ -439,11 +439,12 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not ON_LINUX_PROC, reason="reads the process tree from /proc")
-def test_ctrl_c_saves_what_was_collected_and_exits_130(tmp_path):
-    out = tmp_path / "pool.npz"
+def _endless_collect(tmp_path: Path) -> subprocess.Popen[str]:
+    """``vecpool collect`` of a billion steps into ``tmp_path / "pool.npz"``."""
     command = [sys.executable, "-m", "vecpool", "collect", "--num-envs", "4"]
-    command += ["--steps", "1000000000", "--pool-size", "4000", "--out", str(out)]
-    process = subprocess.Popen(
+    command += ["--steps", "1000000000", "--pool-size", "4000"]
+    command += ["--out", str(tmp_path / "pool.npz")]
+    return subprocess.Popen(
         command,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -451,6 +452,11 @@ def test_ctrl_c_saves_what_was_collected_and_exits_130(tmp_path):
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+
+
+def test_ctrl_c_saves_what_was_collected_and_exits_130(tmp_path):
+    out = tmp_path / "pool.npz"
+    process = _endless_collect(tmp_path)
     try:
         assert process.stdout is not None
         first_line = process.stdout.readline()  # printed once the workers are up
@@ -555,17 +561,7 @@ def test_a_failed_save_keeps_the_pool_for_the_caller(tmp_path, monkeypatch):
 @pytest.mark.skipif(not ON_LINUX_PROC, reason="reads the process tree from /proc")
 @pytest.mark.parametrize("signals", [2, 5])
 def test_repeated_ctrl_c_still_exits_130_without_a_traceback(tmp_path, signals):
-    out = tmp_path / "pool.npz"
-    command = [sys.executable, "-m", "vecpool", "collect", "--num-envs", "4"]
-    command += ["--steps", "1000000000", "--pool-size", "4000", "--out", str(out)]
-    process = subprocess.Popen(
-        command,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    process = _endless_collect(tmp_path)
     try:
         assert process.stdout is not None
         assert process.stdout.readline().startswith("collecting CartPole-v1")
