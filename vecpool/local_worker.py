@@ -91,8 +91,7 @@ class _LocalChannel:
 
     def close_envs(self) -> None:
         self.running = False
-        envs, self.envs = list(self.envs), []
-        self.envs.clear()
+        envs, self.envs = self.envs, []
         for env in envs:
             with contextlib.suppress(Exception):
                 env.close()
@@ -169,10 +168,16 @@ class LocalHandle(WorkerHandle):
             self.out_of_step = False
             raise
 
-    @property
-    def broken_by(self) -> str | None:
-        """The exception that stopped a command half-way, if one did."""
-        return self.local_channel.broken_by
+    def death(self, what: str) -> str:
+        """Why the envs are lost: a command stopped half-way, or they were closed."""
+        broken_by = self.local_channel.broken_by
+        if broken_by is None:
+            return super().death(what)
+        return (
+            f"The in-process sub-environments ({self.hosted()}) were stopped half-way "
+            f"through a command by {broken_by}, so their state is unknown: call "
+            "`close()` and create a new vector env."
+        )
 
     def close(self) -> None:
         """Close the envs (if still open) and the stand-in descriptors."""

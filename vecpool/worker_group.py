@@ -349,6 +349,22 @@ class WorkerHandle:
         """
         return self.answers[0][1] if self.answers else None
 
+    def hosted(self) -> str:
+        """The envs it hosts, as a message names them (``envs 0-3``)."""
+        envs = self.env_indices
+        if len(envs) == 1:
+            return f"env {envs.start}"
+        return f"envs {envs.start}-{envs.stop - 1}"
+
+    def death(self, what: str) -> str:
+        """The message of the :class:`WorkerCrashedError` raised when it dies."""
+        return (
+            f"Worker {self.index} (hosting {self.hosted()}) died with "
+            f"{describe_exit(self.process.exitcode)} while running `{what}`. "
+            "Its sub-environments are lost: call `close()` and create a new "
+            "vector env."
+        )
+
     def drop_pending(self) -> None:
         """Forget every awaited reply (they will be dropped when they come)."""
         self.expected.clear()
@@ -832,25 +848,7 @@ class WorkerGroup:
         """
         handle.process.join(1.0)
         envs = handle.env_indices
-        hosted = (
-            f"env {envs.start}"
-            if len(envs) == 1
-            else f"envs {envs.start}-{envs.stop - 1}"
-        )
-        broken_by = getattr(handle, "broken_by", None)  # the in-process handle
-        if broken_by is not None:
-            msg = (
-                f"The in-process sub-environments ({hosted}) were stopped half-way "
-                f"through a command by {broken_by}, so their state is unknown: call "
-                "`close()` and create a new vector env."
-            )
-        else:
-            msg = (
-                f"Worker {handle.index} (hosting {hosted}) died with "
-                f"{describe_exit(handle.process.exitcode)} while running `{what}`. "
-                "Its sub-environments are lost: call `close()` and create a new "
-                "vector env."
-            )
+        msg = handle.death(what)
         error = WorkerCrashedError(
             msg, handle.index, tuple(envs), handle.process.exitcode
         )

@@ -14,6 +14,7 @@ from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AutoresetMode
 
 import vecpool
+from vecpool.bench.agent import cpu_seconds, env_pids
 from vecpool.testing import CountingEnv, SlowEnv
 
 pytestmark = pytest.mark.timeout(60)
@@ -56,12 +57,9 @@ def test_invalid_wait_strategy_is_refused():
 
 
 def _worker_cpu_seconds(env: vecpool.AsyncVectorEnv) -> float:
-    ticks = 0
-    for process in env.processes:
-        with open(f"/proc/{process.pid}/stat", "rb") as handle:
-            fields = handle.read().rsplit(b")", 1)[1].split()
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime
-    return ticks / os.sysconf("SC_CLK_TCK")
+    seconds = cpu_seconds(env_pids(env))
+    assert seconds is not None
+    return seconds
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc (Linux)")

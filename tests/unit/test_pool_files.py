@@ -267,18 +267,7 @@ def _pickled_format_file(pool: vecpool.ReplayPool, path: Path) -> Path:
     """A file as vecpool 0.1 wrote it: format 2, spaces and generator pickled."""
     config = {
         "format": "vecpool.ReplayPool/2",
-        **{
-            name: getattr(pool, name)
-            for name in (
-                "num_envs",
-                "pool_size",
-                "window_size",
-                "clearing_freq",
-                "window_size_",
-                "random",
-                "store_next_obs",
-            )
-        },
+        **{name: getattr(pool, name) for name in pool_files._ARGUMENTS},
     }
     blob = pickle.dumps(
         (pool.observation_space, pool.action_space, pool._rng.bit_generator.state)
