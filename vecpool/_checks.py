@@ -199,3 +199,115 @@ def require_matplotlib() -> None:
             "(pip install 'vecpool[plot]')."
         )
         raise ImportError(msg)
+
+
+def check_restart(
+    on_worker_crash: object,
+    max_restarts: object,
+    worker: Callable[..., None] | None,
+    num_workers: int,
+) -> int | None:
+    """Check ``on_worker_crash`` and ``max_restarts``; return ``max_restarts``.
+
+    Args:
+        on_worker_crash: ``"raise"`` or ``"restart"``.
+        max_restarts: Restarts allowed per worker, or ``None`` for no limit.
+        worker: The ``worker=`` argument (restart needs vecpool's own worker).
+        num_workers: The resolved number of worker processes.
+
+    Raises:
+        ValueError: Naming the argument and the fix.
+    """
+    if on_worker_crash not in ("raise", "restart"):
+        msg = (
+            "`on_worker_crash` must be 'raise' (a dead worker raises "
+            "WorkerCrashedError) or 'restart' (it is replaced), got "
+            f"{on_worker_crash!r}."
+        )
+        raise ValueError(msg)
+    limit = (
+        None
+        if max_restarts is None
+        else check_int("max_restarts", max_restarts, 0, hint=" (or None: no limit)")
+    )
+    if on_worker_crash == "restart":
+        if worker is not None:
+            msg = (
+                "`on_worker_crash='restart'` needs vecpool's own worker, which "
+                "rebuilds the envs of a dead worker: drop `worker=` or use "
+                "`on_worker_crash='raise'`."
+            )
+            raise ValueError(msg)
+        if num_workers == 0:
+            msg = (
+                "`on_worker_crash='restart'` needs worker processes, and "
+                "`num_workers=0` runs the envs in this process: set `num_workers` "
+                ">= 1 or use `on_worker_crash='raise'`."
+            )
+            raise ValueError(msg)
+    return limit
+
+
+def check_wait_strategy(wait_strategy: object) -> str:
+    """Check the ``wait_strategy`` argument.
+
+    Raises:
+        ValueError: If it is not one of :data:`WAIT_STRATEGIES`.
+    """
+    if wait_strategy not in WAIT_STRATEGIES:
+        msg = (
+            f"`wait_strategy` must be one of {WAIT_STRATEGIES}, got {wait_strategy!r}."
+        )
+        raise ValueError(msg)
+    return str(wait_strategy)
+
+
+def resolve_num_workers(
+    num_workers: object,
+    num_envs: int,
+    worker: Callable[..., None] | None,
+    max_concurrency: int | None,
+) -> int:
+    """The number of worker processes for ``num_workers`` (``None``: the default).
+
+    Raises:
+        ValueError: If it is out of range, or set with a custom ``worker``.
+    """
+    if worker is not None:
+        if num_workers not in (None, num_envs):
+            msg = (
+                f"`num_workers={num_workers}` cannot be combined with a custom "
+                "`worker`, which hosts one env per process: leave `num_workers` "
+                f"unset or set it to num_envs={num_envs}."
+            )
+            raise ValueError(msg)
+        return num_envs
+    if num_workers is None:
+        return max(1, min(num_envs, available_cpus(), max_concurrency or num_envs))
+    return check_int(
+        "num_workers",
+        num_workers,
+        0,
+        num_envs,
+        hint=f" (num_envs={num_envs}; 0 runs the envs in this process; "
+        "or None for the default)",
+    )
+
+
+def check_batch_size(
+    batch_size: object, num_envs: int, worker: Callable[..., None] | None
+) -> int | None:
+    """Check the ``batch_size`` argument (``None``: no ``send``/``recv``).
+
+    Raises:
+        ValueError: If it is out of range, or set with a custom ``worker``.
+    """
+    if batch_size is None:
+        return None
+    size = check_int(
+        "batch_size", batch_size, 1, num_envs, hint=f" (num_envs={num_envs}; or None)"
+    )
+    if worker is not None:
+        msg = "`batch_size` cannot be combined with a custom `worker`."
+        raise ValueError(msg)
+    return size

@@ -25,13 +25,15 @@ from gymnasium.vector.utils import batch_space
 
 from vecpool import _guards
 from vecpool._checks import (
-    WAIT_STRATEGIES,
     available_cpus,
+    check_batch_size,
     check_custom_worker,
-    check_int,
     check_max_concurrency,
     check_platform,
     check_reset_mask,
+    check_restart,
+    check_wait_strategy,
+    resolve_num_workers,
 )
 from vecpool._guards import HELD, exclusive
 from vecpool._lifecycle import LIVE_ENVS, kill_groups, reap, shutdown
@@ -45,6 +47,7 @@ from vecpool.errors import (
     WorkerCrashedError,
 )
 from vecpool.protocol import Reply
+from vecpool.restart import LastObservations, Restarter, RestartPolicy
 from vecpool.spaces import observation_spaces
 from vecpool.worker_group import (
     SpinPolicy,
@@ -109,6 +112,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     num_workers: int
     wait_strategy: str
     batch_size: int | None
+    on_worker_crash: str
+    max_restarts: int | None
     num_envs: int
     metadata: dict[str, Any]
     render_mode: str | None
@@ -134,6 +139,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         num_workers: int | None = None,
         wait_strategy: str = "auto",
         batch_size: int | None = None,
+        on_worker_crash: str = "raise",
+        max_restarts: int | None = 3,
     ) -> None:
         """Start the workers and create the sub-environments.
 
@@ -167,6 +174,13 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             batch_size: Enables EnvPool-style asynchronous batches: :meth:`send`
                 steps the given envs and :meth:`recv` returns the first
                 ``batch_size`` envs to finish (``1 <= batch_size <= num_envs``).
+            on_worker_crash: ``"raise"``: a dead worker raises
+                :class:`vecpool.WorkerCrashedError` and the vector env is unusable.
+                ``"restart"``: it is replaced by a fresh process hosting the same
+                envs, and the call that saw the crash returns their rows marked
+                ``infos["worker_restarted"]`` (DESIGN.md, "Worker restart").
+            max_restarts: Restarts allowed per worker (``None``: no limit); past
+                it, a crash raises.
 
         Raises:
             ValueError: On an invalid argument (named in the message), or a custom
@@ -192,15 +206,15 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         if self.num_envs == 0:
             msg = "`env_fns` is empty: pass at least one function that creates an env."
             raise ValueError(msg)
-        self.num_workers = self._resolve_num_workers(num_workers)
-        if wait_strategy not in WAIT_STRATEGIES:
-            msg = (
-                f"`wait_strategy` must be one of {WAIT_STRATEGIES}, got "
-                f"{wait_strategy!r}."
-            )
-            raise ValueError(msg)
-        self.wait_strategy = str(wait_strategy)
-        self.batch_size = self._check_batch_size(batch_size)
+        self.num_workers = resolve_num_workers(
+            num_workers, self.num_envs, worker, self.max_concurrency
+        )
+        self.wait_strategy = check_wait_strategy(wait_strategy)
+        self.batch_size = check_batch_size(batch_size, self.num_envs, worker)
+        self.max_restarts = check_restart(
+            on_worker_crash, max_restarts, worker, self.num_workers
+        )
+        self.on_worker_crash = str(on_worker_crash)
 
         self._state = AsyncState.DEFAULT
         self._lock = threading.RLock()
@@ -251,6 +265,16 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._env_states = EnvStates(
             self._group, self._buffers, self.single_observation_space, owner
         )
+        if self.on_worker_crash == "restart":
+            self._group.restarter = Restarter(
+                RestartPolicy(self.num_workers, self.num_envs, self.max_restarts),
+                LastObservations(
+                    self.single_observation_space,
+                    self.observation_space,
+                    self.num_envs,
+                ),
+                owner,
+            )
         LIVE_ENVS.add(self)
         self._holds_sigint = _guards.install()
         try:
@@ -260,43 +284,6 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             raise
 
     # -- construction ------------------------------------------------------------------
-
-    def _resolve_num_workers(self, num_workers: object) -> int:
-        if self.worker is not None:
-            if num_workers not in (None, self.num_envs):
-                msg = (
-                    f"`num_workers={num_workers}` cannot be combined with a custom "
-                    "`worker`, which hosts one env per process: leave `num_workers` "
-                    f"unset or set it to num_envs={self.num_envs}."
-                )
-                raise ValueError(msg)
-            return self.num_envs
-        if num_workers is None:
-            limit = self.max_concurrency or self.num_envs
-            return max(1, min(self.num_envs, available_cpus(), limit))
-        return check_int(
-            "num_workers",
-            num_workers,
-            0,
-            self.num_envs,
-            hint=f" (num_envs={self.num_envs}; 0 runs the envs in this process; "
-            "or None for the default)",
-        )
-
-    def _check_batch_size(self, batch_size: object) -> int | None:
-        if batch_size is None:
-            return None
-        size = check_int(
-            "batch_size",
-            batch_size,
-            1,
-            self.num_envs,
-            hint=f" (num_envs={self.num_envs}; or None)",
-        )
-        if self.worker is not None:
-            msg = "`batch_size` cannot be combined with a custom `worker`."
-            raise ValueError(msg)
-        return size
 
     def _start_workers(self, ctx: Any) -> None:
         # Registered before the first start: a failure half-way still reaps everything.
@@ -410,6 +397,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         if options is not None and "reset_mask" in options:
             options = dict(options)  # never mutate the caller's dict
             flags = check_reset_mask(options.pop("reset_mask"), self.num_envs)
+        if self._group.restarter is not None:
+            self._group.restarter.policy.note_seeds(seeds)
         with HELD:
             buffer = self._buffers.choose_obs_buffer()
             self._group.send_all(
@@ -448,7 +437,10 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         infos = self._buffers.merge_replies(
             self._group.handles, replies, type(self).__name__
         )
-        return self._buffers.read_observations(), infos
+        observations = self._buffers.read_observations()
+        if self._group.restarter is not None:
+            self._group.restarter.last_obs.record(observations)
+        return observations, infos
 
     # -- step --------------------------------------------------------------------------
 
@@ -533,8 +525,11 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         buffers = self._buffers
         self._state = AsyncState.DEFAULT
         infos = buffers.merge_replies(self._group.handles, replies, type(self).__name__)
+        observations = buffers.read_observations()
+        if self._group.restarter is not None:
+            self._group.restarter.last_obs.record(observations)
         return (
-            buffers.read_observations(),
+            observations,
             buffers.rewards.copy(),
             buffers.terminations.copy(),
             buffers.truncations.copy(),
@@ -823,6 +818,14 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             WorkerCrashedError: If a worker died.
         """
         return self._batches_or_raise().recv(timeout)
+
+    @property
+    def restarts(self) -> tuple[int, ...]:
+        """Restarts of each worker so far (``on_worker_crash="restart"``)."""
+        restarter = self._group.restarter
+        return (
+            tuple(restarter.policy.restarts) if restarter else (0,) * self.num_workers
+        )
 
     @property
     def pending_env_ids(self) -> list[int]:

@@ -155,7 +155,10 @@ class Batches:
                 try:
                     number = handle.send_step_some(local, handle_actions)
                 except OSError:
-                    self.group.crashed(handle, "send")
+                    number = 0
+                if not number:  # replaced outside the handler (see send_all)
+                    handle = self.group.lose_at_send(handle, "send")
+                    number = handle.send_step_some(local, handle_actions)
                 handle.expected.append(number)
                 handle.batches[number] = chosen
                 self.in_flight[chosen] = True
@@ -201,8 +204,11 @@ class Batches:
             )
         infos["env_id"] = ids
         buffers = self.buffers
+        observations = buffers.take_observations(ids)
+        if self.group.restarter is not None:
+            self.group.restarter.last_obs.record_rows(observations, ids)
         return (
-            buffers.take_observations(ids),
+            observations,
             buffers.rewards[ids],
             buffers.terminations[ids],
             buffers.truncations[ids],

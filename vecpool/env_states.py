@@ -95,13 +95,17 @@ class EnvStates:
     ) -> dict[int, Reply | None]:
         handles = [self.group.handles[index] for index in groups]
         with HELD:
-            for handle in handles:
+            for position, handle in enumerate(handles):
                 positions, local = groups[handle.index]
                 command, payload = message(local, positions)
                 try:
-                    handle.expect(handle.send(command, payload))
+                    number = handle.send(command, payload)
                 except OSError:
-                    self.group.crashed(handle, what)
+                    number = 0
+                if not number:  # replaced outside the handler (see send_all)
+                    handle = handles[position] = self.group.lose_at_send(handle, what)
+                    number = handle.send(command, payload)
+                handle.expect(number)
         try:
             self.group.wait(what, None, handles)
         except BaseException:

@@ -46,6 +46,7 @@ __all__ = [
     "GapTracker",
     "ObsTransport",
     "Reply",
+    "RestartStart",
     "WorkerConfig",
     "encode",
     "encode_safely",
@@ -254,6 +255,10 @@ class WorkerConfig:
             between a reply and the next command stay (on average) below this many
             seconds; a parent busy longer (a policy between steps) finds it blocked,
             so spinning never takes a core from the parent's own work.
+        holding: With a semaphore, a shared byte array in which each worker marks
+            that it holds the semaphore (so the parent can give back the permit of a
+            worker that died holding it).
+        restart: Set for a replacement worker (see :class:`RestartStart`).
     """
 
     index: int
@@ -272,6 +277,26 @@ class WorkerConfig:
     spin: float = 0.0
     spin_yield: bool = False
     spin_max_gap: float = 0.0
+    holding: Any = None
+    restart: RestartStart | None = None
+
+
+@dataclass
+class RestartStart:
+    """How a replacement worker's envs start (``on_worker_crash="restart"``).
+
+    Every env starts marked "restarted": its first step returns the row that marks
+    the cut (``truncated``, reward 0, ``infos["worker_restarted"]``), and its first
+    reset reports ``worker_restarted`` in its info.
+
+    Attributes:
+        last_obs: The observation last returned for each hosted env (``None``: none).
+        seeds: The seed of each env's first reset when the call gives none
+            (``None``: unseeded).
+    """
+
+    last_obs: list[Any]
+    seeds: list[int | None]
 
 
 def pack_error(env_index: int, exc: BaseException) -> ErrorRecord:

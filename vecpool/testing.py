@@ -48,6 +48,7 @@ __all__ = [
     "DeliberateError",
     "DeliberateErrorWithArgs",
     "ExitingEnv",
+    "IncarnationEnv",
     "RaisingEnv",
     "SlowEnv",
     "UnpicklableInfoEnv",
@@ -569,6 +570,84 @@ class SlowEnv(gym.Env[npt.NDArray[np.float32], npt.NDArray[np.float32]]):
     def _observe(self) -> npt.NDArray[np.float32]:
         noise = self.np_random.uniform(-1.0, 1.0, size=2)
         return np.array([self.episode_steps, *noise], dtype=np.float32)
+
+
+class IncarnationEnv(gym.Env[npt.NDArray[np.int64], np.int64]):
+    """Observations that say which env, which incarnation and which step they are.
+
+    The observation is ``[index, pid, step]`` (int64): the env's index given at
+    construction, the id of the process hosting it (a replaced worker is a new
+    incarnation) and the step in the episode (0 after a reset). Episodes terminate
+    after a length drawn from ``self.np_random`` in ``[min_len, max_len]``; the
+    reward is the step reached plus half the action. The info is
+    ``{"step": step}`` every third step.
+
+    With ``crash_marker``, the env kills its process (``os._exit(code)``) in its
+    ``crash_at``-th step unless that file exists, creating it first: it crashes
+    once, whatever the incarnation. With ``fail_marker``, the constructor raises
+    :class:`DeliberateError` when that file exists.
+
+    Only use the crash options inside a worker process.
+    """
+
+    def __init__(
+        self,
+        index: int = 0,
+        min_len: int = 3,
+        max_len: int = 12,
+        crash_marker: str | None = None,
+        crash_at: int = 1,
+        code: int = 3,
+        fail_marker: str | None = None,
+    ) -> None:
+        """Build the env (see the class docstring for the arguments)."""
+        if fail_marker is not None and os.path.exists(fail_marker):
+            msg = f"{fail_marker} exists: this env refuses to be built again."
+            raise DeliberateError(msg)
+        self.index = index
+        self.min_len, self.max_len = min_len, max_len
+        self.crash_marker, self.crash_at, self.code = crash_marker, crash_at, code
+        self.observation_space = spaces.Box(0, 2**40, shape=(3,), dtype=np.int64)
+        self.action_space = spaces.Discrete(2)
+        self.steps_taken = 0
+        self.step_in_episode = 0
+        self.length = max_len
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[npt.NDArray[np.int64], dict[str, Any]]:
+        """Start an episode of a random length."""
+        super().reset(seed=seed, options=options)
+        self.step_in_episode = 0
+        self.length = int(self.np_random.integers(self.min_len, self.max_len + 1))
+        return self._observe(), {}
+
+    def step(
+        self, action: Any
+    ) -> tuple[npt.NDArray[np.int64], SupportsFloat, bool, bool, dict[str, Any]]:
+        """Advance one step (or crash, see the class docstring)."""
+        self.steps_taken += 1
+        marker = self.crash_marker
+        if (
+            marker is not None
+            and self.steps_taken == self.crash_at
+            and not os.path.exists(marker)
+        ):
+            with open(marker, "w"):
+                pass
+            os._exit(self.code)
+        self.step_in_episode += 1
+        step = self.step_in_episode
+        info = {"step": step} if step % 3 == 0 else {}
+        reward = step + 0.5 * int(action)
+        return self._observe(), reward, step >= self.length, False, info
+
+    def get_pid(self) -> int:
+        """Return the id of the process hosting this env."""
+        return os.getpid()
+
+    def _observe(self) -> npt.NDArray[np.int64]:
+        return np.array([self.index, os.getpid(), self.step_in_episode], np.int64)
 
 
 def make_env_fns(

@@ -88,6 +88,45 @@ class _Host:
         self.autoreset = [False] * len(envs)
         self.mode = config.autoreset_mode
         self.semaphore = config.semaphore
+        self.holding = config.holding
+        # a replacement worker (on_worker_crash="restart"): every env marks the cut
+        restart = config.restart
+        self.restarted = [restart is not None] * len(envs)
+        self.any_restarted = restart is not None
+        self.start_seeds: list[int | None] = [None] * len(envs)
+        if restart is not None:
+            self.last_obs = list(restart.last_obs)
+            self.start_seeds = list(restart.seeds)
+
+    def _acquire(self) -> None:
+        if self.semaphore is not None:
+            self.semaphore.acquire()
+            if self.holding is not None:  # a death from here on: the parent releases
+                self.holding[self.config.index] = 1
+
+    def _release(self) -> None:
+        if self.semaphore is not None:
+            if self.holding is not None:
+                self.holding[self.config.index] = 0
+            self.semaphore.release()
+
+    def _take_seed(self, local: int) -> int | None:
+        """The first-reset seed of a replaced env (once), else ``None``."""
+        seed = self.start_seeds[local]
+        self.start_seeds[local] = None
+        return seed
+
+    def _restart_row(self, local: int) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        """The step result that marks a replaced env's cut (see RestartStart)."""
+        self.restarted[local] = False
+        self.any_restarted = any(self.restarted)
+        last = self.last_obs[local]
+        info: dict[str, Any] = {"worker_restarted": True}
+        if self.mode is AutoresetMode.SAME_STEP:
+            obs, reset_info = self.envs[local].reset(seed=self._take_seed(local))
+            info = {"final_info": {}, "final_obs": last, **reset_info, **info}
+            return obs, 0.0, False, True, info
+        return last, 0.0, False, True, info
 
     # -- commands ------------------------------------------------------------------
 
@@ -112,8 +151,7 @@ class _Host:
             self.truncations,
         )
         mode = self.mode
-        if self.semaphore is not None:
-            self.semaphore.acquire()
+        self._acquire()
         envs = self.envs
         try:
             for position, local in enumerate(
@@ -122,8 +160,16 @@ class _Host:
                 env = envs[local]
                 index = self.start + local
                 try:
-                    if mode is AutoresetMode.NEXT_STEP and self.autoreset[local]:
-                        obs, info = env.reset()
+                    if (
+                        self.any_restarted
+                        and self.restarted[local]
+                        and self.last_obs[local] is not None
+                    ):
+                        obs, reward, terminated, truncated, info = self._restart_row(
+                            local
+                        )
+                    elif mode is AutoresetMode.NEXT_STEP and self.autoreset[local]:
+                        obs, info = env.reset(seed=self._take_seed(local))
                         reward, terminated, truncated = 0.0, False, False
                     else:
                         action = (
@@ -151,8 +197,7 @@ class _Host:
                 except Exception as exc:  # noqa: BLE001 - reported to the parent
                     errors.append(pack_error(index, exc))
         finally:
-            if self.semaphore is not None:
-                self.semaphore.release()
+            self._release()
         return self._reply(infos, errors)
 
     def reset(
@@ -166,8 +211,7 @@ class _Host:
         errors: list[ErrorRecord] = []
         last = max((local for local, flag in enumerate(flags) if flag), default=-1)
         write_obs = self.obs_writers[buffer] if self.obs_writers else self.write_obs
-        if self.semaphore is not None:
-            self.semaphore.acquire()
+        self._acquire()
         try:
             for local, env in enumerate(self.envs):
                 index = self.start + local
@@ -182,8 +226,15 @@ class _Host:
                     # Gymnasium unpickles a separate copy of `options` for every env:
                     # copies for all but the last env, which gets the original.
                     env_options = options if local == last else copy.deepcopy(options)
-                    obs, info = env.reset(seed=seeds[local], options=env_options)
+                    seed = self._take_seed(local)
+                    if seeds[local] is not None:
+                        seed = seeds[local]
+                    obs, info = env.reset(seed=seed, options=env_options)
                     self.autoreset[local] = False
+                    if self.any_restarted and self.restarted[local]:
+                        self.restarted[local] = False
+                        self.any_restarted = any(self.restarted)
+                        info = {**info, "worker_restarted": True}
                     if write_obs is not None:
                         write_obs(index, obs)
                     self.last_obs[local] = obs  # a reference: no copy
@@ -192,8 +243,7 @@ class _Host:
                 except Exception as exc:  # noqa: BLE001 - reported to the parent
                     errors.append(pack_error(index, exc))
         finally:
-            if self.semaphore is not None:
-                self.semaphore.release()
+            self._release()
         return self._reply(infos, errors)
 
     def _reply(
@@ -281,6 +331,8 @@ class _Host:
     def _restore(self, local: int, state: Any) -> Any:
         """Set an :class:`EnvState` (or a bare env state: then mid-episode)."""
         methods = self._state_methods(local)
+        self.restarted[local] = False  # the state given defines the env now
+        self.any_restarted = any(self.restarted)
         if isinstance(state, EnvState):
             methods.set_state(state.state)
             self.autoreset[local] = bool(state.autoreset_pending)

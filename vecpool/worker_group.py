@@ -50,10 +50,12 @@ from vecpool.protocol import (
     rebuild_exception,
     spin_until_ready,
 )
+from vecpool.spin import SpinPolicy
 from vecpool.worker import run_worker
 
 if TYPE_CHECKING:
     from vecpool.buffers import StepBuffers
+    from vecpool.restart import Restarter
 
 __all__ = [
     "SpinPolicy",
@@ -66,14 +68,6 @@ __all__ = [
 
 STARTING_WORKERS = [0]
 """Above 0 while vecpool itself forks its workers (the fork hook skips those)."""
-SPIN_BUDGET = 0.002
-"""Seconds to poll before blocking."""
-SPIN_MAX_WAIT = 0.00025
-"""With ``"auto"``, the parent spins while replies come back within this."""
-WORKER_SPIN_MAX_GAP = 0.00025
-"""With ``"auto"``, workers spin while the parent sends the next command within this
-(on average) after their reply; a parent that computes longer (a policy) finds them
-blocked, so their spinning never takes its cores."""
 
 
 class EnvFns:
@@ -207,6 +201,7 @@ class WorkerHandle:
         self.batches: dict[int, list[int]] = {}
         self.out_of_step = False
         self.group: WorkerGroup | None = None
+        self.last_sent = b""  # re-sent to a replacement (on_worker_crash="restart")
 
     # -- sending ---------------------------------------------------------------------
 
@@ -280,6 +275,7 @@ class WorkerHandle:
             if self.group is not None:
                 self.group.note_give_up()
             raise
+        self.last_sent = data
         self.sent += 1
         return self.sent
 
@@ -377,64 +373,6 @@ class WorkerHandle:
         return self.received >= self.sent
 
 
-@dataclass
-class SpinPolicy:
-    """How long the parent polls before blocking, adapted to the gap between steps.
-
-    Spinning (poll + ``sched_yield``) skips the 50-150 microseconds it costs to wake
-    a blocked process; it pays only while replies come back quickly and no more
-    processes run than cores.
-
-    Attributes:
-        worker_spin: The workers' spin budget (0: they block).
-        spin: The parent's current spin budget.
-        spin_yield: Whether spinners yield the CPU between polls.
-        adaptive: Whether :meth:`before_wait` adapts ``spin``, and the workers
-            theirs (``wait_strategy="auto"``).
-        wait_ema: Seconds a wait takes, smoothed.
-    """
-
-    worker_spin: float
-    spin: float
-    spin_yield: bool = True
-    adaptive: bool = False
-    wait_ema: float = 0.0
-
-    @property
-    def worker_max_gap(self) -> float:
-        """The workers' adaptive bound (:class:`~vecpool.protocol.GapTracker`).
-
-        0 (spin whenever ``worker_spin`` says) unless adaptive.
-        """
-        return WORKER_SPIN_MAX_GAP if self.adaptive and self.worker_spin else 0.0
-
-    @classmethod
-    def from_strategy(
-        cls, wait_strategy: str, num_workers: int, cpus: int
-    ) -> SpinPolicy:
-        """The policy for ``wait_strategy`` with ``num_workers`` on ``cpus`` CPUs."""
-        spins = wait_strategy == "spin" or (
-            wait_strategy == "auto" and num_workers <= cpus
-        )
-        budget = SPIN_BUDGET if spins else 0.0
-        return cls(budget, budget, True, wait_strategy == "auto")
-
-    def before_wait(self) -> float:
-        """The spin budget for the next wait (and start timing it)."""
-        if self.adaptive and self.worker_spin:
-            self.spin = 0.0 if self.wait_ema > SPIN_MAX_WAIT else SPIN_BUDGET
-            self._started = time.perf_counter()
-        return self.spin
-
-    def after_wait(self) -> None:
-        """Fold the wait just finished into the average."""
-        if self.adaptive and self.worker_spin:
-            waited = time.perf_counter() - self._started
-            self.wait_ema += 0.1 * (waited - self.wait_ema)
-
-    _started: float = 0.0
-
-
 def raise_env_errors(
     replies: Iterable[Reply | None], owner: str, *, log: bool = True
 ) -> None:
@@ -492,6 +430,16 @@ class WorkerGroup:
         self._poll_all: tuple[select.poll, dict[int, tuple[WorkerHandle, bool]]]
         self._poll_all_built = False
         self.gave_up = False
+        self.restarter: Restarter | None = None
+        self.started: tuple[Any, ...] = ()
+        self.dead: list[WorkerHandle] = []
+        self.lost: WorkerCrashedError | None = None
+
+    def put(self, handle: WorkerHandle) -> None:
+        """Put a replacement's handle in the place of the worker it replaces."""
+        handle.group = self
+        self.handles[handle.index] = handle
+        self._poll_all_built = False
 
     def add(self, handle: WorkerHandle) -> None:
         """Add the handle of a started worker."""
@@ -523,66 +471,95 @@ class WorkerGroup:
             custom is not None or spec.max_concurrency < spec.num_workers
         ):
             semaphore = ctx.BoundedSemaphore(spec.max_concurrency)
-        buffers = spec.buffers
         if spec.num_workers == 0:
             self._start_local(spec, parent_pipes)
             return
+        holding = (
+            ctx.RawArray("b", spec.num_workers)
+            if semaphore is not None and custom is None
+            else None
+        )
+        self.started = (spec, ctx, processes, parent_pipes, semaphore, holding)
+        for index, env_indices in enumerate(split(num_envs, spec.num_workers)):
+            self.add(self.spawn(index, env_indices))
+
+    def spawn(
+        self, index: int, env_indices: range, restart: Any = None
+    ) -> WorkerHandle:
+        """Start worker ``index`` hosting ``env_indices`` and return its handle.
+
+        Its process and pipe go at position ``index`` of the lists given to
+        :meth:`start` (appended at start-up, replaced on a restart).
+
+        Args:
+            index: Worker index.
+            env_indices: The envs it hosts.
+            restart: A :class:`vecpool.protocol.RestartStart` for a replacement.
+        """
+        spec, ctx, processes, parent_pipes, semaphore, holding = self.started
+        custom = spec.custom_worker
+        buffers = spec.buffers
         with clear_mpi_env_vars():
-            for index, env_indices in enumerate(split(num_envs, spec.num_workers)):
-                parent_conn, child_conn = ctx.Pipe()
-                if custom is not None:
-                    args: tuple[Any, ...] = (
-                        index,
-                        CloudpickleWrapper(spec.env_fns[index]),
-                        child_conn,
-                        parent_conn,
-                        buffers.gym_obs_memory,
-                        spec.error_queue,
-                        spec.autoreset_mode,
-                        semaphore,
-                    )
-                    target = custom
-                else:
-                    config = _config(
-                        spec,
-                        index,
-                        env_indices,
-                        semaphore=semaphore,
-                        spin=self.spin.worker_spin,
-                        spin_yield=self.spin.spin_yield,
-                        spin_max_gap=self.spin.worker_max_gap,
-                    )
-                    args, target = (child_conn, parent_conn, config), run_worker
-                process = ctx.Process(
-                    target=target, name=f"Worker<{spec.name}>-{index}", args=args
+            parent_conn, child_conn = ctx.Pipe()
+            if custom is not None:
+                args: tuple[Any, ...] = (
+                    index,
+                    CloudpickleWrapper(spec.env_fns[index]),
+                    child_conn,
+                    parent_conn,
+                    buffers.gym_obs_memory,
+                    spec.error_queue,
+                    spec.autoreset_mode,
+                    semaphore,
                 )
-                process.daemon = spec.daemon
+                target = custom
+            else:
+                config = _config(
+                    spec,
+                    index,
+                    env_indices,
+                    semaphore=semaphore,
+                    holding=holding,
+                    restart=restart,
+                    spin=self.spin.worker_spin,
+                    spin_yield=self.spin.spin_yield,
+                    spin_max_gap=self.spin.worker_max_gap,
+                )
+                args, target = (child_conn, parent_conn, config), run_worker
+            process = ctx.Process(
+                target=target, name=f"Worker<{spec.name}>-{index}", args=args
+            )
+            process.daemon = spec.daemon
+            if index < len(processes):  # a replacement
+                processes[index] = process
+                parent_pipes[index] = parent_conn
+            else:
                 processes.append(process)
                 parent_pipes.append(parent_conn)
-                STARTING_WORKERS[0] += 1
-                try:
-                    process.start()
-                finally:
-                    STARTING_WORKERS[0] -= 1
-                    child_conn.close()
-                handle: WorkerHandle
-                if custom is not None:
-                    from vecpool.gym_worker import GymWorkerHandle
+            STARTING_WORKERS[0] += 1
+            try:
+                process.start()
+            finally:
+                STARTING_WORKERS[0] -= 1
+                child_conn.close()
+            handle: WorkerHandle
+            if custom is not None:
+                from vecpool.gym_worker import GymWorkerHandle
 
-                    handle = GymWorkerHandle(
-                        index,
-                        env_indices,
-                        process,
-                        parent_conn,
-                        spec.error_queue,
-                        buffers.transport is ObsTransport.PIPE,
-                    )
-                else:
-                    handle = WorkerHandle(index, env_indices, process, parent_conn)
-                    # a vecpool worker answers its start-up space check unasked
-                    handle.sent += 1
-                    handle.expected.append(handle.sent)
-                self.add(handle)
+                handle = GymWorkerHandle(
+                    index,
+                    env_indices,
+                    process,
+                    parent_conn,
+                    spec.error_queue,
+                    buffers.transport is ObsTransport.PIPE,
+                )
+            else:
+                handle = WorkerHandle(index, env_indices, process, parent_conn)
+                # a vecpool worker answers its start-up space check unasked
+                handle.sent += 1
+                handle.expected.append(handle.sent)
+        return handle
 
     def _start_local(self, spec: StartSpec, closers: list[Any]) -> None:
         """``num_workers=0``: host every env in this process (see local_worker)."""
@@ -686,8 +663,11 @@ class WorkerGroup:
             try:
                 number = send(handle)
             except OSError:
-                self.crashed(handle, what)
-            handle.expect(number)
+                number = 0  # replaced below, outside the handler (a forked
+                # replacement would inherit the exception being handled)
+            if not number:
+                number = send(self.lose_at_send(handle, what))
+            self.handles[handle.index].expect(number)
         return self.handles
 
     def send_message_all(self, message: bytes) -> None:
@@ -703,7 +683,10 @@ class WorkerGroup:
             try:
                 number = handle._write(message)
             except OSError:
-                self.crashed(handle, "step")
+                number = 0
+            if not number:  # replaced outside the handler (see send_all)
+                handle = self.lose_at_send(handle, "step")
+                number = handle._write(message)
             expected = handle.expected
             if expected:
                 expected.clear()
@@ -773,6 +756,8 @@ class WorkerGroup:
                 raise multiprocessing.TimeoutError(msg)
             with HELD:
                 self._read_events(events, poller, watched, what)
+            if self.dead:  # on_worker_crash="restart": replace, re-send, go on
+                poller, watched = self._recover(what, handles, any_answer)
             if any_answer:
                 if any(handle.answers for handle in handles):
                     break
@@ -783,6 +768,9 @@ class WorkerGroup:
                 else:
                     break
         self.spin.after_wait()
+        if self.lost is not None and what != "restart":  # this call's results lost
+            error, self.lost = self.lost, None
+            raise error
 
     @staticmethod
     def _finished(handles: list[WorkerHandle], any_answer: bool) -> bool:
@@ -816,7 +804,7 @@ class WorkerGroup:
                     handle.receive()
             except (EOFError, OSError):
                 if handle.expected:
-                    self.crashed(handle, what)
+                    self.lose(handle, what)
                 # gone after its last answer: the next command will find out
                 for gone in (fd, handle.sentinel):
                     with contextlib.suppress(KeyError, ValueError):
@@ -826,7 +814,7 @@ class WorkerGroup:
             if fd not in watched or handle.poll():
                 continue  # its last words come first
             if handle.expected:
-                self.crashed(handle, what)
+                self.lose(handle, what)
             # it answered, then exited (e.g. after reporting an env error at
             # start-up): the next command will find out
             with contextlib.suppress(KeyError, ValueError):
@@ -839,6 +827,53 @@ class WorkerGroup:
             self._poll_all_built = True
         poller, watched = self._poll_all
         return poller, watched
+
+    def lose(self, handle: WorkerHandle, what: str) -> None:
+        """A worker died while a call waited for it: raise, or note it for a restart.
+
+        Raises:
+            WorkerCrashedError: Unless ``on_worker_crash="restart"`` allows one more
+                restart of this worker in this call.
+        """
+        restarter = self.restarter
+        if restarter is None or not restarter.allows(handle, what):
+            self.crashed(handle, what)
+        if handle not in self.dead:
+            self.dead.append(handle)
+
+    def lose_at_send(self, handle: WorkerHandle, what: str) -> WorkerHandle:
+        """A worker's pipe broke as a command was sent: replace it, or raise.
+
+        Nothing was lost (the command did not reach it): the caller sends the
+        command to the returned replacement.
+
+        Raises:
+            WorkerCrashedError: Unless a restart is allowed.
+        """
+        restarter = self.restarter
+        if restarter is None or not restarter.allows(handle, what):
+            self.crashed(handle, what)
+        new = restarter.replace(self, handle, what, reissue=False)
+        # a call other than step/reset/send still fails (its envs are new ones)
+        restarter.lose_result(handle, what)
+        self.lost, restarter.lost = self.lost or restarter.lost, None
+        return new
+
+    def _recover(
+        self, what: str, handles: list[WorkerHandle], any_answer: bool
+    ) -> tuple[select.poll, dict[int, tuple[WorkerHandle, bool]]]:
+        """Replace the dead workers noted by :meth:`lose`; return the new poll set."""
+        assert self.restarter is not None
+        while self.dead:
+            old = self.dead.pop(0)
+            new = self.restarter.replace(self, old, what, reissue=True)
+            for position, handle in enumerate(handles):
+                if handle is old:
+                    handles[position] = new
+        self.lost, self.restarter.lost = self.lost or self.restarter.lost, None
+        if handles is self.handles or any_answer:
+            return self._all_poll()
+        return poll_set(handles)
 
     def crashed(self, handle: WorkerHandle, what: str) -> NoReturn:
         """Record and raise the death of ``handle``'s worker.
