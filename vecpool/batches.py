@@ -156,9 +156,12 @@ class Batches:
                     number = handle.send_step_some(local, handle_actions)
                 except OSError:
                     number = 0
-                if not number:  # replaced outside the handler (see send_all)
-                    handle = self.group.lose_at_send(handle, "send")
-                    number = handle.send_step_some(local, handle_actions)
+                if not number:  # restart mode: a replacement gets it
+                    handle, number = self.group.send_to(
+                        handle,
+                        "send",
+                        lambda new: new.send_step_some(local, handle_actions),  # noqa: B023
+                    )
                 handle.expected.append(number)
                 handle.batches[number] = chosen
                 self.in_flight[chosen] = True

@@ -102,9 +102,13 @@ class EnvStates:
                     number = handle.send(command, payload)
                 except OSError:
                     number = 0
-                if not number:  # replaced outside the handler (see send_all)
-                    handle = handles[position] = self.group.lose_at_send(handle, what)
-                    number = handle.send(command, payload)
+                if not number:  # restart mode: a replacement gets it
+                    handle, number = self.group.send_to(
+                        handle,
+                        what,
+                        lambda new: new.send(command, payload),  # noqa: B023
+                    )
+                    handles[position] = handle
                 handle.expect(number)
         try:
             self.group.wait(what, None, handles)

@@ -38,7 +38,7 @@ from gymnasium.vector.utils import iterate
 
 from vecpool._guards import HELD
 from vecpool.errors import VecPoolWarning, WorkerCrashedError
-from vecpool.protocol import RestartStart
+from vecpool.protocol import STEP_SOME, RestartStart
 from vecpool.spaces import flatten_batch, is_native, leaves, make_reader
 
 if TYPE_CHECKING:
@@ -57,9 +57,11 @@ RESENT = ("step", "reset", "recv", "send")
 """Calls whose command a replacement runs again (its envs answer with the rows
 that mark the cut); any other call raises :class:`WorkerCrashedError` after the
 restart, its results lost."""
-NEVER_RESTARTED = ("__init__", "close", "restart")
-"""A crash in these calls raises: construction, closing, or a replacement that
-died before it could start."""
+NEVER_RESTARTED = ("__init__", "close")
+"""A crash in these calls raises: construction and closing."""
+STARTUP_DEATHS = 10
+"""Replacements of one worker in a row that may die before they start (killed
+by the same OOM killer, say) before the crash raises."""
 
 
 def derive_seed(seed: int, incarnation: int) -> int:
@@ -192,9 +194,15 @@ class Restarter:
         self.last_obs = last_obs
         self.owner = owner
         self.lost: WorkerCrashedError | None = None
+        self.startup_deaths = [0] * len(policy.restarts)
 
     def allows(self, handle: WorkerHandle, what: str) -> bool:
         """Whether a crash of ``handle``'s worker in ``what`` may be restarted."""
+        if what == "restart":  # a replacement died before it started
+            return (
+                self.policy.allows(handle.index)
+                and self.startup_deaths[handle.index] < STARTUP_DEATHS
+            )
         return what not in NEVER_RESTARTED and self.policy.allows(handle.index)
 
     def replace(
@@ -233,6 +241,8 @@ class Restarter:
             with contextlib.suppress(ValueError):
                 semaphore.release()
         self.policy.restarts[index] += 1
+        if what == "restart":
+            self.startup_deaths[index] += 1
         start = RestartStart(
             last_obs=self.last_obs.rows(envs),
             seeds=self.policy.start_seeds(index, envs),
@@ -245,6 +255,8 @@ class Restarter:
             new.sent += 1  # the start-up check, sent unasked
             new.expected.append(new.sent)
         group.wait("restart", None, [new])
+        new = group.handles[index]  # a replacement of the replacement, maybe
+        self.startup_deaths[index] = 0
         first = new.answer()
         if first is not None and first.errors:
             from vecpool.worker_group import raise_env_errors
@@ -264,7 +276,7 @@ class Restarter:
             new.answers = deque(old.answers)
             new.batches = {n: ids for n, ids in old.batches.items() if n in answered}
             if reissue and old.expected:
-                self._reissue(old, new, what)
+                self._reissue(group, old, new, what)
         return new
 
     def lose_result(self, old: WorkerHandle, what: str) -> None:
@@ -278,7 +290,11 @@ class Restarter:
                 old.process.exitcode,
             )
 
-    def _reissue(self, old: WorkerHandle, new: WorkerHandle, what: str) -> None:
+    def _reissue(
+        self, group: WorkerGroup, old: WorkerHandle, new: WorkerHandle, what: str
+    ) -> None:
+        if what == "restart":
+            return  # it only owed its start-up check; the replacement sends its own
         if what not in RESENT:
             self.lose_result(old, what)
             return
@@ -287,11 +303,28 @@ class Restarter:
             for number, ids in sorted(old.batches.items()):
                 if number in new.batches:
                     continue  # answered before the crash
-                again = new.send_step_some([i - start for i in ids], None)
+                local = np.asarray([i - start for i in ids], np.uint16).tobytes()
+                again = self._resend(group, new, STEP_SOME + local)
                 new.expected.append(again)
                 new.batches[again] = ids
             return
-        new.expect(new._write(old.last_sent))  # the same bytes again
+        new.expect(self._resend(group, new, old.last_sent))  # the same bytes again
+
+    @staticmethod
+    def _resend(group: WorkerGroup, new: WorkerHandle, data: bytes) -> int:
+        """Write ``data`` to ``new``; if it died already, as if written.
+
+        A replacement dead before this write is noted dead with the command
+        owed, so its own replacement is sent the command again.
+        """
+        try:
+            return new._write(data)
+        except OSError:
+            new.last_sent = data
+            new.sent += 1
+            if new not in group.dead:
+                group.dead.append(new)
+            return new.sent
 
     def _warn(self, old: WorkerHandle, what: str) -> None:
         count = self.policy.restarts[old.index]

@@ -663,11 +663,10 @@ class WorkerGroup:
             try:
                 number = send(handle)
             except OSError:
-                number = 0  # replaced below, outside the handler (a forked
-                # replacement would inherit the exception being handled)
-            if not number:
-                number = send(self.lose_at_send(handle, what))
-            self.handles[handle.index].expect(number)
+                number = 0
+            if not number:  # restart mode: a replacement gets it
+                handle, number = self.send_to(handle, what, send)
+            handle.expect(number)
         return self.handles
 
     def send_message_all(self, message: bytes) -> None:
@@ -684,9 +683,10 @@ class WorkerGroup:
                 number = handle._write(message)
             except OSError:
                 number = 0
-            if not number:  # replaced outside the handler (see send_all)
-                handle = self.lose_at_send(handle, "step")
-                number = handle._write(message)
+            if not number:  # restart mode: a replacement gets it (see send_to)
+                handle, number = self.send_to(
+                    handle, "step", lambda new: new._write(message)
+                )
             expected = handle.expected
             if expected:
                 expected.clear()
@@ -841,6 +841,27 @@ class WorkerGroup:
         if handle not in self.dead:
             self.dead.append(handle)
 
+    def send_to(
+        self, handle: WorkerHandle, what: str, send: Callable[[WorkerHandle], int]
+    ) -> tuple[WorkerHandle, int]:
+        """Send to ``handle``, whose pipe broke, through replacements (restart mode).
+
+        Each replacement is started outside any exception handler: a forked child
+        would inherit the exception being handled.
+
+        Returns:
+            The handle that took the command, and the command's number.
+
+        Raises:
+            WorkerCrashedError: If no restart is allowed.
+        """
+        while True:
+            handle = self.lose_at_send(handle, what)
+            try:
+                return handle, send(handle)
+            except OSError:
+                pass  # died again before its first command: replace it too
+
     def lose_at_send(self, handle: WorkerHandle, what: str) -> WorkerHandle:
         """A worker's pipe broke as a command was sent: replace it, or raise.
 
@@ -863,9 +884,15 @@ class WorkerGroup:
         self, what: str, handles: list[WorkerHandle], any_answer: bool
     ) -> tuple[select.poll, dict[int, tuple[WorkerHandle, bool]]]:
         """Replace the dead workers noted by :meth:`lose`; return the new poll set."""
-        assert self.restarter is not None
-        while self.dead:
-            old = self.dead.pop(0)
+        assert self.restarter is not None  # lose() notes the dead only then
+        while True:
+            # only this wait's own dead: a replacement's start-up wait (nested in
+            # an outer _recover) leaves the outer call's dead to the outer one
+            mine = [old for old in self.dead if any(old is h for h in handles)]
+            if not mine:
+                break
+            old = mine[0]
+            self.dead.remove(old)
             new = self.restarter.replace(self, old, what, reissue=True)
             for position, handle in enumerate(handles):
                 if handle is old:
@@ -897,6 +924,7 @@ class WorkerGroup:
     def drop_pending(self) -> None:
         """Forget every awaited reply of every worker."""
         self.gave_up = True
+        self.dead.clear()  # a dead one left is found again at its next command
         for handle in self.handles:
             handle.drop_pending()
 

@@ -384,3 +384,117 @@ def test_raise_stays_the_default(make_async):
     with pytest.raises(vecpool.WorkerCrashedError, match="call `close\\(\\)`"):
         env.step(np.zeros(2, np.int64))
     assert env.restarts == (0, 0)
+
+
+class _Killer:
+    """SIGKILLs a random worker of ``env`` every ``low``-``high`` seconds."""
+
+    def __init__(self, env: vecpool.AsyncVectorEnv, low: float, high: float) -> None:
+        import threading
+
+        self.env, self.low, self.high = env, low, high
+        self.stop = threading.Event()
+        self.kills = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.rng = np.random.default_rng(0)
+
+    def __enter__(self) -> _Killer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.rng.uniform(self.low, self.high)):
+            process = self.env.processes[self.rng.integers(len(self.env.processes))]
+            if process.pid is not None:
+                try:
+                    os.kill(process.pid, signal.SIGKILL)
+                    self.kills += 1
+                except ProcessLookupError:
+                    pass
+
+
+def _check_rows(mode, prev, ended, actions, result):
+    """Check one step's rows against the rows before it; return the new ``ended``."""
+    obs, rewards, terminated, truncated, infos = result
+    cut = infos.get("worker_restarted", np.zeros(len(obs), np.bool_))
+    for i in range(len(obs)):
+        if cut[i]:
+            assert truncated[i]
+            assert not terminated[i]
+            assert rewards[i] == 0.0
+            if mode == "SameStep":
+                np.testing.assert_array_equal(infos["final_obs"][i], prev[i])
+                assert obs[i, 2] == 0
+                assert obs[i, PID] != prev[i, PID]
+            else:
+                np.testing.assert_array_equal(obs[i], prev[i])
+            continue
+        if mode == "NextStep" and ended[i]:  # the reset step
+            assert obs[i, 2] == 0
+            assert rewards[i] == 0.0
+            assert not terminated[i]
+            assert not truncated[i]
+            continue
+        after = obs[i]
+        if mode == "SameStep" and (terminated[i] or truncated[i]):
+            after = infos["final_obs"][i]
+            assert obs[i, 2] == 0
+        # a real step: same env, same incarnation, one step further
+        assert after[0] == i
+        assert after[PID] == prev[i, PID], f"env {i}: a row of another incarnation"
+        assert after[2] == prev[i, 2] + 1, (
+            f"env {i}: a row of another step: {after} after {prev[i]}; {infos}"
+        )
+        assert rewards[i] == after[2] + 0.5 * actions[i]
+    return np.logical_or(terminated, truncated)
+
+
+def _stressed_run(env, mode, steps, killer, kills, seed=0):
+    """Step at least ``steps`` times, and on until ``kills`` kills (60 s at most)."""
+    rng = np.random.default_rng(seed)
+    prev, _ = env.reset(seed=seed)
+    ended = np.zeros(env.num_envs, np.bool_)
+    step, deadline = 0, time.monotonic() + 60
+    while step < steps or (killer.kills < kills and time.monotonic() < deadline):
+        step += 1
+        actions = rng.integers(0, 2, env.num_envs)
+        result = env.step(actions)
+        ended = _check_rows(mode, prev, ended, actions, result)
+        prev = result[0]
+        if mode == "Disabled" and ended.any():  # the user resets what ended
+            obs, _ = env.reset(options={"reset_mask": ended})
+            assert (obs[ended, 2] == 0).all()
+            np.testing.assert_array_equal(obs[~ended], prev[~ended])
+            prev, ended = obs, np.zeros(env.num_envs, np.bool_)
+
+
+@pytest.mark.parametrize(
+    ("context", "mode", "steps", "every"),
+    [
+        ("fork", "NextStep", 5000, (0.005, 0.03)),
+        ("fork", "SameStep", 2000, (0.005, 0.03)),
+        ("fork", "Disabled", 2000, (0.005, 0.03)),
+        ("spawn", "NextStep", 500, (0.5, 1.5)),
+    ],
+)
+def test_random_kills_never_give_a_row_of_another_step(
+    make_async, context, mode, steps, every
+):
+    env = make_async(
+        _fns(6),
+        num_workers=3,
+        context=context,
+        autoreset_mode=mode,
+        on_worker_crash="restart",
+        max_restarts=None,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", vecpool.VecPoolWarning)
+        with _Killer(env, *every) as killer:
+            _stressed_run(env, mode, steps, killer, kills=8)
+    assert killer.kills >= 8
+    assert sum(env.restarts) >= 5
