@@ -5,6 +5,11 @@ workers, the parent's open file descriptors and the number of ``/dev/shm`` entri
 at the end, the growth after the warm-up (the first sample). Then it creates and
 closes ``--cycles`` vector envs and reports what is left over. Linux only (/proc).
 
+With ``--kill-every K``, the vector env runs with ``on_worker_crash="restart"`` and
+a random worker is SIGKILLed every ``K`` env steps: the samples then show whether
+restarts leak, and the end line counts the restarts and the transitions recorded
+against the steps taken.
+
 Usage: ``python examples/soak.py --steps 2000000 --every 100000 --cycles 200``
 """
 
@@ -13,7 +18,9 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import signal
 import sys
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -47,19 +54,34 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=100_000)
     parser.add_argument("--cycles", type=int, default=200)
     parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--kill-every", type=int, default=0)
     args = parser.parse_args()
     n = args.num_envs
+    restart = (
+        {"on_worker_crash": "restart", "max_restarts": None} if args.kill_every else {}
+    )
+    warnings.simplefilter("ignore", vecpool.VecPoolWarning)  # one per restart
     envs = vecpool.ReplayPoolWrapper(
-        vecpool.AsyncVectorEnv([lambda: gym.make("CartPole-v1")] * n),
+        vecpool.AsyncVectorEnv([lambda: gym.make("CartPole-v1")] * n, **restart),
         pool_size=100_000,
     )
+    rng = np.random.default_rng(1)
+    cut = reset_rows = 0  # rows that are no transition: cuts, NEXT_STEP resets
+    ended = np.zeros(n, np.bool_)
     envs.reset(seed=0)
     actions = np.random.default_rng(0).integers(0, 2, size=(1024, n))
     out = sys.stdout
     out.write("env steps   parent RSS   worker RSS   fds   /dev/shm\n")
     samples = []
     for step in range(args.steps // n):
-        envs.step(actions[step % 1024])
+        if args.kill_every and (step + 1) * n % args.kill_every == 0:
+            processes = envs.unwrapped.processes  # type: ignore[attr-defined]
+            os.kill(processes[rng.integers(len(processes))].pid, signal.SIGKILL)
+        _, _, terminated, truncated, infos = envs.step(actions[step % 1024])
+        reset_rows += int(ended.sum())
+        ended = terminated | truncated
+        if "worker_restarted" in infos:
+            cut += int(infos["worker_restarted"].sum())
         if (step + 1) * n % args.every == 0:
             sample = _sample(envs)
             samples.append(sample)
@@ -69,6 +91,14 @@ def main() -> None:
                 f"{(step + 1) * n:>9,} {mib[0]:>10.1f} M {mib[1]:>10.1f} M"
                 f" {fds:>5} {shm:>10}\n"
             )
+    if args.kill_every:
+        restarts = envs.unwrapped.restarts  # type: ignore[attr-defined]
+        rows = args.steps // n * n
+        out.write(
+            f"restarts per worker {restarts}; rows cut {cut}; transitions added "
+            f"{int(envs.pool.received.sum()):,}, real steps "
+            f"{rows - cut - reset_rows:,} (of {rows:,} rows)\n"
+        )
     envs.close()
     first, last = samples[0], samples[-1]
     grew = [b - a for a, b in zip(first, last, strict=True)]
