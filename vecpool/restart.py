@@ -102,8 +102,8 @@ class RestartPolicy:
     def note_seeds(self, seeds: Sequence[Any]) -> None:
         """Remember the seeds a reset gave (``None`` keeps the earlier seed)."""
         for index, seed in enumerate(seeds):
-            if seed is not None:
-                self.seeds[index] = int(seed)
+            if isinstance(seed, (int, np.integer)) and seed >= 0:
+                self.seeds[index] = int(seed)  # a bad seed fails in the env's reset
 
     def start_seeds(self, worker: int, env_indices: range) -> list[int | None]:
         """The first-reset seeds of the envs of ``worker``'s latest incarnation."""
