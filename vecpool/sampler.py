@@ -29,6 +29,7 @@ from vecpool.boundaries import AutoresetTracker
 from vecpool.errors import VecPoolWarning
 from vecpool.pool import ReplayPool
 from vecpool.spaces import flatten_batch, is_native, leaves, make_views
+from vecpool.wrappers import restarted_rows
 
 __all__ = ["EpisodeRecord", "Policy", "SampleBatch", "Sampler"]
 
@@ -169,6 +170,11 @@ class Sampler:
       ``infos["final_obs"][i]``.
     * ``DISABLED``: every row is valid; the sampler resets envs that ended with
       ``reset(options={"reset_mask": mask})`` before their next step.
+
+    A row marked ``infos["worker_restarted"]`` (its worker died and the env was
+    replaced, ``on_worker_crash="restart"``) is ``valid=False``: it is no
+    transition, nothing of it goes to ``pool``, and the env's episode in progress
+    is aborted (no :class:`EpisodeRecord`, never merged with the next one).
 
     On a :class:`vecpool.AsyncVectorEnv` created with ``batch_size=k`` (not
     wrapped), sampling alternates :meth:`~vecpool.AsyncVectorEnv.recv` and
@@ -821,6 +827,10 @@ class Sampler:
         valid = self._boundaries.valid(cols)
         if valid is None:
             valid = np.ones(cols.size, np.bool_)
+        cut = restarted_rows(infos)
+        if cut is not None:  # a replaced worker's rows: no transition, episode cut
+            cut = cut[positions]
+            valid = valid & ~cut
         for buffer, store in zip(self._obs, self._current, strict=True):
             buffer[rows, cols] = store[cols]
         for buffer, store in zip(self._action, self._sent_action, strict=True):
@@ -873,6 +883,12 @@ class Sampler:
                 self._parked[col] = True
                 for frozen, buffer in zip(self._frozen, self._next_obs, strict=True):
                     frozen[col] = buffer[rows[j], col]
+        if cut is not None and cut.any():
+            aborted = cols[cut]
+            self._episode_return[aborted] = 0.0
+            self._episode_length[aborted] = 0
+            if self.pool is not None:
+                self.pool.abort_episodes(aborted)
 
         for store, leaf in zip(self._current, result, strict=True):
             store[cols] = np.asarray(leaf)[positions]

@@ -14,7 +14,21 @@ from vecpool.errors import VecPoolWarning
 from vecpool.pool import ReplayPool, Transitions
 from vecpool.spaces import NATIVE_LEAVES, flatten_batch, leaves, make_writer
 
-__all__ = ["ReplayPoolWrapper"]
+__all__ = ["ReplayPoolWrapper", "restarted_rows"]
+
+
+def restarted_rows(infos: dict[str, Any]) -> npt.NDArray[np.bool_] | None:
+    """The rows of a result marked ``infos["worker_restarted"]``, or ``None``.
+
+    Such a row is no transition: its env's worker died and the env was replaced
+    (``on_worker_crash="restart"``, docs/reliability.md). One dict lookup when no
+    row is marked.
+    """
+    if "worker_restarted" not in infos:
+        return None
+    marked = np.asarray(infos["worker_restarted"], np.bool_)
+    mask = infos.get("_worker_restarted")
+    return marked if mask is None else marked & np.asarray(mask, np.bool_)
 
 
 class ReplayPoolWrapper(VectorWrapper[Any, Any, Any, Any, Any]):
@@ -30,6 +44,11 @@ class ReplayPoolWrapper(VectorWrapper[Any, Any, Any, Any, Any]):
       ``infos["final_obs"][i]``, not the reset observation returned.
     * ``DISABLED``: every step is a transition; ``reset(options={"reset_mask": m})``
       refreshes only the masked envs' current observation.
+
+    A row marked ``infos["worker_restarted"]`` (a worker died and its envs were
+    replaced, ``on_worker_crash="restart"``) is no transition in any mode: nothing
+    is recorded for it and the env's episode in progress is aborted in the pool
+    (not counted as finished, not merged with the next one).
 
     ``terminated`` and ``truncated`` are stored separately.
 
@@ -129,6 +148,9 @@ class ReplayPoolWrapper(VectorWrapper[Any, Any, Any, Any, Any]):
         mask = None if options is None else options.get("reset_mask")
         obs, infos = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]
         current = self._split(obs)
+        cut = restarted_rows(infos)
+        if cut is not None:  # replaced envs: their episode in progress is over
+            self.pool.abort_episodes(np.flatnonzero(cut))
         if mask is None or not self._has_obs:
             for store, leaf in zip(self._obs, current, strict=True):
                 store[...] = leaf
@@ -176,8 +198,13 @@ class ReplayPoolWrapper(VectorWrapper[Any, Any, Any, Any, Any]):
         """
         obs, rewards, terminations, truncations, infos = result
         current = self._split(obs)
+        cut = restarted_rows(infos)
         if self._has_obs:
-            self._record(actions, current, rewards, terminations, truncations, infos)
+            self._record(
+                actions, current, rewards, terminations, truncations, infos, cut
+            )
+        if cut is not None:  # the crash cut these episodes: never finished
+            self.pool.abort_episodes(np.flatnonzero(cut))
         for store, leaf in zip(self._obs, current, strict=True):
             store[...] = leaf
         self._has_obs = True
@@ -191,6 +218,7 @@ class ReplayPoolWrapper(VectorWrapper[Any, Any, Any, Any, Any]):
         terminations: Any,
         truncations: Any,
         infos: dict[str, Any],
+        cut: npt.NDArray[np.bool_] | None,
     ) -> None:
         action = self._split_actions(actions)
         next_obs = current
@@ -203,14 +231,11 @@ class ReplayPoolWrapper(VectorWrapper[Any, Any, Any, Any, Any]):
                 for index in ended.tolist():
                     self._write_next(index, final_obs[index])
                 next_obs = self._next
+        valid = self._boundaries.valid()  # NEXT_STEP reset rows are skipped
+        if cut is not None:  # and the rows of a restarted worker: no transition
+            valid = ~cut if valid is None else valid & ~cut
         self.pool.add_leaves(
-            self._obs,
-            action,
-            next_obs,
-            rewards,
-            terminations,
-            truncations,
-            valid=self._boundaries.valid(),  # NEXT_STEP reset rows are skipped
+            self._obs, action, next_obs, rewards, terminations, truncations, valid=valid
         )
 
     def _split(self, batch: Any) -> list[npt.NDArray[Any]]:

@@ -8,6 +8,7 @@ did not touch.
 from __future__ import annotations
 
 import functools
+import itertools
 import multiprocessing
 import os
 import signal
@@ -498,3 +499,106 @@ def test_random_kills_never_give_a_row_of_another_step(
             _stressed_run(env, mode, steps, killer, kills=8)
     assert killer.kills >= 8
     assert sum(env.restarts) >= 5
+
+
+def _check_pool(pool, real_rows):
+    """Every pooled transition is one real step of one env in one incarnation."""
+    t = pool.get_pool()
+    obs, nxt = t.obs, t.next_obs
+    assert int(pool.received.sum()) == real_rows
+    assert len(pool) == real_rows  # (the pool is large enough to keep them all)
+    np.testing.assert_array_equal(nxt[:, 0], obs[:, 0])
+    np.testing.assert_array_equal(nxt[:, PID], obs[:, PID])  # never across a cut
+    np.testing.assert_array_equal(nxt[:, 2], obs[:, 2] + 1)
+    # consecutive transitions of an env continue the episode, or start a new one:
+    # after its end, or (a cut) in a new incarnation; never merged across a cut
+    for env_index in np.unique(obs[:, 0]).tolist():
+        rows = np.flatnonzero(obs[:, 0] == env_index)
+        for before, after in itertools.pairwise(rows):
+            if t.terminated[before]:
+                assert obs[after, 2] == 0
+            elif not np.array_equal(obs[after], nxt[before]):
+                assert obs[after, 2] == 0, "an episode spans a gap"
+                assert obs[after, PID] != obs[before, PID], "a merged episode"
+    # cut episodes are aborted, not finished: only terminations end episodes here
+    assert pool.episode_stats.count == int(t.terminated.sum())
+
+
+@pytest.mark.parametrize(
+    ("context", "mode", "steps", "every"),
+    [
+        ("fork", "NextStep", 5000, (0.005, 0.03)),
+        ("fork", "SameStep", 2000, (0.005, 0.03)),
+        ("fork", "Disabled", 2000, (0.005, 0.03)),
+        ("spawn", "NextStep", 400, (0.5, 1.5)),
+    ],
+)
+def test_the_wrapper_records_only_real_steps_under_random_kills(
+    make_async, context, mode, steps, every
+):
+    inner = make_async(
+        _fns(6),
+        num_workers=3,
+        context=context,
+        autoreset_mode=mode,
+        on_worker_crash="restart",
+        max_restarts=None,
+    )
+    envs = vecpool.ReplayPoolWrapper(inner, pool_size=6 * 40_000)
+    rng = np.random.default_rng(0)
+    real = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", vecpool.VecPoolWarning)
+        envs.reset(seed=0)
+        ended = np.zeros(6, np.bool_)
+        with _Killer(inner, *every) as killer:
+            step, deadline = 0, time.monotonic() + 60
+            while step < steps or (killer.kills < 8 and time.monotonic() < deadline):
+                step += 1
+                _, _, terminated, truncated, infos = envs.step(rng.integers(0, 2, 6))
+                cut = infos.get("worker_restarted", np.zeros(6, np.bool_))
+                real += int((~cut & ~(ended if mode == "NextStep" else False)).sum())
+                ended = terminated | truncated
+                if mode == "Disabled" and ended.any():
+                    envs.reset(options={"reset_mask": ended})
+                    ended = np.zeros(6, np.bool_)
+    assert killer.kills >= 8
+    _check_pool(envs.pool, real)
+
+
+def test_the_sampler_marks_cut_rows_invalid_under_random_kills(make_async):
+    inner = make_async(
+        _fns(6),
+        num_workers=3,
+        on_worker_crash="restart",
+        max_restarts=None,
+    )
+    pool = vecpool.ReplayPool(
+        inner.single_observation_space, inner.single_action_space, 6, 6 * 6000
+    )
+    sampler = vecpool.Sampler(inner, None, batch_T=50, pool=pool, seed=0)
+    valid_rows = cut_rows = finished = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", vecpool.VecPoolWarning)
+        with _Killer(inner, 0.005, 0.03) as killer:
+            for _ in range(100):  # 5,000 steps
+                batch, episodes = sampler.obtain_samples()
+                valid_rows += int(batch.valid.sum())
+                finished += len(episodes)
+                # a cut row: truncated, reward 0, invalid
+                cut = batch.truncated & ~batch.valid
+                cut_rows += int(cut.sum())
+                assert (batch.reward[cut] == 0.0).all()
+                rows = batch.valid
+                np.testing.assert_array_equal(
+                    batch.next_obs[rows][:, PID], batch.obs[rows][:, PID]
+                )
+                np.testing.assert_array_equal(
+                    batch.next_obs[rows][:, 2], batch.obs[rows][:, 2] + 1
+                )
+                for episode in episodes:  # never a cut episode, never a merged one
+                    assert 3 <= episode.length <= 12
+    assert killer.kills >= 8
+    assert cut_rows >= 8
+    _check_pool(pool, valid_rows)
+    assert finished == pool.episode_stats.count
