@@ -517,6 +517,11 @@ class Sampler:
             valid = boundaries.valid()
             if valid is None:
                 valid = np.ones(count, np.bool_)
+            cut = restarted_rows(infos)
+            if cut is not None:  # a replaced worker's episodes are dropped, not done
+                valid = valid & ~cut
+                returns[cut] = 0.0
+                lengths[cut] = 0
             returns[valid] += rewards[valid]
             lengths[valid] += 1
             for index in np.flatnonzero(ended & valid).tolist():

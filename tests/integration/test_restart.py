@@ -602,3 +602,27 @@ def test_the_sampler_marks_cut_rows_invalid_under_random_kills(make_async):
     assert cut_rows >= 8
     _check_pool(pool, valid_rows)
     assert finished == pool.episode_stats.count
+
+
+def test_evaluate_never_counts_a_cut_episode(make_async):
+    inner = make_async(
+        _fns(4, min_len=20, max_len=20), num_workers=2, on_worker_crash="restart"
+    )
+    sampler = vecpool.Sampler(inner, None, batch_T=5, seed=0)
+    sampler.obtain_samples()
+    killed = {"done": False}
+
+    def policy(obs):
+        if not killed["done"] and obs[0, 2] == 5:  # 5 steps into the episodes
+            _kill(inner, 1)
+            killed["done"] = True
+        return np.zeros(len(obs), np.int64)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", vecpool.VecPoolWarning)
+        records = sampler.evaluate(policy, max_steps=25)
+    assert killed["done"]
+    # envs 0, 1 finish their 20 steps; envs 2, 3 were cut at step 6: no record
+    # until their new episodes end (after step 27)
+    assert sorted(r.env_index for r in records) == [0, 1]
+    assert all(r.length == 20 for r in records)
