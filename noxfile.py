@@ -81,6 +81,19 @@ def integrations(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON, default=False)
+def ray(session: nox.Session) -> None:
+    """Run the Ray tests (``tests/distributed``) with the ``ray`` extra installed.
+
+    The default ``tests`` session stays Ray-free: those tests skip there.
+    """
+    install_project(session, *nox.project.dependency_groups(PYPROJECT, "test"))
+    session.install(".[ray]")
+    session.run(
+        "pytest", "tests/distributed", "-p", "no:cacheprovider", *session.posargs
+    )
+
+
+@nox.session(python=PYTHON, default=False)
 def coverage(session: nox.Session) -> None:
     """Run the test suite under coverage, worker processes included, and report.
 
