@@ -20,7 +20,7 @@ import contextlib
 import dataclasses
 import inspect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -119,6 +119,14 @@ class RolloutActor:
     def set_policy(self, policy: Any) -> None:
         """Use ``policy`` (or build it, for a factory) from now on."""
         self.policy = self.sampler.policy = _resolve(policy)
+
+    def get_states(self) -> list[Any]:
+        """:meth:`vecpool.AsyncVectorEnv.get_states` of every hosted env."""
+        return self.env.get_states()
+
+    def step_from(self, states: list[Any], actions: Any, dt: int) -> tuple[Any, ...]:
+        """:meth:`vecpool.AsyncVectorEnv.step_from` on every hosted env."""
+        return self.env.step_from(states, actions, dt)
 
     def evaluate(self, policy: Any, kwargs: dict[str, Any]) -> list[Any]:
         """:meth:`vecpool.Sampler.evaluate` on this actor's envs."""
@@ -226,6 +234,7 @@ class RaySampler:
         self.restarts = [0] * num_actors
         self.lost_env_steps = 0
         self._seq = [0] * num_actors
+        self._inflight: dict[int, Any] = {}  # actor -> its rollout in flight
         self._closed = False
 
     # -- sampling ------------------------------------------------------------------
@@ -239,37 +248,125 @@ class RaySampler:
         Raises:
             ray.exceptions.RayActorError: With ``on_actor_failure="raise"``.
         """
-        ray = _ray()
-        pending = {
-            k: actor.sample.remote(self._seq[k]) for k, actor in enumerate(self.actors)
-        }
+        for k in range(len(self.actors)):
+            self._request(k)  # every actor samples at once
         parts: dict[int, tuple[SampleBatch, list[EpisodeRecord]] | None] = {}
-        while pending:
-            k, ref = next(iter(pending.items()))
+        for k in range(len(self.actors)):
+            parts[k] = self._next_block(k)
+        return self._assemble(parts)
+
+    def iter_blocks(
+        self, max_blocks: int | None = None
+    ) -> Iterator[tuple[npt.NDArray[np.int64], SampleBatch, list[EpisodeRecord]]]:
+        """Yield each actor's ``[T, b]`` rollout as soon as it is ready.
+
+        Every actor always has one rollout in flight; the first to finish is
+        yielded (``ray.wait``) and the actor asked for its next one, so a slow
+        actor never holds up the others (the asynchronous counterpart of
+        :meth:`obtain_samples`). Rollouts still in flight when the loop stops are
+        kept for the next call, never dropped. Lost actors are handled as in
+        :meth:`obtain_samples`; the central pool gets each block.
+
+        Args:
+            max_blocks: Stop after this many blocks; ``None``: never stop.
+
+        Yields:
+            ``(env_ids, batch, episodes)``: the block's global env ids (its
+            columns), the batch, and its finished episodes (``env_index`` global).
+        """
+        ray = _ray()
+        count = 0
+        while max_blocks is None or count < max_blocks:
+            for k in range(len(self.actors)):
+                self._request(k)
+            owner = {ref: k for k, ref in self._inflight.items()}
+            (ready,), _ = ray.wait(list(owner), num_returns=1)
+            k = owner[ready]
+            part = self._next_block(k)
+            if part is None:
+                continue  # lost, with on_actor_failure="continue"
+            batch, episodes = part
+            envs = self.slices[k]
+            ids = np.arange(envs.start, envs.stop, dtype=np.int64)
+            if self.pool is not None:
+                self._feed(batch, ids)
+            count += 1
+            yield ids, batch, self._globalize(k, episodes)
+
+    def _request(self, k: int) -> Any:
+        """Actor ``k``'s rollout in flight (asked for now if none is)."""
+        ref = self._inflight.get(k)
+        if ref is None:
+            ref = self._inflight[k] = self.actors[k].sample.remote(self._seq[k])
+        return ref
+
+    def _next_block(self, k: int) -> tuple[SampleBatch, list[EpisodeRecord]] | None:
+        """Actor ``k``'s next accepted rollout (``None``: lost, and "continue")."""
+        ray = _ray()
+        while True:
+            ref = self._request(k)
             try:
                 incarnation, seq, batch, episodes = ray.get(ref)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+                del self._inflight[k]
                 if self.on_actor_failure == "raise":
                     raise
                 self._lost(k)
                 if self.on_actor_failure == "continue":
-                    parts[k] = None
-                    del pending[k]
-                else:
-                    pending[k] = self.actors[k].sample.remote(self._seq[k])
+                    return None
                 continue
+            del self._inflight[k]
             if incarnation != self.incarnations[k] or seq != self._seq[k]:
-                pending[k] = self.actors[k].sample.remote(self._seq[k])  # stale
-                continue
+                continue  # stale: not this incarnation's next batch
             self._seq[k] += 1
             if batch is None:  # its vector env lost a worker for good: resample
                 self.lost_env_steps += self.batch_T * len(self.slices[k])
                 self._abort(k)
-                pending[k] = self.actors[k].sample.remote(self._seq[k])
                 continue
-            parts[k] = (batch, episodes)
-            del pending[k]
-        return self._assemble(parts)
+            return batch, episodes
+
+    def _globalize(self, k: int, records: list[EpisodeRecord]) -> list[EpisodeRecord]:
+        start = self.slices[k].start
+        return [dataclasses.replace(r, env_index=start + r.env_index) for r in records]
+
+    def get_states(self) -> list[Any]:
+        """Every env's state (:meth:`vecpool.AsyncVectorEnv.get_states`), in order."""
+        ray = _ray()
+        parts = ray.get([actor.get_states.remote() for actor in self.actors])
+        return [state for part in parts for state in part]
+
+    def step_from(
+        self, states: Sequence[Any], actions: Any, dt: int = 1
+    ) -> tuple[list[Any], Any, Any, Any, Any, list[dict[str, Any]]]:
+        """Planning on the actors: set states, apply actions ``dt`` times (plangym).
+
+        The states travel in the call (one per env, global order); each actor runs
+        :meth:`vecpool.AsyncVectorEnv.step_from` on its envs.
+
+        Returns:
+            ``(new_states, observations, rewards, terminations, truncations,
+            infos)``, batched over all envs in order; ``infos`` holds one dict per
+            actor (each batched over its envs).
+        """
+        ray = _ray()
+        if len(states) != self.num_envs:
+            msg = (
+                f"`states` must hold one state per env ({self.num_envs}), got "
+                f"{len(states)}."
+            )
+            raise ValueError(msg)
+        refs = [
+            actor.step_from.remote(
+                list(states[envs.start : envs.stop]),
+                _rows(actions, envs.start, envs.stop),
+                dt,
+            )
+            for actor, envs in zip(self.actors, self.slices, strict=True)
+        ]
+        parts = ray.get(refs)
+        new_states = [state for part in parts for state in part[0]]
+        batched = [_concat([p[i] for p in parts], axis=0) for i in range(1, 5)]
+        return (new_states, *batched, [p[5] for p in parts])
 
     def _lost(self, k: int) -> None:
         """Actor ``k`` died: count its rollout, reseed its next incarnation."""
@@ -309,10 +406,7 @@ class RaySampler:
                 continue
             batch, records = part
             batches.append(batch)
-            episodes += [
-                dataclasses.replace(r, env_index=envs.start + r.env_index)
-                for r in records
-            ]
+            episodes += self._globalize(k, records)
         batch = SampleBatch(
             *(
                 _concat([getattr(b, name) for b in batches])
@@ -320,13 +414,12 @@ class RaySampler:
             )
         )
         if self.pool is not None:
-            self._feed(batch)
+            self._feed(batch, np.arange(self.num_envs, dtype=np.int64))
         return batch, episodes
 
-    def _feed(self, batch: SampleBatch) -> None:
-        """Add the batch's real transitions to the central pool, row by row."""
+    def _feed(self, batch: SampleBatch, ids: npt.NDArray[np.int64]) -> None:
+        """Add the batch's real transitions (columns ``ids``) to the central pool."""
         assert self.pool is not None
-        ids = np.arange(self.num_envs, dtype=np.int64)
         cut = batch.truncated & ~batch.valid  # a worker or actor restart's rows
         for t in range(self.batch_T):
             if batch.valid[t].any():
@@ -375,13 +468,21 @@ class RaySampler:
             ray.kill(actor, no_restart=True)
 
 
-def _concat(items: list[Any]) -> Any:
+def _concat(items: list[Any], axis: int = 1) -> Any:
     first = items[0]
     if isinstance(first, dict):
-        return {key: _concat([item[key] for item in items]) for key in first}
+        return {key: _concat([item[key] for item in items], axis) for key in first}
     if isinstance(first, tuple):
-        return tuple(_concat(list(group)) for group in zip(*items, strict=True))
-    return np.concatenate(items, axis=1)
+        return tuple(_concat(list(group), axis) for group in zip(*items, strict=True))
+    return np.concatenate(items, axis=axis)
+
+
+def _rows(tree: Any, start: int, stop: int) -> Any:
+    if isinstance(tree, dict):
+        return {key: _rows(value, start, stop) for key, value in tree.items()}
+    if isinstance(tree, tuple):
+        return tuple(_rows(value, start, stop) for value in tree)
+    return np.asarray(tree)[start:stop]
 
 
 def _row(tree: Any, t: int) -> Any:

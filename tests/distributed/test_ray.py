@@ -232,3 +232,55 @@ def test_bad_arguments_are_refused():
         RaySampler(_incarnation_fns(2), None, 5, num_actors=1, on_actor_failure="x")
     with pytest.raises(ValueError, match="`num_actors` must be an integer between 1"):
         RaySampler(_incarnation_fns(2), None, 5, num_actors=3)
+
+
+def test_iter_blocks_yields_each_actors_rollouts_in_order(samplers):
+    fns = _incarnation_fns(4)
+    env = fns[0]()
+    pool = vecpool.ReplayPool(env.observation_space, env.action_space, 4, 4 * 1000)
+    remote = RaySampler(
+        fns, None, 10, num_actors=2, seed=0, pool=pool, env_kwargs={"num_workers": 1}
+    )
+    samplers.append(remote)
+    batch, _ = remote.obtain_samples()  # both actors up and running
+    valid = int(batch.valid.sum())
+    seen: dict[int, int] = {0: 0, 2: 0}
+    last_step: dict[int, Any] = {}
+    for ids, batch, episodes in remote.iter_blocks(max_blocks=8):
+        assert ids.tolist() in ([0, 1], [2, 3])
+        np.testing.assert_array_equal(batch.obs[:, :, 0], np.tile(ids, (10, 1)))
+        # blocks of one actor follow each other: its envs go on where they were
+        first = int(ids[0])
+        if first in last_step:
+            np.testing.assert_array_equal(batch.obs[0], last_step[first])
+        last_step[first] = batch.next_obs[-1].copy()
+        if batch.terminated[-1].any() or not batch.valid[-1].all():
+            last_step.pop(first)  # an episode ended at the block's edge
+        seen[first] += 1
+        valid += int(batch.valid.sum())
+        assert all(int(r.env_index) in ids.tolist() for r in episodes)
+    assert sum(seen.values()) == 8
+    assert min(seen.values()) >= 1  # both actors served: first-ready, not one
+    _check_pool(pool, valid)
+    batch, _ = remote.obtain_samples()  # the next call carries on, nothing stale
+    assert batch.obs.shape == (10, 4, 3)
+
+
+def test_step_from_runs_planning_on_the_actors(samplers):
+    fns = [functools.partial(CountingEnv, max_steps=50) for _ in range(4)]
+    remote = RaySampler(
+        fns, None, 5, num_actors=2, seed=1, env_kwargs={"num_workers": 1}
+    )
+    samplers.append(remote)
+    remote.obtain_samples()
+    states = remote.get_states()
+    assert len(states) == 4
+    actions = np.array([0, 1, 2, 1])
+    first = remote.step_from(states, actions, dt=3)
+    again = remote.step_from(states, actions, dt=3)  # same states: same outcome
+    for a, b in zip(first[1:5], again[1:5], strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert first[1].shape == (4, 3)
+    assert len(first[0]) == 4
+    with pytest.raises(ValueError, match="one state per env"):
+        remote.step_from(states[:3], actions)
