@@ -138,6 +138,10 @@ class RolloutActor:
 
         return os.getpid()
 
+    def node_id(self) -> str:
+        """The Ray node hosting the actor (for tests and monitoring)."""
+        return str(_ray().get_runtime_context().get_node_id())
+
     def close(self) -> None:
         """Close the vector env."""
         self.env.close()
