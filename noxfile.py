@@ -84,10 +84,11 @@ def integrations(session: nox.Session) -> None:
 def ray(session: nox.Session) -> None:
     """Run the Ray tests (``tests/distributed``) with the ``ray`` extra installed.
 
+    RLlib and torch (pinned) come too, for the zero-code ``gym.make_vec`` check.
     The default ``tests`` session stays Ray-free: those tests skip there.
     """
     install_project(session, *nox.project.dependency_groups(PYPROJECT, "test"))
-    session.install(".[ray]")
+    session.install(".[ray]", "ray[rllib]", "torch==2.13.0")
     session.run(
         "pytest", "tests/distributed", "-p", "no:cacheprovider", *session.posargs
     )
