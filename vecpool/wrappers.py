@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -31,7 +31,13 @@ def restarted_rows(infos: dict[str, Any]) -> npt.NDArray[np.bool_] | None:
     return marked if mask is None else marked & np.asarray(mask, np.bool_)
 
 
-class ReplayPoolWrapper(VectorWrapper[Any, Any, Any, Any, Any]):
+if TYPE_CHECKING:
+    _VectorWrapper = VectorWrapper[Any, Any, Any, Any, Any]
+else:  # Gymnasium < 1.3 has no type parameters on VectorWrapper
+    _VectorWrapper = VectorWrapper
+
+
+class ReplayPoolWrapper(_VectorWrapper):
     """Record every real transition of a vector env into a :class:`ReplayPool`.
 
     Works on any Gymnasium ``VectorEnv`` (vecpool's, Gymnasium's Sync/Async, wrapped)
