@@ -45,6 +45,13 @@ def main() -> None:
     parser.add_argument("--actors", type=int, default=2)
     parser.add_argument("--T", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--actor-workers",
+        type=int,
+        default=None,
+        help="num_workers of each actor's AsyncVectorEnv (default: RaySampler's: "
+        "0 for a 1-CPU actor, its envs in the actor itself)",
+    )
     args = parser.parse_args()
     ray.init(include_dashboard=False, log_to_driver=False)
     n, steps = args.envs, args.T * 4
@@ -56,7 +63,9 @@ def main() -> None:
         args.T,
         num_actors=args.actors,
         seed=0,
-        env_kwargs={"num_workers": 1},
+        env_kwargs=None
+        if args.actor_workers is None
+        else {"num_workers": args.actor_workers},
     )
     env = vecpool.AsyncVectorEnv([_cartpole] * n, num_workers=args.actors)
     local = vecpool.Sampler(env, None, args.T, seed=0)

@@ -78,10 +78,10 @@ def main() -> None:
             processes = envs.unwrapped.processes  # type: ignore[attr-defined]
             os.kill(processes[rng.integers(len(processes))].pid, signal.SIGKILL)
         _, _, terminated, truncated, infos = envs.step(actions[step % 1024])
-        reset_rows += int(ended.sum())
+        marked = infos.get("worker_restarted", np.zeros(n, np.bool_))
+        cut += int(marked.sum())
+        reset_rows += int((ended & ~marked).sum())  # a cut row is counted once
         ended = terminated | truncated
-        if "worker_restarted" in infos:
-            cut += int(infos["worker_restarted"].sum())
         if (step + 1) * n % args.every == 0:
             sample = _sample(envs)
             samples.append(sample)

@@ -152,8 +152,9 @@ class RaySampler:
 
     ``env_fns`` are split evenly and in order over ``num_actors`` actors; column
     ``b`` of a batch is global env ``b``. Each actor hosts a
-    :class:`vecpool.AsyncVectorEnv` (``env_kwargs``; by default
-    ``on_worker_crash="restart"``) and a :class:`vecpool.Sampler`; with ``seed``,
+    :class:`vecpool.AsyncVectorEnv` (``env_kwargs``; by default one worker per CPU
+    of the actor's ``num_cpus`` with ``on_worker_crash="restart"``, or, with one
+    CPU, the envs in the actor itself) and a :class:`vecpool.Sampler`; with ``seed``,
     the actor hosting envs ``a..`` seeds its sampler with ``seed + a``, so one
     actor gives exactly the batches of a local ``Sampler`` with the same seed.
 
@@ -222,14 +223,14 @@ class RaySampler:
         self.slices = split(self.num_envs, num_actors)
         options = {**(actor_options or {}), "max_restarts": -1, "max_task_retries": 0}
         remote = ray.remote(RolloutActor).options(**options)
-        env_kwargs = {"on_worker_crash": "restart", **(env_kwargs or {})}
+        cpus = float(options.get("num_cpus", 1))
         self.actors = [
             remote.remote(
                 [env_fns[i] for i in envs],
                 policy,
                 self.batch_T,
                 None if seed is None else seed + envs.start,
-                env_kwargs,
+                _env_kwargs(env_kwargs, cpus, len(envs)),
                 sampler_kwargs,
             )
             for envs in self.slices
@@ -470,6 +471,23 @@ class RaySampler:
             with contextlib.suppress(Exception):  # ended below anyway
                 ray.get(actor.close.remote(), timeout=30)
             ray.kill(actor, no_restart=True)
+
+
+def _env_kwargs(
+    given: dict[str, Any] | None, cpus: float, count: int
+) -> dict[str, Any]:
+    """An actor's ``AsyncVectorEnv`` arguments: its CPUs decide ``num_workers``.
+
+    With one CPU (Ray's default) the envs run in the actor itself
+    (``num_workers=0``): a worker process would only share that CPU, and a crash
+    takes the actor down, which Ray restarts. With more, one worker per CPU, and a
+    dead worker is replaced (``on_worker_crash="restart"``).
+    """
+    kwargs = dict(given or {})
+    workers = kwargs.setdefault("num_workers", min(count, int(cpus)) if cpus > 1 else 0)
+    if workers:
+        kwargs.setdefault("on_worker_crash", "restart")
+    return kwargs
 
 
 def _concat(items: list[Any], axis: int = 1) -> Any:
