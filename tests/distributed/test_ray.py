@@ -284,3 +284,29 @@ def test_step_from_runs_planning_on_the_actors(samplers):
     assert len(first[0]) == 4
     with pytest.raises(ValueError, match="one state per env"):
         remote.step_from(states[:3], actions)
+
+
+def test_a_vector_env_that_loses_a_worker_for_good_is_rebuilt_in_the_actor(
+    samplers, tmp_path
+):
+    marker = str(tmp_path / "crashed")
+    fns = _incarnation_fns(4)
+    fns[3] = functools.partial(
+        IncarnationEnv, index=3, crash_marker=marker, crash_at=30
+    )
+    remote = RaySampler(
+        fns,
+        None,
+        20,
+        num_actors=2,
+        seed=0,
+        env_kwargs={"num_workers": 1, "on_worker_crash": "raise"},
+    )
+    samplers.append(remote)
+    remote.obtain_samples()  # env 3 at step 20
+    batch, _ = remote.obtain_samples()  # its worker dies at step 30: rebuilt, again
+    assert os.path.exists(marker)
+    assert remote.lost_env_steps == 20 * 2  # the partial rollout of actor 1
+    assert remote.restarts == [0, 0]  # the actor itself lived
+    assert batch.obs.shape == (20, 4, 3)
+    assert batch.valid[:, 2:].any()
