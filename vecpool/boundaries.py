@@ -1,8 +1,10 @@
 """Episode boundaries: which rows of a vector step are real transitions.
 
 Under ``NEXT_STEP`` autoreset the step after an env's episode ended only resets that
-env, so its row is no transition (DESIGN §5). The replay-pool wrapper, the sampler
-and ``vecpool collect`` all ask :class:`AutoresetTracker`, the one place that knows.
+env, so its row is no transition (DESIGN §5); in every mode, a row marked
+``infos["worker_restarted"]`` is none either (docs/reliability.md). The replay-pool
+wrapper, the sampler and ``vecpool collect`` all ask :class:`AutoresetTracker` and
+:func:`restarted_rows`, the one place that knows.
 """
 
 from __future__ import annotations
@@ -13,7 +15,34 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium.vector import AutoresetMode
 
-__all__ = ["AutoresetTracker"]
+__all__ = ["AutoresetTracker", "restarted_rows"]
+
+
+def restarted_rows(infos: dict[str, Any]) -> npt.NDArray[np.bool_] | None:
+    """The rows of a result marked ``infos["worker_restarted"]``, or ``None``.
+
+    Such a row is no transition: its env's worker died and the env was replaced
+    (``on_worker_crash="restart"``, docs/reliability.md). Its reward is 0, it is
+    ``truncated``, and the episode it cut must be aborted, never counted as
+    finished nor merged with the next one. The rows are those of the result: one
+    per env for ``step``/``reset``, one per returned env for ``recv``. One dict
+    lookup when no row is marked (the per-step cost).
+
+    Example:
+        >>> import numpy as np
+        >>> restarted_rows({}) is None
+        True
+        >>> restarted_rows({
+        ...     "worker_restarted": np.array([False, True, True]),
+        ...     "_worker_restarted": np.array([False, True, False]),
+        ... }).tolist()
+        [False, True, False]
+    """
+    if "worker_restarted" not in infos:
+        return None
+    marked = np.asarray(infos["worker_restarted"], np.bool_)
+    mask = infos.get("_worker_restarted")
+    return marked if mask is None else marked & np.asarray(mask, np.bool_)
 
 
 class AutoresetTracker:

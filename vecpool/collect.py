@@ -31,7 +31,7 @@ from gymnasium.vector import AutoresetMode
 
 from vecpool._checks import check_int, require_matplotlib
 from vecpool._progress import Progress
-from vecpool.boundaries import AutoresetTracker
+from vecpool.boundaries import AutoresetTracker, restarted_rows
 from vecpool.errors import VecPoolError
 from vecpool.make import make_vec
 from vecpool.pool import ReplayPool
@@ -337,7 +337,11 @@ def _check_out(out: str | os.PathLike[str] | None) -> Path | None:
 
 
 class _EpisodeTracker:
-    """Per-env running returns and lengths, counting only real transitions."""
+    """Per-env running returns and lengths, counting only real transitions.
+
+    Not transitions: ``NEXT_STEP``'s reset steps, and the rows marked
+    ``infos["worker_restarted"]``, whose cut episode is dropped (never reported).
+    """
 
     def __init__(self, num_envs: int, mode: AutoresetMode) -> None:
         self.num_envs = num_envs
@@ -357,11 +361,21 @@ class _EpisodeTracker:
         rewards: npt.NDArray[Any],
         terminations: npt.NDArray[Any],
         truncations: npt.NDArray[Any],
+        infos: dict[str, Any],
     ) -> npt.NDArray[np.bool_] | None:
-        """Add one vector step; return the mask of envs whose episode ended, if any."""
+        """Add one vector step; return the mask of envs that need a reset, if any.
+
+        Those are the envs whose episode ended or was cut by a worker restart;
+        only the episodes that ended are reported.
+        """
         self.vector_steps += 1
         done = np.logical_or(terminations, truncations, out=self.done)
         valid = self.boundaries.valid()
+        cut = restarted_rows(infos)
+        if cut is not None:  # a replaced worker's rows: no transition, episode cut
+            valid = ~cut if valid is None else valid & ~cut
+            self.returns[cut] = 0.0
+            self.lengths[cut] = 0
         if valid is not None:
             # these envs only reset on this step: not transitions (docs/replay-pool.md)
             np.add(self.returns, rewards, out=self.returns, where=valid)
@@ -374,7 +388,7 @@ class _EpisodeTracker:
             self.transitions += self.num_envs
             ended = done
         self.boundaries.after_step(done)
-        if not ended.any():
+        if not done.any():
             return None
         env_steps = self.vector_steps * self.num_envs
         for index in np.flatnonzero(ended).tolist():
@@ -383,8 +397,8 @@ class _EpisodeTracker:
             self.episode_lengths.append(int(self.lengths[index]))
         self.returns[ended] = 0.0
         self.lengths[ended] = 0
-        ended_copy: npt.NDArray[np.bool_] = ended.copy()
-        return ended_copy
+        done_copy: npt.NDArray[np.bool_] = done.copy()
+        return done_copy
 
     def stepping_seconds(self) -> float:
         """Seconds since stepping began (0 if it has not)."""
@@ -559,8 +573,8 @@ def _step(
             envs.record_step(actions, result)
         finally:
             stop.deferring = False
-        obs, rewards, terminations, truncations, _ = result
-        ended = tracker.record(rewards, terminations, truncations)
+        obs, rewards, terminations, truncations, infos = result
+        ended = tracker.record(rewards, terminations, truncations, infos)
         if ended is not None and disabled:
             obs, _ = envs.reset(options={"reset_mask": ended})
         display.update(tracker)

@@ -25,11 +25,10 @@ from gymnasium.vector.utils import batch_space
 
 from vecpool._checks import check_int
 from vecpool.async_env import AsyncVectorEnv
-from vecpool.boundaries import AutoresetTracker
+from vecpool.boundaries import AutoresetTracker, restarted_rows
 from vecpool.errors import VecPoolWarning
 from vecpool.pool import ReplayPool
 from vecpool.spaces import flatten_batch, is_native, leaves, make_views
-from vecpool.wrappers import restarted_rows
 
 __all__ = ["EpisodeRecord", "Policy", "SampleBatch", "Sampler"]
 
@@ -65,8 +64,9 @@ class SampleBatch(NamedTuple):
         terminated: Termination flags.
         truncated: Truncation flags.
         valid: ``False`` on rows that are not real transitions: the reset step after
-            an episode end in ``NEXT_STEP`` mode, and the rows of an env waiting for
-            the batch end in ``wait_reset`` mode.
+            an episode end in ``NEXT_STEP`` mode, the rows of an env waiting for
+            the batch end in ``wait_reset`` mode, and the rows marked
+            ``infos["worker_restarted"]`` (a worker restart cut the episode).
         agent_info: The policy's ``agent_info`` arrays, each ``[batch_T, num_envs,
             ...]``; empty when the policy returns none.
     """
@@ -172,9 +172,14 @@ class Sampler:
       ``reset(options={"reset_mask": mask})`` before their next step.
 
     A row marked ``infos["worker_restarted"]`` (its worker died and the env was
-    replaced, ``on_worker_crash="restart"``) is ``valid=False``: it is no
+    replaced, ``on_worker_crash="restart"``, docs/reliability.md) is
+    ``valid=False`` in every mode and in ``send``/``recv`` batches: it is no
     transition, nothing of it goes to ``pool``, and the env's episode in progress
-    is aborted (no :class:`EpisodeRecord`, never merged with the next one).
+    is aborted (no :class:`EpisodeRecord`, :meth:`ReplayPool.abort_episodes`,
+    never merged with the next one). Sampling then goes on as after any episode
+    end (a ``NEXT_STEP`` reset row, a ``DISABLED`` masked reset, waiting for the
+    batch end with ``wait_reset``). :meth:`reset` aborts the pool episodes in
+    progress too.
 
     On a :class:`vecpool.AsyncVectorEnv` created with ``batch_size=k`` (not
     wrapped), sampling alternates :meth:`~vecpool.AsyncVectorEnv.recv` and
@@ -409,6 +414,8 @@ class Sampler:
         self._parked[:] = False
         self._episode_return[:] = 0.0
         self._episode_length[:] = 0
+        if self.pool is not None:  # the episodes in progress are over, unfinished
+            self.pool.abort_episodes(np.arange(self.num_envs))
         self._decorrelate()
         self._started = True
 
@@ -884,7 +891,9 @@ class Sampler:
             )
             self._episode_return[col] = 0.0
             self._episode_length[col] = 0
-            if self.wait_reset:
+        if self.wait_reset and ended.any():  # a cut episode waits too
+            for j in np.flatnonzero(ended).tolist():
+                col = int(cols[j])
                 self._parked[col] = True
                 for frozen, buffer in zip(self._frozen, self._next_obs, strict=True):
                     frozen[col] = buffer[rows[j], col]

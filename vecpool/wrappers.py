@@ -9,26 +9,12 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
-from vecpool.boundaries import AutoresetTracker
+from vecpool.boundaries import AutoresetTracker, restarted_rows
 from vecpool.errors import VecPoolWarning
 from vecpool.pool import ReplayPool, Transitions
 from vecpool.spaces import NATIVE_LEAVES, flatten_batch, leaves, make_writer
 
 __all__ = ["ReplayPoolWrapper", "restarted_rows"]
-
-
-def restarted_rows(infos: dict[str, Any]) -> npt.NDArray[np.bool_] | None:
-    """The rows of a result marked ``infos["worker_restarted"]``, or ``None``.
-
-    Such a row is no transition: its env's worker died and the env was replaced
-    (``on_worker_crash="restart"``, docs/reliability.md). One dict lookup when no
-    row is marked.
-    """
-    if "worker_restarted" not in infos:
-        return None
-    marked = np.asarray(infos["worker_restarted"], np.bool_)
-    mask = infos.get("_worker_restarted")
-    return marked if mask is None else marked & np.asarray(mask, np.bool_)
 
 
 if TYPE_CHECKING:
@@ -52,9 +38,15 @@ class ReplayPoolWrapper(_VectorWrapper):
       refreshes only the masked envs' current observation.
 
     A row marked ``infos["worker_restarted"]`` (a worker died and its envs were
-    replaced, ``on_worker_crash="restart"``) is no transition in any mode: nothing
-    is recorded for it and the env's episode in progress is aborted in the pool
-    (not counted as finished, not merged with the next one).
+    replaced, ``on_worker_crash="restart"``, docs/reliability.md) is no transition
+    in any mode: nothing is recorded for it and the env's episode in progress is
+    aborted in the pool (:meth:`ReplayPool.abort_episodes`: not counted as
+    finished, not merged with the next one). Recording then resumes as after any
+    episode end: ``NEXT_STEP`` skips the reset step that follows, ``SAME_STEP``
+    starts from the new env's first observation (the row's ``obs``; its
+    ``final_obs`` is the old one, not a transition), ``DISABLED`` waits for the
+    masked reset. A reset aborts the episodes of the envs it resets, whether
+    it reports them ``worker_restarted`` or not.
 
     ``terminated`` and ``truncated`` are stored separately.
 
@@ -150,20 +142,29 @@ class ReplayPoolWrapper(_VectorWrapper):
         seed: int | list[int | None] | None = None,
         options: dict[str, Any] | None = None,
     ) -> tuple[Any, dict[str, Any]]:
-        """Reset the env and take its observations as the envs' current ones."""
+        """Reset the env and take its observations as the envs' current ones.
+
+        The episodes in progress of the envs reset (every env, or those of
+        ``options["reset_mask"]``; also those the reset reports
+        ``worker_restarted``, always among them) are aborted in the pool: never
+        counted as finished, never merged with the next ones.
+        """
         mask = None if options is None else options.get("reset_mask")
         obs, infos = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]
         current = self._split(obs)
-        cut = restarted_rows(infos)
-        if cut is not None:  # replaced envs: their episode in progress is over
-            self.pool.abort_episodes(np.flatnonzero(cut))
+        if mask is not None:
+            mask = np.asarray(mask, np.bool_)
+        # the episodes in progress of the envs reset (replaced in the reset or not,
+        # docs/reliability.md) are over, unfinished
+        self.pool.abort_episodes(
+            np.arange(self.num_envs) if mask is None else np.flatnonzero(mask)
+        )
         if mask is None or not self._has_obs:
             for store, leaf in zip(self._obs, current, strict=True):
                 store[...] = leaf
             self._boundaries.after_reset()
             self._has_obs = True
         else:
-            mask = np.asarray(mask, np.bool_)
             for store, leaf in zip(self._obs, current, strict=True):
                 store[mask] = leaf[mask]
             self._boundaries.after_reset(mask)
