@@ -557,6 +557,7 @@ def _collect(args: argparse.Namespace) -> int:
             seed=args.seed,
             policy=args.policy,
             num_workers=args.num_workers,
+            on_worker_crash=args.on_worker_crash,
             store_next_obs=args.store_next_obs,
             minari=args.minari,
             progress=not args.quiet,
@@ -700,6 +701,13 @@ def _add_collect_parser(
         default=None,
         help="worker processes; 0 steps the envs in this process "
         "(default: vecpool's own choice)",
+    )
+    parser.add_argument(
+        "--on-worker-crash",
+        choices=("raise", "restart"),
+        default="raise",
+        help="restart: replace a worker that dies and go on (its cut episodes are "
+        "not recorded); raise (default): stop with the error",
     )
     parser.add_argument(
         "--store-next-obs",

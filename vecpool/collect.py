@@ -595,6 +595,7 @@ def collect(
     seed: int | None = None,
     policy: Policy | str | None = None,
     num_workers: int | None = None,
+    on_worker_crash: str = "raise",
     store_next_obs: bool = True,
     progress: bool | TextIO = False,
     log: Callable[[str], None] | None = None,
@@ -642,6 +643,9 @@ def collect(
         policy: ``policy(observations) -> actions`` for the batch, or its
             ``"module:callable"`` name; ``None`` samples random actions.
         num_workers: Worker processes (default: vecpool's choice).
+        on_worker_crash: ``"restart"`` replaces a dead worker and goes on (its
+            envs' cut episodes are not recorded; docs/reliability.md); ``"raise"``
+            stops the collection with the error.
         store_next_obs: See :class:`vecpool.ReplayPool`.
         progress: ``True`` shows progress on standard error, a stream shows it
             there: a redrawn line on a terminal, plain lines otherwise.
@@ -678,7 +682,11 @@ def collect(
         envs, num_workers = _start(
             env_id,
             num_envs,
-            {"autoreset_mode": mode, "num_workers": num_workers},
+            {
+                "autoreset_mode": mode,
+                "num_workers": num_workers,
+                "on_worker_crash": on_worker_crash,
+            },
             (pool_size, window_size, clearing_freq, window_size_, random_routing),
             seed,
             store_next_obs,

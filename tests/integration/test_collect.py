@@ -578,3 +578,54 @@ def test_repeated_ctrl_c_still_exits_130_without_a_traceback(tmp_path, signals):
     assert "Traceback" not in stderr
     assert "interrupted" in stdout + stderr
     assert not list(tmp_path.glob(".pool.npz.*"))  # no temporary file left
+
+
+def test_collect_with_restart_survives_a_dead_worker_and_records_only_real_steps(
+    tmp_path,
+):
+    import warnings
+
+    import gymnasium as gym
+    import numpy as np
+
+    import vecpool
+    import vecpool.collect
+
+    marker = tmp_path / "crashed"
+    env_id = "VecpoolTestIncarnation-v0"
+    gym.register(
+        env_id,
+        entry_point="vecpool.testing:IncarnationEnv",
+        kwargs={"crash_marker": str(marker), "crash_at": 15},
+    )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", vecpool.VecPoolWarning)
+            result = vecpool.collect.collect(
+                env_id,
+                num_envs=4,
+                steps=400,
+                pool_size=400,
+                out=None,
+                seed=0,
+                num_workers=2,
+                on_worker_crash="restart",
+            )
+        assert marker.exists()  # a worker died on the way
+        t = result.pool.get_pool()
+        np.testing.assert_array_equal(t.next_obs[:, 1], t.obs[:, 1])  # one process
+        np.testing.assert_array_equal(t.next_obs[:, 2], t.obs[:, 2] + 1)
+        assert result.episodes == result.pool.episode_stats.count
+        marker.unlink()
+        with pytest.raises(vecpool.WorkerCrashedError):
+            vecpool.collect.collect(
+                env_id,
+                num_envs=4,
+                steps=400,
+                pool_size=400,
+                out=None,
+                seed=0,
+                num_workers=2,
+            )
+    finally:
+        del gym.registry[env_id]
