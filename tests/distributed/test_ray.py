@@ -144,7 +144,7 @@ def test_a_killed_actor_is_restarted_reseeded_and_nothing_is_duplicated(samplers
     )
     samplers.append(remote)
     accepted = 0
-    pids_before = None
+    pids_before: set[Any] = set()
     for call in range(6):
         thread = _killer(remote, 1, 0.1) if call in (2, 4) else None
         started = time.monotonic()

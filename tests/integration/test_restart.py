@@ -35,6 +35,7 @@ def _fns(n: int, **kwargs: Any) -> list[Any]:
 
 def _kill(env: vecpool.AsyncVectorEnv, worker: int) -> None:
     process = env.processes[worker]
+    assert process.pid is not None
     os.kill(process.pid, signal.SIGKILL)
     process.join(5.0)  # dead before the next command: a deterministic test
 
@@ -483,19 +484,20 @@ def _stressed_run(env, mode, steps, killer, kills, seed=0):
             prev, ended = obs, np.zeros(env.num_envs, np.bool_)
 
 
-@pytest.mark.parametrize(
+STRESS_CASES = pytest.mark.parametrize(
     ("context", "mode", "steps", "every"),
     [
         ("fork", "NextStep", 5000, (0.005, 0.03)),
         ("fork", "SameStep", 2000, (0.005, 0.03)),
         ("fork", "Disabled", 2000, (0.005, 0.03)),
-        ("spawn", "NextStep", 500, (0.5, 1.5)),
+        ("spawn", "NextStep", 400, (0.5, 1.5)),
     ],
 )
-def test_random_kills_never_give_a_row_of_another_step(
-    make_async, context, mode, steps, every
-):
-    env = make_async(
+"""Steps at least, and a random worker killed every ``every`` seconds."""
+
+
+def _stressed_env(make_async, context, mode):
+    return make_async(
         _fns(6),
         num_workers=3,
         context=context,
@@ -503,6 +505,13 @@ def test_random_kills_never_give_a_row_of_another_step(
         on_worker_crash="restart",
         max_restarts=None,
     )
+
+
+@STRESS_CASES
+def test_random_kills_never_give_a_row_of_another_step(
+    make_async, context, mode, steps, every
+):
+    env = _stressed_env(make_async, context, mode)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
         with _Killer(env, *every) as killer:
@@ -534,26 +543,11 @@ def _check_pool(pool, real_rows):
     assert pool.episode_stats.count == int(t.terminated.sum())
 
 
-@pytest.mark.parametrize(
-    ("context", "mode", "steps", "every"),
-    [
-        ("fork", "NextStep", 5000, (0.005, 0.03)),
-        ("fork", "SameStep", 2000, (0.005, 0.03)),
-        ("fork", "Disabled", 2000, (0.005, 0.03)),
-        ("spawn", "NextStep", 400, (0.5, 1.5)),
-    ],
-)
+@STRESS_CASES
 def test_the_wrapper_records_only_real_steps_under_random_kills(
     make_async, context, mode, steps, every
 ):
-    inner = make_async(
-        _fns(6),
-        num_workers=3,
-        context=context,
-        autoreset_mode=mode,
-        on_worker_crash="restart",
-        max_restarts=None,
-    )
+    inner = _stressed_env(make_async, context, mode)
     envs = vecpool.ReplayPoolWrapper(inner, pool_size=6 * 40_000)
     rng = np.random.default_rng(0)
     real = 0
