@@ -860,6 +860,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             terminate: If ``True``, terminate the workers at once.
         """
         LIVE_ENVS.discard(self)
+        if self._group.restarter is not None:
+            self._group.restarter.closing = True  # another thread must not restart
         if getattr(self, "_holds_sigint", False):
             self._holds_sigint = False
             _guards.uninstall()

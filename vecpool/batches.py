@@ -208,8 +208,6 @@ class Batches:
         infos["env_id"] = ids
         buffers = self.buffers
         observations = buffers.take_observations(ids)
-        if self.group.restarter is not None:
-            self.group.restarter.last_obs.record_rows(observations, ids)
         return (
             observations,
             buffers.rewards[ids],
@@ -250,14 +248,42 @@ class Batches:
                     failed: set[int] = set()
                     if reply is not None:
                         failed = {error.env_index for error in reply.errors or []}
-                        self.buffers.apply_reply(handle.env_indices.start, reply)
+                        self.buffers.apply_reply(
+                            handle.env_indices.start, reply, only=done
+                        )
                         for index, info in reply.infos or []:
                             if index not in failed:
                                 self.ready_infos[index] = info
                     # the envs that stepped fine still come back from a later `recv`
                     self.ready.extend(index for index in done if index not in failed)
+                    if self.group.restarter is not None:
+                        self._restart_rows(done)
                 if failed:
                     raise_env_errors([reply], self.owner)
+
+    def _restart_rows(self, done: list[int]) -> None:
+        """Restart mode: cut rows show the newest obs; keep a copy of the batch's.
+
+        A replacement starts from the observations kept when it started; a row
+        absorbed but not yet returned then may be newer, so a cut row takes the
+        parent's copy (its obs, or its ``final_obs`` in SAME_STEP). Then the
+        batch's observations are kept: what the next replacement starts from.
+        """
+        assert self.group.restarter is not None  # restart mode only
+        last_obs = self.group.restarter.last_obs
+        for index in done:
+            info = self.ready_infos.get(index)
+            if info is None or not info.get("worker_restarted"):
+                continue
+            (last,) = last_obs.rows(range(index, index + 1))
+            if last is None:
+                continue
+            if "final_obs" in info:
+                info["final_obs"] = last
+            else:
+                self.buffers.put_observation(index, last)
+        ids = np.asarray(done, np.int64)
+        last_obs.record_rows(self.buffers.take_observations(ids), ids)
 
     def clear(self) -> None:
         """Forget every batch (on close: the replies will be dropped)."""

@@ -29,6 +29,7 @@ from gymnasium.vector.utils import (
     create_shared_memory,
     iterate,
     read_from_shared_memory,
+    write_to_shared_memory,
 )
 
 from vecpool.errors import CustomSpaceError, VecPoolWarning
@@ -41,6 +42,7 @@ from vecpool.spaces import (
     is_native_leaf,
     leaves,
     make_views,
+    make_writer,
     take_rows,
 )
 from vecpool.worker_group import raise_env_errors
@@ -409,15 +411,26 @@ class StepBuffers:
 
     # -- replies and observations ------------------------------------------------------
 
-    def apply_reply(self, start: int, reply: Reply) -> None:
+    def apply_reply(
+        self, start: int, reply: Reply, only: list[int] | None = None
+    ) -> None:
         """Store what a reply carried besides infos: piped observations and values.
 
         Args:
             start: Global index of the worker's first env.
             reply: The reply.
+            only: The global indices whose piped observations to take (a ``send``
+                batch's envs; the others' rows may be newer here than the worker's
+                copy, after a restart); ``None``: all.
         """
         if reply.observations is not None:
-            self.env_obs[start : start + len(reply.observations)] = reply.observations
+            if only is None:
+                self.env_obs[start : start + len(reply.observations)] = (
+                    reply.observations
+                )
+            else:
+                for index in only:
+                    self.env_obs[index] = reply.observations[index - start]
         if reply.step_values is not None:
             for index, reward, terminated, truncated in reply.step_values:
                 self.rewards[index] = reward
@@ -470,6 +483,20 @@ class StepBuffers:
                 return copy_tree(tree)
             return tree
         return deepcopy(self.observations) if self.copy else self.observations
+
+    def put_observation(self, index: int, value: Any) -> None:
+        """Overwrite env ``index``'s row of the current observations with ``value``."""
+        if self.transport is ObsTransport.PIPE:
+            self.env_obs[index] = value
+        elif self.transport is ObsTransport.GYM:
+            write_to_shared_memory(
+                self.observation_space, index, value, self.gym_obs_memory
+            )
+        else:
+            leaves_ = flatten_batch(
+                self.observation_space, self.observations, self.num_envs, "obs"
+            )
+            make_writer(self.observation_space, leaves_)(index, value)
 
     def take_observations(self, ids: npt.NDArray[np.int64]) -> Any:
         """A fresh batch holding the current observations of ``ids``."""

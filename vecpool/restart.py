@@ -195,9 +195,12 @@ class Restarter:
         self.owner = owner
         self.lost: WorkerCrashedError | None = None
         self.startup_deaths = [0] * len(policy.restarts)
+        self.closing = False
 
     def allows(self, handle: WorkerHandle, what: str) -> bool:
         """Whether a crash of ``handle``'s worker in ``what`` may be restarted."""
+        if self.closing:  # close() ends the workers: never start new ones
+            return False
         if what == "restart":  # a replacement died before it started
             return (
                 self.policy.allows(handle.index)
@@ -234,12 +237,11 @@ class Restarter:
             WorkerCrashedError: If the replacement died before it started.
         """
         index, envs = old.index, old.env_indices
+        with contextlib.suppress(EOFError, OSError), HELD:
+            while old.poll():  # its last words: replies written before it died
+                old.receive()
         exitcode = _bury(old)
-        _, _, _, _, semaphore, holding = group.started
-        if holding is not None and holding[index]:  # died holding the semaphore
-            holding[index] = 0
-            with contextlib.suppress(ValueError):
-                semaphore.release()
+        self.give_back_permit(group, old)
         self.policy.restarts[index] += 1
         if what == "restart":
             self.startup_deaths[index] += 1
@@ -278,6 +280,17 @@ class Restarter:
             if reissue and old.expected:
                 self._reissue(group, old, new, what)
         return new
+
+    @staticmethod
+    def give_back_permit(group: WorkerGroup, dead: WorkerHandle) -> None:
+        """Release the ``max_concurrency`` permit a dead worker died holding."""
+        _, _, _, _, semaphore, holding = group.started
+        if dead.process.exitcode is None:
+            return  # its pipe broke, yet it lives: it may still release it itself
+        if holding is not None and holding[dead.index]:
+            holding[dead.index] = 0
+            with contextlib.suppress(ValueError):
+                semaphore.release()
 
     def lose_result(self, old: WorkerHandle, what: str) -> None:
         """Note the error a call that cannot be re-sent raises after the restart."""

@@ -805,7 +805,8 @@ class WorkerGroup:
             except (EOFError, OSError):
                 if handle.expected:
                     self.lose(handle, what)
-                # gone after its last answer: the next command will find out
+                elif self.restarter is not None:  # gone after its last answer:
+                    self.restarter.give_back_permit(self, handle)  # next command
                 for gone in (fd, handle.sentinel):
                     with contextlib.suppress(KeyError, ValueError):
                         poller.unregister(gone)
@@ -815,6 +816,8 @@ class WorkerGroup:
                 continue  # its last words come first
             if handle.expected:
                 self.lose(handle, what)
+            elif self.restarter is not None:  # replaced at its next command, but
+                self.restarter.give_back_permit(self, handle)  # others need it now
             # it answered, then exited (e.g. after reporting an env error at
             # start-up): the next command will find out
             with contextlib.suppress(KeyError, ValueError):
@@ -874,7 +877,9 @@ class WorkerGroup:
         restarter = self.restarter
         if restarter is None or not restarter.allows(handle, what):
             self.crashed(handle, what)
-        new = restarter.replace(self, handle, what, reissue=False)
+        # `send` batches still in flight on it are sent again; the command being
+        # sent now goes to the replacement (the caller sends it)
+        new = restarter.replace(self, handle, what, reissue=bool(handle.batches))
         # a call other than step/reset/send still fails (its envs are new ones)
         restarter.lose_result(handle, what)
         self.lost, restarter.lost = self.lost or restarter.lost, None

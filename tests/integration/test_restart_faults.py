@@ -44,7 +44,7 @@ class DictIncarnationEnv(IncarnationEnv):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.observation_space = spaces.Dict(
+        self.observation_space = spaces.Dict(  # type: ignore[assignment]
             {
                 "ids": spaces.Box(0, 2**40, shape=(3,), dtype=np.int64),
                 "step": spaces.Discrete(100_000),
@@ -57,7 +57,7 @@ class DictIncarnationEnv(IncarnationEnv):
             }
         )
 
-    def _observe(self) -> Any:  # type: ignore[override]
+    def _observe(self) -> Any:
         ids = super()._observe()
         parity = np.full(2, ids[2] % 2, np.float32)
         return {"ids": ids, "step": int(ids[2]), "pair": (int(ids[0]), parity)}
@@ -114,6 +114,7 @@ def _fns(n: int, cls: Any = IncarnationEnv, **kwargs: Any) -> list[Any]:
 
 def _kill(env: vecpool.AsyncVectorEnv, worker: int) -> None:
     process = env.processes[worker]
+    assert process.pid is not None
     os.kill(process.pid, signal.SIGKILL)
     process.join(5.0)
 
@@ -283,7 +284,7 @@ def _batches_under_kills(
     tracker = Tracker(mode, obs, env.num_envs)
     actions = {i: int(rng.integers(0, 2)) for i in range(env.num_envs)}
     ids = np.arange(env.num_envs)
-    env.send(np.array([actions[i] for i in ids]), ids)
+    env.send(np.array([actions[int(i)] for i in ids]), ids)
     warned = 0
     with warnings.catch_warnings(record=True) as record, _Killer(env, *every) as k:
         warnings.simplefilter("always", vecpool.VecPoolWarning)
@@ -292,6 +293,7 @@ def _batches_under_kills(
             done += 1
             result = env.recv(timeout=4)
             got = result[4]["env_id"].tolist()
+            assert env.batch_size is not None
             assert 1 <= len(got) <= env.batch_size
             tracker.check(got, actions, result)
             # never an env lost: all but the ones just returned are still pending
@@ -339,12 +341,6 @@ def test_batches_under_random_kills_one_env_per_worker(
     assert warned == sum(env.restarts), "one VecPoolWarning per restart"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a worker found dead at a `send` loses its other in-flight or "
-    "answered-not-returned batches (envs stay pending for ever), and its ready "
-    "rows' cut shows a stale obs (see the two deterministic tests below)",
-)
 @pytest.mark.parametrize("shared_memory", [True, False])
 def test_batches_under_random_kills_several_envs_per_worker(make_async, shared_memory):
     env = make_async(
@@ -362,11 +358,6 @@ def test_batches_under_random_kills_several_envs_per_worker(make_async, shared_m
     assert tracker.cuts >= 4
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Restarter.replace(reissue=False) (found dead at `send`) drops the "
-    "dead worker's in-flight `send` batches: env stays in pending_env_ids for ever",
-)
 def test_a_worker_found_dead_at_send_still_answers_its_in_flight_batch(make_async):
     env = make_async(
         _fns(4, BuildGate, step_delay=0.3),
@@ -410,12 +401,6 @@ def _ready_not_returned(make_async, shared_memory):
     return env
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: LastObservations is updated only when recv returns a row; a "
-    "replacement started while env 3's row waits in `ready` starts from the obs "
-    "before it, so env 3's cut shows an obs one step old",
-)
 def test_the_cut_of_an_env_whose_row_waited_in_ready_is_its_last_obs(make_async):
     env = _ready_not_returned(make_async, shared_memory=True)
     with warnings.catch_warnings():
@@ -432,12 +417,6 @@ def test_the_cut_of_an_env_whose_row_waited_in_ready_is_its_last_obs(make_async)
     np.testing.assert_array_equal(obs[0], last3)  # NEXT_STEP: the last obs seen
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: shared_memory=False: the replacement's reply carries observations "
-    "for all its envs (Buffers.apply_reply writes them all), overwriting the row "
-    "of an env waiting in `ready` with the replacement's stale copy",
-)
 def test_pipe_mode_a_ready_row_is_not_overwritten_by_a_replacement(make_async):
     env = _ready_not_returned(make_async, shared_memory=False)
     with warnings.catch_warnings():
@@ -609,12 +588,6 @@ def _slow_rebuild_env(make_async, tmp_path, slow):
     return env
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: close(timeout) with a pending step and a dead worker restarts it "
-    "(step_wait inside close) and waits for the replacement's constructors with "
-    "no deadline (Restarter.replace: group.wait('restart', None, ...))",
-)
 def test_close_is_prompt_when_the_replacement_builds_slowly(make_async, tmp_path):
     env = _slow_rebuild_env(make_async, tmp_path, slow=1.5)
     start = time.monotonic()
@@ -801,12 +774,6 @@ def test_max_concurrency_one_under_random_kills_never_hangs(make_async):
     assert killer.kills >= 15
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a worker that dies holding the max_concurrency permit while no "
-    "reply is expected from it (its step was given up) is never replaced by a "
-    "recv that does not involve it: the permit is lost and recv waits for ever",
-)
 def test_a_permit_held_by_an_abandoned_dead_worker_comes_back(make_async):
     env = make_async(
         [SlowEnv] * 4,
@@ -858,7 +825,7 @@ def test_gymnasium_wrappers_survive_restarts(make_async):
     assert cuts == 6
     assert inner.restarts == (2, 1)
     stats = env.env  # RecordEpisodeStatistics
-    lengths = list(stats.length_queue)
+    lengths = list(stats.length_queue)  # type: ignore[attr-defined]
     assert len(lengths) >= 6
     # never an episode merged across a cut. (Steps 11 and 17 are reset steps: a
     # cut there is recorded as a 0-step episode, since the cut row is truncated.)
@@ -1024,14 +991,6 @@ def test_a_replacement_that_always_dies_raises_promptly_and_leaks_nothing(
 # ------------------------------------------------ close from another thread
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: close() from another thread while a step waits: the waiting "
-    "thread takes the workers close terminated for crashes and restarts them "
-    "after close (replacements built on the released buffers die at start-up: "
-    "'NoneType' object has no attribute 'view'; the step raises `died while "
-    "running restart`)",
-)
 def test_close_from_another_thread_never_restarts_workers(leak_checker):
     env = vecpool.AsyncVectorEnv(
         [functools.partial(SlowEnv, step_delay=1.0)] * 4,
