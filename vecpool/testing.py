@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import functools
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -52,6 +53,7 @@ __all__ = [
     "RaisingEnv",
     "SlowEnv",
     "UnpicklableInfoEnv",
+    "WorkerKiller",
     "assert_same_data",
     "assert_same_rollout",
     "make_env_fns",
@@ -648,6 +650,64 @@ class IncarnationEnv(gym.Env[npt.NDArray[np.int64], np.int64]):
 
     def _observe(self) -> npt.NDArray[np.int64]:
         return np.array([self.index, os.getpid(), self.step_in_episode], np.int64)
+
+
+class WorkerKiller:
+    """SIGKILLs a random worker of a vector env every ``low``-``high`` seconds.
+
+    A context manager running a daemon thread, for crash tests of
+    ``on_worker_crash="restart"``. At most ``max_unanswered`` kills wait for their
+    restart at a time (for 1 s at most), so a loaded machine slows a test down
+    instead of starving it; 2 still lets a replacement be killed as it starts.
+
+    Attributes:
+        kills: Workers killed so far.
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        low: float,
+        high: float,
+        *,
+        seed: int = 0,
+        max_unanswered: int = 2,
+    ) -> None:
+        """Kill a worker of ``env`` (a vecpool ``AsyncVectorEnv``) now and then."""
+        self.env, self.low, self.high = env, low, high
+        self.max_unanswered = max_unanswered
+        self.stop = threading.Event()
+        self.kills = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.rng = np.random.default_rng(seed)
+
+    def __enter__(self) -> WorkerKiller:
+        """Start killing."""
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Stop killing."""
+        self.stop.set()
+        self.thread.join()
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.rng.uniform(self.low, self.high)):
+            patience = time.monotonic() + 1.0
+            while (
+                self.kills - sum(self.env.restarts) >= self.max_unanswered
+                and time.monotonic() < patience
+                and not self.stop.is_set()
+            ):
+                time.sleep(0.005)
+            processes = self.env.processes
+            process = processes[self.rng.integers(len(processes))]
+            if process.pid is not None:
+                try:
+                    os.kill(process.pid, signal.SIGKILL)
+                    self.kills += 1
+                except ProcessLookupError:
+                    pass
 
 
 def make_env_fns(

@@ -23,7 +23,7 @@ import pytest
 
 import vecpool
 from vecpool.restart import derive_seed
-from vecpool.testing import DeliberateError, IncarnationEnv, SlowEnv
+from vecpool.testing import DeliberateError, IncarnationEnv, SlowEnv, WorkerKiller
 
 MODES = ["NextStep", "SameStep", "Disabled"]
 PID = 1  # the column of IncarnationEnv's observation holding the hosting process
@@ -388,47 +388,6 @@ def test_raise_stays_the_default(make_async):
     assert env.restarts == (0, 0)
 
 
-class _Killer:
-    """SIGKILLs a random worker of ``env`` every ``low``-``high`` seconds."""
-
-    def __init__(self, env: vecpool.AsyncVectorEnv, low: float, high: float) -> None:
-        import threading
-
-        self.env, self.low, self.high = env, low, high
-        self.stop = threading.Event()
-        self.kills = 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.rng = np.random.default_rng(0)
-
-    def __enter__(self) -> _Killer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
-
-    def _run(self) -> None:
-        while not self.stop.wait(self.rng.uniform(self.low, self.high)):
-            # at most two kills not yet answered by a restart (so a replacement may
-            # be killed as it starts), whatever the machine's speed: a loaded CI
-            # machine slows the test down, it does not starve it (1 s at most)
-            patience = time.monotonic() + 1.0
-            while (
-                self.kills - sum(self.env.restarts) >= 2
-                and time.monotonic() < patience
-                and not self.stop.is_set()
-            ):
-                time.sleep(0.005)
-            process = self.env.processes[self.rng.integers(len(self.env.processes))]
-            if process.pid is not None:
-                try:
-                    os.kill(process.pid, signal.SIGKILL)
-                    self.kills += 1
-                except ProcessLookupError:
-                    pass
-
-
 def _check_rows(mode, prev, ended, actions, result):
     """Check one step's rows against the rows before it; return the new ``ended``."""
     obs, rewards, terminated, truncated, infos = result
@@ -514,7 +473,7 @@ def test_random_kills_never_give_a_row_of_another_step(
     env = _stressed_env(make_async, context, mode)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
-        with _Killer(env, *every) as killer:
+        with WorkerKiller(env, *every) as killer:
             _stressed_run(env, mode, steps, killer, kills=8)
     assert killer.kills >= 8
     assert sum(env.restarts) >= 5
@@ -555,7 +514,7 @@ def test_the_wrapper_records_only_real_steps_under_random_kills(
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
         envs.reset(seed=0)
         ended = np.zeros(6, np.bool_)
-        with _Killer(inner, *every) as killer:
+        with WorkerKiller(inner, *every) as killer:
             step, deadline = 0, time.monotonic() + 60
             while step < steps or (killer.kills < 8 and time.monotonic() < deadline):
                 step += 1
@@ -590,7 +549,7 @@ def test_the_sampler_marks_cut_rows_invalid_under_random_kills(
     valid_rows = cut_rows = finished = 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
-        with _Killer(inner, *every) as killer:
+        with WorkerKiller(inner, *every) as killer:
             calls, deadline = 0, time.monotonic() + 60
             # 5,000 steps, and on until 8 kills
             while calls < 100 or (killer.kills < 8 and time.monotonic() < deadline):

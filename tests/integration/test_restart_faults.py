@@ -31,9 +31,11 @@ import pytest
 from gymnasium import spaces
 
 import vecpool
-from vecpool.testing import CountingEnv, IncarnationEnv, SlowEnv
+from vecpool.testing import CountingEnv, IncarnationEnv, SlowEnv, WorkerKiller
 
 PID = 1  # IncarnationEnv's observation: [env index, pid, step in episode]
+# kills at the given pace, never waiting for the restarts to catch up
+_killer = functools.partial(WorkerKiller, max_unanswered=10**9)
 
 
 # ----------------------------------------------------------------------- helpers
@@ -161,38 +163,6 @@ def _same(a: Any, b: Any) -> bool:
     return bool(np.array_equal(a, b))
 
 
-class _Killer:
-    """SIGKILLs a random worker of ``env`` every ``low``-``high`` seconds."""
-
-    def __init__(
-        self, env: vecpool.AsyncVectorEnv, low: float, high: float, seed: int = 0
-    ) -> None:
-        self.env, self.low, self.high = env, low, high
-        self.stop = threading.Event()
-        self.kills = 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.rng = np.random.default_rng(seed)
-
-    def __enter__(self) -> _Killer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
-
-    def _run(self) -> None:
-        while not self.stop.wait(self.rng.uniform(self.low, self.high)):
-            processes = self.env.processes
-            process = processes[self.rng.integers(len(processes))]
-            if process.pid is not None:
-                try:
-                    os.kill(process.pid, signal.SIGKILL)
-                    self.kills += 1
-                except ProcessLookupError:
-                    pass
-
-
 class Tracker:
     """Checks each env's rows against the last row returned for it."""
 
@@ -277,7 +247,7 @@ def _batches_under_kills(
     every: tuple[float, float],
     kills: int,
     seed: int = 0,
-) -> tuple[Tracker, _Killer, int]:
+) -> tuple[Tracker, WorkerKiller, int]:
     """Keep every env in flight through ``send``/``recv`` while workers die."""
     rng = np.random.default_rng(seed)
     obs, _ = env.reset(seed=seed)
@@ -286,7 +256,10 @@ def _batches_under_kills(
     ids = np.arange(env.num_envs)
     env.send(np.array([actions[int(i)] for i in ids]), ids)
     warned = 0
-    with warnings.catch_warnings(record=True) as record, _Killer(env, *every) as k:
+    with (
+        warnings.catch_warnings(record=True) as record,
+        _killer(env, *every) as k,
+    ):
         warnings.simplefilter("always", vecpool.VecPoolWarning)
         done, deadline = 0, time.monotonic() + 10
         while done < rounds or (k.kills < kills and time.monotonic() < deadline):
@@ -446,7 +419,10 @@ def test_dict_observations_under_random_kills(make_async, shared_memory, mode):
     rng = np.random.default_rng(1)
     obs, _ = env.reset(seed=1)
     tracker = Tracker(mode, obs, 4)
-    with warnings.catch_warnings(), _Killer(env, 0.01, 0.04) as killer:
+    with (
+        warnings.catch_warnings(),
+        _killer(env, 0.01, 0.04) as killer,
+    ):
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
         step, deadline = 0, time.monotonic() + 10
         while step < 300 or (killer.kills < 8 and time.monotonic() < deadline):
@@ -769,7 +745,10 @@ def test_max_concurrency_one_under_random_kills_never_hangs(make_async):
     rng = np.random.default_rng(5)
     obs, _ = env.reset(seed=5)
     tracker = Tracker("NextStep", obs, 6)
-    with warnings.catch_warnings(), _Killer(env, 0.003, 0.02, seed=5) as killer:
+    with (
+        warnings.catch_warnings(),
+        _killer(env, 0.003, 0.02, seed=5) as killer,
+    ):
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
         step, deadline = 0, time.monotonic() + 10
         while step < 800 or (killer.kills < 15 and time.monotonic() < deadline):
