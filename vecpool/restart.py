@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 from gymnasium import Space
-from gymnasium.vector.utils import iterate
+from gymnasium.vector.utils import batch_space, iterate
 
 from vecpool._guards import HELD
 from vecpool.errors import VecPoolWarning, WorkerCrashedError
@@ -164,7 +164,7 @@ class LastObservations:
             ):
                 array[ids] = leaf
         else:
-            batched = _batched(self.space, ids.size)
+            batched = batch_space(self.space, ids.size)
             for index, item in zip(ids.tolist(), iterate(batched, batch), strict=True):
                 self.items[index] = copy.deepcopy(item)
         self.seen[ids] = True
@@ -373,9 +373,3 @@ def _bury(handle: WorkerHandle) -> int | None:
     with contextlib.suppress(OSError):
         handle.conn.close()
     return process.exitcode
-
-
-def _batched(space: Space[Any], n: int) -> Space[Any]:
-    from gymnasium.vector.utils import batch_space
-
-    return batch_space(space, n)
