@@ -25,6 +25,7 @@ from vecpool.errors import (
 
 if TYPE_CHECKING:
     from vecpool.async_env import AsyncState, AsyncVectorEnv
+    from vecpool.check import CheckReport, check_vector_env
     from vecpool.classic import Pool
     from vecpool.make import VectorEntryPoint, make_vec, vector_entry_point
     from vecpool.pool import EpisodeStats, ReplayPool, Transitions
@@ -38,6 +39,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "AsyncState": "vecpool.async_env",
     "AsyncVectorEnv": "vecpool.async_env",
+    "CheckReport": "vecpool.check",
     "EnvState": "vecpool.protocol",
     "EpisodeRecord": "vecpool.sampler",
     "EpisodeStats": "vecpool.pool",
@@ -50,6 +52,7 @@ _LAZY = {
     "TuneResult": "vecpool.tune",
     "VectorEntryPoint": "vecpool.make",
     "autotune": "vecpool.tune",
+    "check_vector_env": "vecpool.check",
     "make_vec": "vecpool.make",
     "vector_entry_point": "vecpool.make",
 }
@@ -57,6 +60,7 @@ _LAZY = {
 __all__ = [
     "AsyncState",
     "AsyncVectorEnv",
+    "CheckReport",
     "ConcurrentUseError",
     "EnvState",
     "EpisodeRecord",
@@ -74,6 +78,7 @@ __all__ = [
     "WorkerCrashedError",
     "__version__",
     "autotune",
+    "check_vector_env",
     "errors",
     "make_vec",
     "vector_entry_point",

@@ -734,10 +734,19 @@ def _add_collect_parser(
     parser.set_defaults(handler=handler)
 
 
+def _add_check_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> None:
+    """Register the ``check`` command (defined with the checker)."""
+    from vecpool.check.command import add_check_parser
+
+    add_check_parser(subparsers)
+
+
 # Each entry adds one sub-command.
 _COMMANDS: tuple[
     Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...
-] = (_add_collect_parser, _add_demo_parser, _add_bench_parser)
+] = (_add_collect_parser, _add_demo_parser, _add_bench_parser, _add_check_parser)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -44,6 +44,7 @@ __all__ = [
     "CollectSaveError",
     "collect",
     "format_bytes",
+    "load_callable",
     "load_policy",
     "parse_autoreset_mode",
     "plot_collection",
@@ -243,9 +244,30 @@ def load_policy(spec: str) -> Policy:
         CollectArgumentError: If ``spec`` is malformed, the module cannot be
             imported, the attribute is missing or it is not callable.
     """
+    policy: Policy = load_callable(spec, what="policy", option="--policy")
+    return policy
+
+
+def load_callable(spec: str, *, what: str, option: str) -> Callable[..., Any]:
+    """Import the callable named ``"module:attr"`` (or ``"module:obj.attr"``).
+
+    The current directory is searched first, as ``python -m`` does.
+
+    Args:
+        spec: ``"package.module:function"``.
+        what: What the callable is, for messages (``"policy"``).
+        option: The command-line option that named it, for messages.
+
+    Returns:
+        The callable.
+
+    Raises:
+        CollectArgumentError: If ``spec`` is malformed, the module cannot be
+            imported, the attribute is missing or it is not callable.
+    """
     module_name, colon, attribute = spec.partition(":")
     if not colon or not module_name or not attribute:
-        msg = f"--policy must look like 'module:callable', got {spec!r}."
+        msg = f"{option} must look like 'module:callable', got {spec!r}."
         raise CollectArgumentError(msg)
     here = os.getcwd()
     if here not in sys.path and "" not in sys.path:
@@ -254,7 +276,7 @@ def load_policy(spec: str) -> Policy:
         target: Any = importlib.import_module(module_name)
     except ImportError as error:
         msg = (
-            f"Cannot import the policy module {module_name!r} of {spec!r}: {error}. "
+            f"Cannot import the {what} module {module_name!r} of {spec!r}: {error}. "
             f"It is looked up in the current directory ({here}) and on sys.path: "
             "run from the directory holding it, or set PYTHONPATH."
         )
@@ -263,13 +285,13 @@ def load_policy(spec: str) -> Policy:
         try:
             target = getattr(target, part)
         except AttributeError as error:
-            msg = f"Cannot load the policy {spec!r}: {target!r} has no {part!r}."
+            msg = f"Cannot load the {what} {spec!r}: {target!r} has no {part!r}."
             raise CollectArgumentError(msg) from error
     if not callable(target):
-        msg = f"The policy {spec!r} is not callable: {target!r}."
+        msg = f"The {what} {spec!r} is not callable: {target!r}."
         raise CollectArgumentError(msg)
-    policy: Policy = target
-    return policy
+    loaded: Callable[..., Any] = target
+    return loaded
 
 
 def _describe_policy(policy: Policy | str | None) -> str:

@@ -28,10 +28,11 @@ import copy
 import functools
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, SupportsFloat
+from typing import TYPE_CHECKING, Any, ClassVar, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -40,22 +41,39 @@ from gymnasium import spaces
 from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+if TYPE_CHECKING:  # imported on first use by __getattr__ below
+    from vecpool.check.broken import (
+        BROKEN_ENVS,
+        AliasingObservationsVectorEnv,
+        MutatingOptionsVectorEnv,
+        ShuffledObservationsVectorEnv,
+        WrongAutoresetStepVectorEnv,
+        WrongInfoMasksVectorEnv,
+    )
+
 __all__ = [
     "ACTION_KINDS",
+    "BROKEN_ENVS",
     "OBS_KINDS",
     "ActionEchoEnv",
+    "AliasingObservationsVectorEnv",
     "CountingEnv",
     "CustomExceptionEnv",
     "DeliberateError",
     "DeliberateErrorWithArgs",
     "ExitingEnv",
     "IncarnationEnv",
+    "MutatingOptionsVectorEnv",
     "RaisingEnv",
+    "ShuffledObservationsVectorEnv",
     "SlowEnv",
     "UnpicklableInfoEnv",
     "WorkerKiller",
+    "WrongAutoresetStepVectorEnv",
+    "WrongInfoMasksVectorEnv",
     "assert_same_data",
     "assert_same_rollout",
+    "assert_vector_env_conforms",
     "make_env_fns",
 ]
 
@@ -877,3 +895,72 @@ class ActionEchoEnv(gym.Env[npt.NDArray[np.float64], Any]):
         value = float(action)
         info = {"action": value} if self.info else {}
         return np.array([value, float(self.steps)]), 0.0, False, False, info
+
+
+_BROKEN = frozenset(
+    {
+        "BROKEN_ENVS",
+        "AliasingObservationsVectorEnv",
+        "MutatingOptionsVectorEnv",
+        "ShuffledObservationsVectorEnv",
+        "WrongAutoresetStepVectorEnv",
+        "WrongInfoMasksVectorEnv",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    """The broken vector envs of :mod:`vecpool.check.broken`, imported on first use.
+
+    Worker processes import this module for its toy envs; they never load the checker.
+    """
+    if name in _BROKEN:
+        from vecpool.check import broken
+
+        return getattr(broken, name)
+    msg = f"module {__name__!r} has no attribute {name!r}"
+    raise AttributeError(msg)
+
+
+def assert_vector_env_conforms(
+    make_vector_env: Callable[[], VectorEnv[Any, Any, Any]], **kwargs: Any
+) -> Any:
+    """Run :func:`vecpool.check_vector_env` and raise if any check failed.
+
+    Args:
+        make_vector_env: Builds the vector env under test (called more than once).
+        **kwargs: Passed on (``reference``, ``num_steps``, ``seed``, ``skip``,
+            ``strict``, ``reset_options``).
+
+    Returns:
+        The :class:`vecpool.check.CheckReport`, when every check passed.
+
+    Raises:
+        vecpool.check.VectorEnvCheckError: An ``AssertionError`` holding the report.
+    """
+    from vecpool.check import check_vector_env
+
+    return check_vector_env(make_vector_env, **kwargs).raise_if_failed()
+
+
+if "pytest" in sys.modules:  # a pytest plugin when pytest runs: opt in with
+    # `pytest_plugins = ["vecpool.testing"]` in a conftest.py
+    import pytest
+
+    @pytest.fixture
+    def vector_env_checker() -> Callable[..., Any]:
+        """A fixture that runs :func:`vecpool.check_vector_env` in a test.
+
+        ``vector_env_checker(make_vector_env, **kwargs)`` fails the test with the
+        report's text if any check failed, and returns the report.
+        """
+
+        def check(make_vector_env: Callable[[], Any], **kwargs: Any) -> Any:
+            from vecpool.check import check_vector_env
+
+            report = check_vector_env(make_vector_env, **kwargs)
+            if not report.ok:
+                pytest.fail(str(report), pytrace=False)
+            return report
+
+        return check
