@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Difference", "describe", "first_difference"]
+__all__ = ["Difference", "describe", "first_difference", "without_keys"]
 
 _MAX_TEXT = 160
 
@@ -169,3 +169,23 @@ def _array_difference(
         describe(got[row]),
         row if batched else env_index,
     )
+
+
+def without_keys(infos: Any, paths: tuple[str, ...]) -> Any:
+    """``infos`` without the dotted ``paths`` (e.g. ``"episode.t"``) and their masks.
+
+    The dicts on the way are copied; ``infos`` itself is left as it was.
+    """
+    if not paths or not isinstance(infos, dict):
+        return infos
+    stripped = dict(infos)
+    for path in paths:
+        head, _, rest = path.partition(".")
+        if head not in stripped:
+            continue
+        if rest:
+            stripped[head] = without_keys(stripped[head], (rest,))
+        else:
+            del stripped[head]
+            stripped.pop(f"_{head}", None)
+    return stripped

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from vecpool.check.compare import Difference, describe, first_difference
+from vecpool.check.compare import Difference, describe, first_difference, without_keys
 from vecpool.check.rules import (
     Breach,
     autoreset_breach,
@@ -84,6 +84,12 @@ class Outcome:
         """The returned infos."""
         return self.values[-1]
 
+    def comparable(self, ignored: tuple[str, ...]) -> tuple[Any, ...]:
+        """The values with the ``ignored`` info keys left out."""
+        if not self.values:
+            return self.values
+        return (*self.values[:-1], without_keys(self.values[-1], ignored))
+
     def done(self, num_envs: int) -> Flags:
         """Which envs ended on this op (all ``False`` for a reset)."""
         if len(self.values) != 5:
@@ -127,6 +133,7 @@ class Lockstep:
         ran: ``ran(check)`` records that a check was exercised.
         reset_options: Options merged into every reset.
         check_copy: Whether to check that returned observations are never changed.
+        ignored_info: Dotted info keys left out of every comparison.
     """
 
     def __init__(
@@ -139,6 +146,7 @@ class Lockstep:
         reset_options: dict[str, Any],
         *,
         check_copy: bool,
+        ignored_info: tuple[str, ...] = (),
     ) -> None:
         """Start with no pending autoresets."""
         self.env = env
@@ -149,6 +157,7 @@ class Lockstep:
         self._ran = ran
         self._reset_options = reset_options
         self._check_copy = check_copy
+        self.ignored_info = ignored_info
         self.steps = 0
         self.previous_done: Flags = np.zeros(self.num_envs, dtype=np.bool_)
         self._pending_at_manual: Flags | None = None
@@ -235,7 +244,8 @@ class Lockstep:
                     self._pending_at_manual = self.previous_done.copy()
                 self.previous_done = np.zeros(self.num_envs, dtype=np.bool_)
         else:
-            if self._pending_at_manual is not None and self._pending_at_manual.any():
+            pending = self._pending_at_manual
+            if self.reference is not None and pending is not None and pending.any():
                 self._ran("autoreset.after_manual_reset")
             self._pending_at_manual = None
             ended_now = driver.done(self.num_envs).any()
@@ -437,7 +447,13 @@ class Lockstep:
             if op.kind == "step"
             else (_RESULT_NAMES[0], _RESULT_NAMES[-1])
         )
-        for name, left, right in zip(names, expected.values, got.values, strict=True):
+        pairs = zip(
+            names,
+            expected.comparable(self.ignored_info),
+            got.comparable(self.ignored_info),
+            strict=True,
+        )
+        for name, left, right in pairs:
             found = first_difference(left, right, name, self.num_envs)
             if found is not None:
                 break

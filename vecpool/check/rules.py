@@ -195,8 +195,14 @@ def step_array_breach(
     return None
 
 
-def info_mask_breach(infos: Any, num_envs: int, where: str = "infos") -> Breach | None:
-    """Check that every info key ``k`` has a bool mask ``_k`` of one row per env."""
+def info_mask_breach(
+    infos: Any, num_envs: int, where: str = "infos", *, nested: bool = False
+) -> Breach | None:
+    """Check that every info key ``k`` has a bool mask ``_k`` of one row per env.
+
+    In a nested dict masks are optional (Gymnasium's ``RecordEpisodeStatistics``
+    reports ``episode`` without them), but those present must be well formed.
+    """
     if not isinstance(infos, dict):
         return Breach("infos is not a dict", where=where, got=describe(type(infos)))
     for key, value in infos.items():
@@ -219,12 +225,12 @@ def info_mask_breach(infos: Any, num_envs: int, where: str = "infos") -> Breach 
                     got=got,
                 )
             continue
-        if f"_{key}" not in infos:
+        if f"_{key}" not in infos and not nested:
             return Breach(
                 f"info key {key!r} has no mask {'_' + str(key)!r}", where=path
             )
         if isinstance(value, dict):
-            found = info_mask_breach(value, num_envs, path)
+            found = info_mask_breach(value, num_envs, path, nested=True)
             if found is not None:
                 return found
         elif not isinstance(value, np.ndarray) or value.shape[:1] != (num_envs,):

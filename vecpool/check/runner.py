@@ -19,7 +19,10 @@ from vecpool.check.lockstep import Lockstep, Op, Outcome, ReferenceFailedError, 
 from vecpool.check.report import CHECKS, CheckFailure, CheckReport, resolve_skip
 from vecpool.check.rules import space_batching_breach
 
-__all__ = ["DEFAULT_NUM_STEPS", "check_vector_env"]
+__all__ = ["DEFAULT_IGNORED_INFO_KEYS", "DEFAULT_NUM_STEPS", "check_vector_env"]
+
+DEFAULT_IGNORED_INFO_KEYS: tuple[str, ...] = ("episode.t",)
+"""Info values never compared: wall-clock time (``RecordEpisodeStatistics``)."""
 
 DEFAULT_NUM_STEPS = 300
 """Steps of the main trajectory (the replay and the API checks add about a third)."""
@@ -63,6 +66,7 @@ def check_vector_env(
     skip: Iterable[str] = (),
     strict: bool = False,
     reset_options: dict[str, Any] | None = None,
+    ignore_info_keys: Iterable[str] = DEFAULT_IGNORED_INFO_KEYS,
 ) -> CheckReport:
     """Check that a vector env behaves exactly as Gymnasium's vector API says.
 
@@ -92,6 +96,9 @@ def check_vector_env(
             ``SyncVectorEnv`` pops ``reset_mask`` out of the caller's options and
             works after ``close()``) as failures, not warnings.
         reset_options: Options passed to every ``reset`` (never ``reset_mask``).
+        ignore_info_keys: Info keys whose values are not compared, dotted for nested
+            dicts. Default: ``("episode.t",)``, the wall-clock time that Gymnasium's
+            ``RecordEpisodeStatistics`` reports.
 
     Returns:
         The report; ``report.ok`` is ``False`` if a check failed, and
@@ -136,6 +143,13 @@ def check_vector_env(
         strict,
         dict(reset_options or {}),
     )
+    if isinstance(ignore_info_keys, str):
+        msg = (
+            "`ignore_info_keys` must be a collection of keys, not a string: "
+            f"use ({ignore_info_keys!r},)."
+        )
+        raise TypeError(msg)
+    checker.ignored_info = tuple(ignore_info_keys)
     return checker.run()
 
 
@@ -159,6 +173,7 @@ class _Checker:
         self.skip = skip
         self.strict = strict
         self.reset_options = reset_options
+        self.ignored_info: tuple[str, ...] = DEFAULT_IGNORED_INFO_KEYS
         self.report = CheckReport()
         self.failures: dict[str, CheckFailure] = {}
         self.warnings: dict[str, CheckFailure] = {}
@@ -225,7 +240,8 @@ class _Checker:
             reference = self._make(make_reference, "reference")
             reference = reference if self._check_single_spaces(env, reference) else None
         self._check_spaces(env, reference)
-        copy_flag = getattr(env, "copy", None)
+        # Gymnasium's VectorWrapper does not forward `copy`: ask the base env
+        copy_flag = getattr(env, "copy", getattr(env.unwrapped, "copy", None))
         if copy_flag is not True:
             self.skip_reason(
                 ["copy.observations"], f"env.copy is {copy_flag!r}, not True"
@@ -238,6 +254,7 @@ class _Checker:
             self.ran,
             self.reset_options,
             check_copy=copy_flag is True,
+            ignored_info=self.ignored_info,
         )
         try:
             self._trajectory(lockstep)
@@ -432,7 +449,10 @@ class _Checker:
             if outcome is None:
                 return
             found = first_difference(
-                recorded.values, outcome.values, "results", lockstep.num_envs
+                recorded.comparable(self.ignored_info),
+                outcome.comparable(self.ignored_info),
+                "results",
+                lockstep.num_envs,
             )
             if found is not None:
                 self.fail(
@@ -452,6 +472,14 @@ class _Checker:
 
     # ---- API ----------------------------------------------------------------------
     def _check_attributes(self, env: Any, reference: Any | None) -> None:
+        missing = [
+            name
+            for name in ("set_attr", "get_attr", "call")
+            if not callable(getattr(env, name, None))
+        ]
+        if missing:  # not in VectorEnv's API: Gymnasium's VectorWrapper lacks them
+            self.skip_reason(["api.attributes"], f"the env has no {', '.join(missing)}")
+            return
         self.ran("api.attributes")
         values = [f"value-{index}" for index in range(env.num_envs)]
         try:
@@ -596,7 +624,10 @@ class _Checker:
                         f"raised {type(got.error).__name__}: {got.error}"
                     )
                 found = first_difference(
-                    expected.values, got.values, "results", env.num_envs
+                    expected.comparable(self.ignored_info),
+                    got.comparable(self.ignored_info),
+                    "results",
+                    env.num_envs,
                 )
                 if found is not None:
                     return (
@@ -630,14 +661,15 @@ class _Checker:
             outcome = call_env(env, op, None)
             if outcome.error is not None:
                 continue
-            reference_works = (
-                reference is not None and call_env(reference, op, None).error is None
-            )
-            note = " (so does the reference, SyncVectorEnv)" if reference_works else ""
+            if reference is None:  # nothing to compare with: not a hard failure
+                warn, note = True, " (no reference to compare with)"
+            else:
+                warn = call_env(reference, op, None).error is None
+                note = " (so does the reference, SyncVectorEnv)" if warn else ""
             self.fail(
                 "api.use_after_close",
                 f"{op.label()} after close() returned instead of raising{note}",
-                warning=reference_works,
+                warning=warn,
                 phase="api",
                 expected="an error, e.g. gymnasium.error.ClosedEnvironmentError",
                 got="a result",
@@ -688,10 +720,16 @@ def close_with_timeout(env: Any, timeout: float | None = None) -> str | None:
         thread.join(timeout)
         hung = thread.is_alive()
         if hung or errors:  # no process may outlive the check
-            for process in getattr(getattr(env, "unwrapped", env), "processes", ()):
+            base = getattr(env, "unwrapped", env)
+            processes = list(getattr(base, "processes", ()))
+            for process in processes:
                 if process.is_alive():
                     process.terminate()
             thread.join(5.0)
+            for process in processes:
+                process.join(1.0)  # reaped: no zombie
+            if processes and getattr(base, "closed", True) is False:
+                base.closed = True  # or its __del__ tries close() again, and fails
     if hung:
         return f"close() did not return within {timeout:.0f} s"
     if errors:

@@ -1,0 +1,503 @@
+"""vecpool.check_vector_env: passes correct vector envs, catches every broken one.
+
+The checker is itself tested differentially: each deliberately broken env of
+``vecpool.testing`` is a ``SyncVectorEnv`` with one defect, and the same envs without
+the defect pass. Gymnasium's own ``AsyncVectorEnv`` is checked as found: correct
+except for two real bugs, which must be reported precisely.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import multiprocessing
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.wrappers.vector import RecordEpisodeStatistics
+
+import vecpool
+from vecpool.check import CHECKS, CheckReport, VectorEnvCheckError, check_vector_env
+from vecpool.check.compare import first_difference
+from vecpool.check.rules import autoreset_breach, info_mask_breach
+from vecpool.cli import main
+from vecpool.testing import (
+    BROKEN_ENVS,
+    OBS_KINDS,
+    AliasingObservationsVectorEnv,
+    ShuffledObservationsVectorEnv,
+    WrongAutoresetStepVectorEnv,
+    WrongInfoMasksVectorEnv,
+    assert_vector_env_conforms,
+    make_env_fns,
+)
+
+MODES = list(AutoresetMode)
+STEPS = 90  # enough for several episode ends of CountingEnv and CartPole
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def cartpole_fns(num_envs: int = 4) -> list[Any]:
+    return [functools.partial(gym.make, "CartPole-v1") for _ in range(num_envs)]
+
+
+def counting_fns(num_envs: int = 4, **kwargs: Any) -> list[Any]:
+    return make_env_fns(num_envs, obs_kind=kwargs.pop("obs_kind", "dict"), **kwargs)
+
+
+def no_children_left() -> None:
+    deadline = time.monotonic() + 5
+    while multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert multiprocessing.active_children() == []
+
+
+# ---- correct envs pass ------------------------------------------------------------
+@pytest.mark.parametrize("mode", MODES, ids=lambda mode: mode.name)
+def test_sync_vector_env_passes_with_warnings_only_where_it_breaks_the_rules(mode):
+    report = check_vector_env(
+        lambda: SyncVectorEnv(counting_fns(), autoreset_mode=mode), num_steps=STEPS
+    )
+    assert report.ok, report
+    warned = {warning.check for warning in report.warnings}
+    # SyncVectorEnv pops reset_mask out of the caller's options and runs after close()
+    expected = {"api.use_after_close"}
+    if mode is AutoresetMode.DISABLED:
+        expected.add("api.options")
+    assert warned == expected, report
+    strict = check_vector_env(
+        lambda: SyncVectorEnv(counting_fns(), autoreset_mode=mode),
+        num_steps=STEPS,
+        strict=True,
+    )
+    assert set(strict.failed) == expected, strict
+
+
+VECPOOL_VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "in_process": {"num_workers": 0},
+    "one_worker": {"num_workers": 1},
+    "no_shared_memory": {"shared_memory": False},
+    "no_copy": {"copy": False},
+}
+
+
+@pytest.mark.parametrize("variant", VECPOOL_VARIANTS)
+@pytest.mark.parametrize("mode", MODES, ids=lambda mode: mode.name)
+def test_vecpool_passes_every_check_in_every_mode(mode, variant, leak_checker):
+    kwargs = VECPOOL_VARIANTS[variant]
+    report = check_vector_env(
+        lambda: vecpool.AsyncVectorEnv(counting_fns(), autoreset_mode=mode, **kwargs),
+        num_steps=STEPS,
+        strict=True,
+    )
+    assert report.ok, report
+    assert report.warnings == []
+    assert set(report.passed) | set(report.skipped) == set(CHECKS)
+    must_pass = {
+        "determinism.seed_int",
+        "determinism.seed_list",
+        "determinism.seed_none",
+        "determinism.reseed",
+        "autoreset.after_manual_reset",
+        f"autoreset.{mode.name.lower()}",
+        "infos.masks",
+        "infos.values",
+        "api.options",
+        "api.attributes",
+        "api.wrong_action_count",
+        "api.usable_after_error",
+        "api.close",
+        "api.use_after_close",
+    }
+    if mode is AutoresetMode.DISABLED:
+        must_pass.add("autoreset.reset_mask")
+    if variant != "no_copy":
+        must_pass.add("copy.observations")
+    else:
+        assert "env.copy is False" in report.skipped["copy.observations"]
+    assert must_pass <= set(report.passed), report
+    leak_checker.assert_no_leaks()
+
+
+@pytest.mark.parametrize("obs_kind", OBS_KINDS)
+def test_vecpool_passes_for_every_observation_kind(obs_kind):
+    report = check_vector_env(
+        lambda: vecpool.AsyncVectorEnv(
+            counting_fns(3, obs_kind=obs_kind, action_kind="box"),
+            autoreset_mode=AutoresetMode.SAME_STEP,
+        ),
+        num_steps=STEPS,
+        strict=True,
+    )
+    assert report.ok, report
+    assert "spaces.observations" in report.passed
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda mode: mode.name)
+def test_gymnasium_async_is_correct_except_after_a_rejected_step(mode):
+    report = check_vector_env(
+        lambda: gym.vector.AsyncVectorEnv(cartpole_fns(), autoreset_mode=mode),
+        num_steps=STEPS,
+    )
+    assert report.failed == ["api.usable_after_error"], report
+    failure = report.failures[0]
+    # step_async sends the commands before zip(strict=True) finds the wrong count,
+    # so the next reset() reads step replies
+    assert "raised ValueError" in failure.message
+    skipped = check_vector_env(
+        lambda: gym.vector.AsyncVectorEnv(cartpole_fns(), autoreset_mode=mode),
+        num_steps=STEPS,
+        skip=("api.usable_after_error",),
+    )
+    assert skipped.ok, skipped
+    no_children_left()
+
+
+# ---- Gymnasium's stale autoreset flag ---------------------------------------------
+def test_gymnasium_async_without_shared_memory_keeps_a_stale_autoreset_flag():
+    report = check_vector_env(
+        lambda: gym.vector.AsyncVectorEnv(cartpole_fns(8), shared_memory=False),
+        skip=("api.usable_after_error",),
+    )
+    assert report.failed == ["autoreset.after_manual_reset"], report
+    failure = report.failures[0]
+    assert failure.phase == "seed_list"
+    assert "stale autoreset flag survived reset()" in failure.message
+    assert failure.where == f"observations[{failure.env_index}]"
+    # the env named really had ended on the step before the manual reset: replay the
+    # checker's actions through SyncVectorEnv and look at that step's flags
+    reference = SyncVectorEnv(cartpole_fns(8))
+    space = reference.action_space
+    space.seed(0)
+    reference.reset(seed=0)
+    done = np.zeros(8, dtype=bool)
+    assert failure.step is not None
+    for _ in range(failure.step - 1):
+        _, _, terminations, truncations, _ = reference.step(space.sample())
+        done = terminations | truncations
+    reference.close()
+    assert done[failure.env_index]
+    with_shared_memory = check_vector_env(
+        lambda: gym.vector.AsyncVectorEnv(cartpole_fns(8), shared_memory=True),
+        skip=("api.usable_after_error",),
+    )
+    assert with_shared_memory.ok, with_shared_memory
+    no_children_left()
+
+
+@pytest.mark.parametrize(
+    "mode", [AutoresetMode.SAME_STEP, AutoresetMode.DISABLED], ids=lambda m: m.name
+)
+def test_gymnasium_async_without_shared_memory_is_right_in_other_modes(mode):
+    report = check_vector_env(
+        lambda: gym.vector.AsyncVectorEnv(
+            counting_fns(), shared_memory=False, autoreset_mode=mode
+        ),
+        num_steps=STEPS,
+        skip=("api.usable_after_error",),
+    )
+    assert report.ok, report
+
+
+# ---- broken envs are caught -------------------------------------------------------
+@pytest.mark.parametrize("broken", BROKEN_ENVS, ids=lambda cls: cls.__name__)
+def test_every_broken_env_is_caught_first_by_its_check(broken):
+    expected = BROKEN_ENVS[broken]
+    report = check_vector_env(lambda: broken(counting_fns()), num_steps=STEPS)
+    assert not report.ok
+    assert report.failures[0].check == expected, report
+    # the same envs without the defect pass
+    assert check_vector_env(lambda: SyncVectorEnv(counting_fns()), num_steps=STEPS).ok
+
+
+def test_shuffled_observations_name_the_env_and_the_step():
+    report = check_vector_env(
+        lambda: ShuffledObservationsVectorEnv(counting_fns(), at=7), num_steps=STEPS
+    )
+    failure = report.failure("determinism.seed_int")
+    assert failure is not None
+    assert (failure.env_index, failure.step, failure.phase) == (0, 7, "seed_int")
+    assert failure.where is not None
+    assert failure.where.startswith("observations[")
+
+
+def test_aliased_observations_name_the_call_that_overwrote_them():
+    report = check_vector_env(
+        lambda: AliasingObservationsVectorEnv(cartpole_fns()), num_steps=STEPS
+    )
+    failure = report.failure("copy.observations")
+    assert failure is not None
+    assert "reset(seed=0) at step 0 were changed in place" in failure.message
+    assert failure.step == 1
+
+
+def test_a_wrong_autoreset_step_names_the_env_that_ended():
+    report = check_vector_env(
+        lambda: WrongAutoresetStepVectorEnv(cartpole_fns()), num_steps=STEPS
+    )
+    failure = report.failure("autoreset.next_step")
+    assert failure is not None
+    reference = SyncVectorEnv(cartpole_fns())
+    space = reference.action_space
+    space.seed(0)
+    reference.reset(seed=0)
+    assert failure.step is not None
+    for _ in range(failure.step):
+        _, _, terminations, truncations, _ = reference.step(space.sample())
+    reference.close()
+    assert np.flatnonzero(terminations | truncations)[0] == failure.env_index
+
+
+@pytest.mark.parametrize("defect", ["missing", "int"])
+def test_malformed_info_masks_are_caught_without_a_reference(defect):
+    class Wrapped(gym.vector.VectorWrapper):
+        pass  # hides env_fns' meaning: no reference can be derived
+
+    report = check_vector_env(
+        lambda: Wrapped(WrongInfoMasksVectorEnv(counting_fns(), defect=defect)),
+        num_steps=STEPS,
+    )
+    assert report.failed == ["infos.masks"], report
+    assert "no reference" in report.skipped["infos.values"]
+
+
+# ---- references ------------------------------------------------------------------
+def test_a_wrapped_env_needs_an_explicit_reference():
+    def wrapped() -> Any:
+        return RecordEpisodeStatistics(vecpool.AsyncVectorEnv(cartpole_fns()))
+
+    derived = check_vector_env(wrapped, num_steps=STEPS)
+    assert derived.ok, derived
+    assert "pass reference=" in derived.skipped["determinism.seed_int"]
+    assert "determinism.reseed" in derived.passed  # self-checks still run
+    explicit = check_vector_env(
+        wrapped,
+        reference=lambda: RecordEpisodeStatistics(SyncVectorEnv(cartpole_fns())),
+        num_steps=STEPS,
+    )
+    assert explicit.ok, explicit
+    assert "determinism.seed_int" in explicit.passed
+    assert "infos.values" in explicit.passed
+
+
+def test_a_reference_over_other_envs_is_reported_not_compared():
+    report = check_vector_env(
+        lambda: SyncVectorEnv(cartpole_fns()),
+        reference=lambda: SyncVectorEnv(counting_fns()),
+        num_steps=STEPS,
+    )
+    assert report.failed == ["spaces.single"]
+    assert "differs from the reference" in report.skipped["determinism.seed_int"]
+
+
+def test_reset_options_reach_every_reset():
+    report = check_vector_env(
+        lambda: vecpool.AsyncVectorEnv(counting_fns()),
+        reset_options={"difficulty": 2},
+        num_steps=STEPS,
+    )
+    assert report.ok, report
+
+
+# ---- arguments, report, cleanup ---------------------------------------------------
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"num_steps": 5}, ValueError, "num_steps"),
+        ({"skip": "api"}, TypeError, r"use \('api',\)"),
+        ({"skip": ("nope",)}, ValueError, "unknown check 'nope'.*determinism.seed_int"),
+        ({"reset_options": {"reset_mask": None}}, ValueError, "reset_mask"),
+        ({"reset_options": [1]}, TypeError, "reset_options"),
+        ({"reference": 3}, TypeError, "`reference` must be a callable"),
+    ],
+)
+def test_bad_arguments_raise_before_any_env_is_built(kwargs, error, match):
+    built = []
+    with pytest.raises(error, match=match):
+        check_vector_env(lambda: built.append(1), **kwargs)
+    assert built == []
+
+
+def test_a_factory_must_return_a_vector_env():
+    with pytest.raises(TypeError, match=r"must return a gymnasium\.vector\.VectorEnv"):
+        check_vector_env(lambda: gym.make("CartPole-v1"))
+
+
+def test_skipping_a_group_skips_each_of_its_checks():
+    report = check_vector_env(lambda: SyncVectorEnv(cartpole_fns()), skip=("api",))
+    api_checks = [name for name in CHECKS if name.startswith("api.")]
+    assert all(report.skipped[name] == "skipped by request" for name in api_checks)
+    assert report.warnings == []
+
+
+def test_the_report_reads_serialises_and_raises():
+    report = check_vector_env(
+        lambda: ShuffledObservationsVectorEnv(cartpole_fns()), num_steps=STEPS
+    )
+    text = str(report)
+    assert text.startswith("check_vector_env: FAILED")
+    assert "FAIL determinism.seed_int (env 0, step 5, phase seed_int)" in text
+    data = json.loads(report.to_json())
+    assert data["ok"] is False
+    assert data["failures"][0]["check"] == "determinism.seed_int"
+    with pytest.raises(AssertionError) as raised:
+        report.raise_if_failed()
+    assert isinstance(raised.value, VectorEnvCheckError)
+    assert raised.value.report is report
+    with pytest.raises(VectorEnvCheckError):
+        assert_vector_env_conforms(
+            lambda: ShuffledObservationsVectorEnv(cartpole_fns())
+        )
+    assert isinstance(
+        assert_vector_env_conforms(lambda: SyncVectorEnv(cartpole_fns())), CheckReport
+    )
+
+
+def test_an_env_that_hangs_in_close_is_terminated_not_waited_on(monkeypatch):
+    monkeypatch.setattr("vecpool.check.runner.CLOSE_TIMEOUT", 1.0)
+    # Gymnasium's AsyncVectorEnv after a step with num_envs - 1 actions: close() waits
+    # for replies that never come
+    start = time.monotonic()
+    report = check_vector_env(
+        lambda: gym.vector.AsyncVectorEnv(cartpole_fns(2)), num_steps=12, skip=()
+    )
+    assert time.monotonic() - start < 30
+    assert "api.usable_after_error" in report.failed
+    no_children_left()
+
+
+# ---- building blocks --------------------------------------------------------------
+def test_first_difference_names_the_env_row_through_dicts_and_object_arrays():
+    expected = {
+        "a": np.zeros((3, 2)),
+        "b": np.array([None, np.ones(2), None], dtype=object),
+    }
+    got = {"a": np.zeros((3, 2)), "b": np.array([None, np.ones(2), None], dtype=object)}
+    assert first_difference(expected, got, "obs", 3) is None
+    got["b"][1] = np.array([1.0, 2.0])
+    found = first_difference(expected, got, "obs", 3)
+    assert found is not None
+    assert (found.where, found.env_index) == ("obs['b'][1][1]", 1)
+    nan = np.array([np.nan, 1.0])
+    assert first_difference(nan, nan.copy(), "x", 2) is None
+    found = first_difference(nan, nan.astype(np.float32), "x", 2)
+    assert found is not None
+    assert found.kind == "dtype"
+
+
+def test_the_rules_flag_masks_and_autoreset_steps():
+    good = {"x": np.zeros(2), "_x": np.array([True, False])}
+    assert info_mask_breach(good, 2) is None
+    breach = info_mask_breach({"x": np.zeros(2)}, 2)
+    assert breach is not None
+    assert "no mask" in breach.message
+    previous = np.array([False, True])
+    breach = autoreset_breach(
+        AutoresetMode.NEXT_STEP,
+        previous,
+        np.array([1.0, 0.5]),
+        np.zeros(2, dtype=bool),
+        np.zeros(2, dtype=bool),
+        {},
+    )
+    assert breach is not None
+    assert breach.env_index == 1
+
+
+# ---- pytest fixture and command line ----------------------------------------------
+def test_the_pytest_fixture_passes_and_fails_tests(tmp_path):
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["vecpool.testing"]\n')
+    (tmp_path / "test_envs.py").write_text(
+        textwrap.dedent(
+            """
+            import functools
+            import gymnasium as gym
+            from gymnasium.vector import SyncVectorEnv
+            from vecpool.testing import MutatingOptionsVectorEnv
+
+            FNS = [functools.partial(gym.make, "CartPole-v1") for _ in range(2)]
+
+            def test_sync(vector_env_checker):
+                report = vector_env_checker(lambda: SyncVectorEnv(FNS), num_steps=60)
+                assert report.ok
+
+            def test_broken(vector_env_checker):
+                vector_env_checker(lambda: MutatingOptionsVectorEnv(FNS), num_steps=60)
+            """
+        )
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-W",
+            "ignore",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert "1 failed, 1 passed" in result.stdout, result.stdout + result.stderr
+    assert "FAIL api.options" in result.stdout
+
+
+def test_cli_lists_checks_and_checks_env_ids(capsys):
+    assert main(["check", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in CHECKS)
+    assert main(["check", "CartPole-v1", "--num-envs", "4", "--steps", "60"]) == 0
+    assert "check_vector_env: ok" in capsys.readouterr().out
+    code = main(
+        [
+            "check",
+            "CartPole-v1",
+            "--backend",
+            "sync",
+            "--steps",
+            "60",
+            "--strict",
+            "--json",
+        ]
+    )
+    assert code == 1
+    data = json.loads(capsys.readouterr().out)
+    assert [failure["check"] for failure in data["failures"]] == ["api.use_after_close"]
+
+
+def test_cli_checks_a_factory_and_rejects_bad_targets(tmp_path, monkeypatch, capsys):
+    (tmp_path / "my_vector_envs.py").write_text(
+        textwrap.dedent(
+            """
+            import functools
+            import gymnasium as gym
+            from vecpool.testing import ShuffledObservationsVectorEnv
+
+            def broken():
+                fns = [functools.partial(gym.make, "CartPole-v1") for _ in range(2)]
+                return ShuffledObservationsVectorEnv(fns)
+            """
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "my_vector_envs", raising=False)
+    assert main(["check", "my_vector_envs:broken", "--steps", "30"]) == 1
+    assert "FAIL determinism.seed_int" in capsys.readouterr().out
+    assert main(["check", "NoSuchEnv-v0"]) == 2
+    assert "neither MODULE:CALLABLE nor a registered env id" in capsys.readouterr().err
+    assert main(["check", "my_vector_envs:missing"]) == 2
+    assert main(["check", "--skip", "nope"]) == 2
