@@ -639,6 +639,13 @@ class _Checker:
         return None
 
     def _check_close(self, env: Any, reference: Any | None) -> None:
+        # from a fresh reset, so a step after close() meets no ended env (which
+        # SyncVectorEnv in DISABLED mode would refuse for that reason alone)
+        for vector_env in (env, reference):
+            if vector_env is not None:
+                call_env(
+                    vector_env, Op("reset", seed=self.seed), dict(self.reset_options)
+                )
         self.ran("api.close")
         for attempt in ("first", "second"):
             problem = close_with_timeout(env)
