@@ -307,6 +307,22 @@ def test_reset_options_reach_every_reset():
     assert report.ok, report
 
 
+def test_a_native_vector_env_without_env_fns_is_checked_without_a_reference():
+    # Gymnasium's own CartPoleVectorEnv: no env_fns, no list seeds, no set_attr
+    report = check_vector_env(
+        lambda: gym.make_vec("CartPole-v1", 4, vectorization_mode="vector_entry_point"),
+        num_steps=STEPS,
+    )
+    # it raises AssertionError for a wrong action count and leaves `closed` False
+    assert report.failed == ["api.wrong_action_count", "api.close"], report
+    warned = [warning.check for warning in report.warnings]
+    assert warned == ["determinism.seed_list", "api.use_after_close"], report
+    assert "only promises seed: int | None" in report.warnings[0].message
+    assert "(the reference did not)" not in report.warnings[0].message
+    assert "no env_fns" in report.skipped["determinism.seed_int"]
+    assert "determinism.reseed" in report.passed
+
+
 # ---- arguments, report, cleanup ---------------------------------------------------
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
@@ -490,6 +506,9 @@ def test_cli_checks_a_factory_and_rejects_bad_targets(tmp_path, monkeypatch, cap
             def broken():
                 fns = [functools.partial(gym.make, "CartPole-v1") for _ in range(2)]
                 return ShuffledObservationsVectorEnv(fns)
+
+            def single():
+                return gym.make("CartPole-v1")
             """
         )
     )
@@ -500,4 +519,7 @@ def test_cli_checks_a_factory_and_rejects_bad_targets(tmp_path, monkeypatch, cap
     assert main(["check", "NoSuchEnv-v0"]) == 2
     assert "neither MODULE:CALLABLE nor a registered env id" in capsys.readouterr().err
     assert main(["check", "my_vector_envs:missing"]) == 2
+    capsys.readouterr()
+    assert main(["check", "my_vector_envs:single"]) == 2  # not a vector env
+    assert "must return a gymnasium.vector.VectorEnv" in capsys.readouterr().err
     assert main(["check", "--skip", "nope"]) == 2

@@ -129,14 +129,18 @@ def _run(args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as error:
         print(f"vecpool check: error: {error}", file=sys.stderr)
         return 2
-    report = check_vector_env(
-        make_env,
-        reference=reference,
-        num_steps=args.steps,
-        seed=args.seed,
-        skip=skip,
-        strict=args.strict,
-    )
+    try:
+        report = check_vector_env(
+            make_env,
+            reference=reference,
+            num_steps=args.steps,
+            seed=args.seed,
+            skip=skip,
+            strict=args.strict,
+        )
+    except TypeError as error:  # a factory that returns no vector env
+        print(f"vecpool check: error: {error}", file=sys.stderr)
+        return 2
     print(report.to_json() if args.json else report)
     return 0 if report.ok else 1
 

@@ -41,7 +41,11 @@ def describe(value: Any) -> str:
         )
         text = f"array({body}, dtype={value.dtype})"
     elif isinstance(value, np.generic):
-        text = f"{value.dtype}({value!r})" if value.dtype.kind != "O" else repr(value)
+        text = (
+            f"{value.dtype}({value.item()!r})"
+            if value.dtype.kind != "O"
+            else repr(value)
+        )
     else:
         text = repr(value)
     text = " ".join(text.split())

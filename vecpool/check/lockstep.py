@@ -46,6 +46,8 @@ class Op:
         mask: The reset's ``reset_mask`` (a partial reset), or ``None``.
         actions: The step's actions.
         manual: Whether the reset is a manual mid-episode reset of every env.
+        extension: Whether the call is beyond ``VectorEnv``'s base signature (a list
+            of seeds): an error there is a warning unless the check is strict.
     """
 
     kind: str
@@ -53,6 +55,7 @@ class Op:
     mask: Flags | None = None
     actions: Any = None
     manual: bool = False
+    extension: bool = False
 
     def label(self) -> str:
         """The call as text."""
@@ -201,11 +204,18 @@ class Lockstep:
             self.steps += 1
         if got.error is not None:
             name = self._blame(phase, op, None, None)
-            self._record(
+            note = "" if expected is None else " (the reference did not)"
+            if op.extension:
+                note += (
+                    "; VectorEnv.reset only promises seed: int | None, but "
+                    "SyncVectorEnv and AsyncVectorEnv take a list of seeds, one per env"
+                )
+            self._fail(
                 name,
-                phase,
-                f"{op.label()} raised {type(got.error).__name__}: "
-                f"{got.error} (the reference did not)",
+                f"{op.label()} raised {type(got.error).__name__}: {got.error}{note}",
+                warning=op.extension,
+                step=self.steps,
+                phase=phase,
                 got=got.trace.strip().splitlines()[-1],
             )
             self.diverged = True

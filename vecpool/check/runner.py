@@ -230,9 +230,11 @@ class _Checker:
         env = self._make(self.make_vector_env, "make_vector_env")
         self.mode = self._declared_mode(env)
         self.skip_reason(_MODE_CHECKS[self.mode], f"the env declares {self.mode.name}")
+        # Gymnasium's VectorWrapper does not forward `copy`: ask the base env
+        copy_flag = getattr(env, "copy", getattr(env.unwrapped, "copy", None))
         self.report.env = (
             f"{type(env).__name__}(num_envs={env.num_envs}, "
-            f"autoreset_mode={self.mode.name}, copy={getattr(env, 'copy', '?')})"
+            f"autoreset_mode={self.mode.name}, copy={copy_flag})"
         )
         make_reference = self.make_reference or self._derive_reference(env)
         reference = None
@@ -240,8 +242,6 @@ class _Checker:
             reference = self._make(make_reference, "reference")
             reference = reference if self._check_single_spaces(env, reference) else None
         self._check_spaces(env, reference)
-        # Gymnasium's VectorWrapper does not forward `copy`: ask the base env
-        copy_flag = getattr(env, "copy", getattr(env.unwrapped, "copy", None))
         if copy_flag is not True:
             self.skip_reason(
                 ["copy.observations"], f"env.copy is {copy_flag!r}, not True"
@@ -416,7 +416,7 @@ class _Checker:
         ]
         if num_envs > 1 and not lockstep.diverged:  # else env 1's stream differs
             seeds[1] = None  # a None entry keeps that env's stream going
-        if run("seed_list", Op("reset", seed=seeds, manual=True), None):
+        if run("seed_list", Op("reset", seed=seeds, manual=True, extension=True), None):
             steps("seed_list", third)
         # a seeded start first, so an earlier divergence cannot leak into seed_none
         if (
