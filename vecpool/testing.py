@@ -897,26 +897,14 @@ class ActionEchoEnv(gym.Env[npt.NDArray[np.float64], Any]):
         return np.array([value, float(self.steps)]), 0.0, False, False, info
 
 
-_BROKEN = frozenset(
-    {
-        "BROKEN_ENVS",
-        "AliasingObservationsVectorEnv",
-        "MutatingOptionsVectorEnv",
-        "ShuffledObservationsVectorEnv",
-        "WrongAutoresetStepVectorEnv",
-        "WrongInfoMasksVectorEnv",
-    }
-)
-
-
 def __getattr__(name: str) -> Any:
     """The broken vector envs of :mod:`vecpool.check.broken`, imported on first use.
 
     Worker processes import this module for its toy envs; they never load the checker.
     """
-    if name in _BROKEN:
-        from vecpool.check import broken
+    from vecpool.check import broken
 
+    if name in broken.__all__:
         return getattr(broken, name)
     msg = f"module {__name__!r} has no attribute {name!r}"
     raise AttributeError(msg)

@@ -93,6 +93,17 @@ class Outcome:
             return self.values
         return (*self.values[:-1], without_keys(self.values[-1], ignored))
 
+    def difference(
+        self, other: Outcome, ignored: tuple[str, ...], num_envs: int
+    ) -> Difference | None:
+        """The first difference of ``other`` from this outcome, or ``None``.
+
+        The ``ignored`` info keys are left out of the comparison.
+        """
+        return first_difference(
+            self.comparable(ignored), other.comparable(ignored), "results", num_envs
+        )
+
     def done(self, num_envs: int) -> Flags:
         """Which envs ended on this op (all ``False`` for a reset)."""
         if len(self.values) != 5:

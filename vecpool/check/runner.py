@@ -448,12 +448,7 @@ class _Checker:
             outcome = lockstep.run("reseed", op)
             if outcome is None:
                 return
-            found = first_difference(
-                recorded.comparable(self.ignored_info),
-                outcome.comparable(self.ignored_info),
-                "results",
-                lockstep.num_envs,
-            )
+            found = recorded.difference(outcome, self.ignored_info, lockstep.num_envs)
             if found is not None:
                 self.fail(
                     "determinism.reseed",
@@ -623,12 +618,7 @@ class _Checker:
                         f"after step() rejected a wrong action count, {op.label()} "
                         f"raised {type(got.error).__name__}: {got.error}"
                     )
-                found = first_difference(
-                    expected.comparable(self.ignored_info),
-                    got.comparable(self.ignored_info),
-                    "results",
-                    env.num_envs,
-                )
+                found = expected.difference(got, self.ignored_info, env.num_envs)
                 if found is not None:
                     return (
                         f"after step() rejected a wrong action count, {op.label()} "
