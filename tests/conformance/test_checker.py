@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import multiprocessing
+import re
 import subprocess
 import sys
 import textwrap
@@ -323,11 +324,134 @@ def test_a_native_vector_env_without_env_fns_is_checked_without_a_reference():
     assert "determinism.reseed" in report.passed
 
 
+class TextEnv(gym.Env[str, int]):
+    """Text observations: batched as a tuple of per-env strings."""
+
+    observation_space = gym.spaces.Text(5)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        self.count = 0
+        return f"r{self.np_random.integers(100)}", {}
+
+    def step(self, action: int) -> Any:
+        self.count += 1
+        ended = bool(self.np_random.random() < 0.2)
+        return f"s{self.count}", 1.0, ended, False, {}
+
+
+def test_a_space_batched_as_a_tuple_of_rows_passes_partial_resets():
+    report = check_vector_env(
+        lambda: SyncVectorEnv([TextEnv] * 3, autoreset_mode=AutoresetMode.DISABLED),
+        num_steps=STEPS,
+    )
+    assert report.ok, report
+    assert "autoreset.reset_mask" in report.passed
+
+
+class ClockInfoEnv(TextEnv):
+    def step(self, action: int) -> Any:
+        *result, _ = super().step(action)
+        return (*result, {"wall": time.perf_counter()})
+
+
+def test_skipped_or_ignored_infos_do_not_cut_the_trajectory():
+    options: list[dict[str, Any]] = [
+        {"skip": ("infos.values",)},
+        {"ignore_info_keys": ("wall",)},
+    ]
+    for kwargs in options:
+        report = check_vector_env(lambda: SyncVectorEnv([ClockInfoEnv] * 2), **kwargs)
+        assert report.ok, report
+        assert report.steps > 300  # every phase ran to its end
+        assert "determinism.reseed" in report.passed
+    report = check_vector_env(lambda: SyncVectorEnv([ClockInfoEnv] * 2))
+    assert report.failed[0] == "infos.values"
+
+
+class AliasedRewardsVectorEnv(SyncVectorEnv):
+    def step(self, actions: Any) -> Any:
+        _, rewards, *rest = super().step(actions)
+        self._rewards_out = getattr(self, "_rewards_out", rewards)
+        self._rewards_out[:] = rewards  # the same array every step
+        return (self._observations.copy(), self._rewards_out, *rest)
+
+
+def test_aliased_rewards_break_copy_semantics_too():
+    report = check_vector_env(
+        lambda: AliasedRewardsVectorEnv(cartpole_fns()), num_steps=STEPS
+    )
+    failure = report.failure("copy.observations")
+    assert failure is not None, report
+    assert failure.message.startswith("the rewards returned by step(actions)")
+
+
+class LeakyVectorEnv(vecpool.AsyncVectorEnv):
+    def close(self, **kwargs: Any) -> None:
+        self.closed = True  # the workers are left running
+
+    def __del__(self) -> None:
+        pass
+
+
+def test_workers_left_running_by_close_are_reported_and_stopped():
+    report = check_vector_env(
+        lambda: LeakyVectorEnv(counting_fns(2), num_workers=1), num_steps=12
+    )
+    failure = report.failure("api.close")
+    assert failure is not None, report
+    # one worker per instance the check built; vecpool's finaliser may have
+    # stopped the second one's already, when that instance was collected
+    assert re.search(r"left [12] child processes running", failure.message)
+    no_children_left()
+
+
+class FailingInfo:
+    pass
+
+
+class UnbatchableInfoEnv(TextEnv):
+    def step(self, action: int) -> Any:
+        *result, _ = super().step(action)
+        return (*result, {"odd": FailingInfo()} if self.count == 3 else {})
+
+
+def test_a_reference_that_raises_leaves_the_report_not_ok():
+    def broken_reference() -> Any:
+        env: Any = SyncVectorEnv([TextEnv] * 2)
+        env.step = lambda actions: 1 / 0
+        return env
+
+    report = check_vector_env(
+        lambda: SyncVectorEnv([TextEnv] * 2), reference=broken_reference
+    )
+    assert not report.ok
+    assert "ZeroDivisionError" in report.errors[0]
+    assert str(report).startswith("check_vector_env: NOT FINISHED")
+    with pytest.raises(VectorEnvCheckError):
+        report.raise_if_failed()
+
+
+def test_popping_reset_mask_without_a_reference_is_only_a_warning():
+    def wrapped() -> Any:
+        env = SyncVectorEnv(cartpole_fns(), autoreset_mode=AutoresetMode.DISABLED)
+        return RecordEpisodeStatistics(env)
+
+    report = check_vector_env(wrapped, num_steps=STEPS)
+    assert report.ok, report
+    warning = next(item for item in report.warnings if item.check == "api.options")
+    assert "popped reset_mask, as Gymnasium's SyncVectorEnv does" in warning.message
+
+
 # ---- arguments, report, cleanup ---------------------------------------------------
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
         ({"num_steps": 5}, ValueError, "num_steps"),
+        ({"seed": -1}, ValueError, "seed"),
+        ({"strict": "yes"}, TypeError, "strict"),
+        ({"skip": 3}, TypeError, "skip"),
         ({"skip": "api"}, TypeError, r"use \('api',\)"),
         ({"skip": ("nope",)}, ValueError, "unknown check 'nope'.*determinism.seed_int"),
         ({"reset_options": {"reset_mask": None}}, ValueError, "reset_mask"),

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import iterate
 
 from vecpool.check.compare import Difference, describe, first_difference, without_keys
 from vecpool.check.rules import (
@@ -21,12 +22,14 @@ from vecpool.check.rules import (
     step_array_breach,
 )
 
-__all__ = ["Lockstep", "Op", "Outcome", "call_env", "mode_check_name"]
+__all__ = ["ALL_INFOS", "Lockstep", "Op", "Outcome", "call_env", "mode_check_name"]
 
 _KEEP_OBSERVATIONS = 4
 """How many returned observation batches the copy check watches at once."""
 
 _RESULT_NAMES = ("observations", "rewards", "terminations", "truncations", "infos")
+ALL_INFOS = ("*",)
+"""``ignored_info`` that leaves infos out of the comparison altogether."""
 
 Flags = np.ndarray[Any, np.dtype[np.bool_]]
 
@@ -100,9 +103,23 @@ class Outcome:
 
         The ``ignored`` info keys are left out of the comparison.
         """
-        return first_difference(
-            self.comparable(ignored), other.comparable(ignored), "results", num_envs
+        names = {5: _RESULT_NAMES, 2: _RESULT_NAMES[::4]}.get(
+            len(self.values), tuple(f"results[{i}]" for i in range(len(self.values)))
         )
+        if len(self.values) != len(other.values):
+            return Difference(
+                "results", "length", str(len(self.values)), str(len(other.values)), None
+            )
+        pairs = zip(
+            names, self.comparable(ignored), other.comparable(ignored), strict=True
+        )
+        for name, left, right in pairs:
+            if name == "infos" and ignored == ALL_INFOS:
+                break
+            found = first_difference(left, right, name, num_envs)
+            if found is not None:
+                return found
+        return None
 
     def done(self, num_envs: int) -> Flags:
         """Which envs ended on this op (all ``False`` for a reset)."""
@@ -325,15 +342,29 @@ class Lockstep:
             first_difference(reference_options, options, "options", self.num_envs)
             is None
         )
-        note = (
-            " (the reference, SyncVectorEnv, does the same)"
-            if same_as_reference
-            else ""
+        # Gymnasium's SyncVectorEnv pops reset_mask; without a reference to show
+        # it, that one removal is still only what Gymnasium itself does
+        popped_mask_only = (
+            reference_options is None
+            and caller_options is not None
+            and options is not None
+            and first_difference(
+                {k: v for k, v in caller_options.items() if k != "reset_mask"},
+                options,
+                "options",
+                self.num_envs,
+            )
+            is None
         )
+        note = ""
+        if same_as_reference:
+            note = " (the reference, SyncVectorEnv, does the same)"
+        elif popped_mask_only:
+            note = " (it popped reset_mask, as Gymnasium's SyncVectorEnv does)"
         self._fail(
             "api.options",
             f"{op.label()} changed the caller's options dict{note}",
-            warning=same_as_reference,
+            warning=same_as_reference or popped_mask_only,
             step=self.steps,
             phase=phase,
             where=found.where,
@@ -383,29 +414,29 @@ class Lockstep:
     def _check_partial_reset(self, phase: str, mask: Flags, got: Outcome) -> None:
         """Envs outside ``reset_mask`` keep their observation and get no info."""
         self._ran("autoreset.reset_mask")
-        kept = np.flatnonzero(~mask)
-        if self._last_observations is not None and kept.size:
-            found = first_difference(
-                _rows(self._last_observations, kept),
-                _rows(got.observations, kept),
-                "observations",
-                kept.size,
-            )
-            if found is not None:
-                env_index = (
-                    None if found.env_index is None else int(kept[found.env_index])
+        if self._last_observations is not None and not mask.all():
+            space = self.env.observation_space
+            try:  # per-env items, whatever the space (a Text space batches to a tuple)
+                before = list(iterate(space, self._last_observations))
+                after = list(iterate(space, got.observations))
+            except Exception:  # noqa: BLE001 - spaces.observations reports the layout
+                before = after = []
+            for index in np.flatnonzero(~mask)[: len(before)]:
+                found = first_difference(
+                    before[index], after[index], f"observations of env {index}", 1, 0
                 )
-                self._record(
-                    "autoreset.reset_mask",
-                    phase,
-                    "an env outside reset_mask changed its observation in a partial "
-                    "reset",
-                    env_index=env_index,
-                    where=found.where,
-                    expected=found.expected,
-                    got=found.got,
-                )
-                return
+                if found is not None:
+                    self._record(
+                        "autoreset.reset_mask",
+                        phase,
+                        "an env outside reset_mask changed its observation in a "
+                        "partial reset",
+                        env_index=int(index),
+                        where=found.where,
+                        expected=found.expected,
+                        got=found.got,
+                    )
+                    return
         for key, value in got.infos.items():
             if (
                 isinstance(key, str)
@@ -428,18 +459,20 @@ class Lockstep:
                 return
 
     def _check_watched(self, phase: str, op: Op, got: Outcome) -> None:
-        """Observations returned earlier (with ``copy=True``) must be unchanged."""
+        """Results returned earlier (with ``copy=True``) must be unchanged.
+
+        The observations above all, and the rewards, flags and infos too.
+        """
         self._ran("copy.observations")
         for label, returned, snapshot in list(self._watched):
-            found = first_difference(snapshot, returned, "observations", self.num_envs)
+            found = Outcome(snapshot).difference(Outcome(returned), (), self.num_envs)
             if found is not None:
                 self._record(
                     "copy.observations",
                     phase,
-                    f"the observations returned by {label} were changed in place by a "
-                    f"later call ({op.label()}, step {self.steps}) although env.copy "
-                    "is "
-                    "True",
+                    f"the {found.where.partition('[')[0]} returned by {label} were "
+                    f"changed in place by a later call ({op.label()}, step "
+                    f"{self.steps}) although env.copy is True",
                     env_index=found.env_index,
                     where=found.where,
                     expected=found.expected,
@@ -447,7 +480,7 @@ class Lockstep:
                 )
                 self._watched.remove((label, returned, snapshot))
         label = f"{op.label()} at step {self.steps}"
-        self._watched.append((label, got.observations, copy.deepcopy(got.observations)))
+        self._watched.append((label, got.values, copy.deepcopy(got.values)))
         del self._watched[:-_KEEP_OBSERVATIONS]
 
     def _compare(self, phase: str, op: Op, expected: Outcome, got: Outcome) -> bool:
@@ -462,22 +495,7 @@ class Lockstep:
             )
             return True
         self._ran("infos.values")
-        found: Difference | None = None
-        names = (
-            _RESULT_NAMES
-            if op.kind == "step"
-            else (_RESULT_NAMES[0], _RESULT_NAMES[-1])
-        )
-        pairs = zip(
-            names,
-            expected.comparable(self.ignored_info),
-            got.comparable(self.ignored_info),
-            strict=True,
-        )
-        for name, left, right in pairs:
-            found = first_difference(left, right, name, self.num_envs)
-            if found is not None:
-                break
+        found = expected.difference(got, self.ignored_info, self.num_envs)
         if found is None:
             return False
         name, message = self._explain(phase, op, found, expected, got)
@@ -525,11 +543,10 @@ class Lockstep:
     ) -> tuple[str, str]:
         index = found.env_index
         name = self._blame(phase, op, index, found.where)
-        ended_now = (
-            index is not None
-            and op.kind == "step"
-            and bool(expected.done(self.num_envs)[index])
-        )
+        ended = expected.done(self.num_envs)
+        if index is None and name == mode_check_name(self.mode) and ended.any():
+            index = int(np.argmax(ended))  # a final_obs/final_info difference
+        ended_now = index is not None and op.kind == "step" and bool(ended[index])
         if name == f"determinism.{phase}" and ended_now:
             name = mode_check_name(self.mode)
         if name == f"determinism.{phase}" and found.where.startswith("infos"):
@@ -549,15 +566,16 @@ class Lockstep:
                 f"new reset state, as the reference's.{stale}"
             )
         elif name == "autoreset.reset_mask":
-            message = (
-                f"after {op.label()} the results differ from the reference's for "
-                f"env {index}"
-            )
+            message = f"after {op.label()} the results differ from the reference's"
+            if index is not None:
+                message += f" for env {index}"
         elif name == mode_check_name(self.mode):
             when = "on this step" if ended_now else "on the previous step"
             message = (
                 f"env {index} ended {when}; the results differ from the "
                 f"reference's in {mode} mode"
+                if index is not None
+                else f"the results differ from the reference's in {mode} mode"
             )
         elif name == "infos.values":
             message = "infos differ from the reference's for the same seeds and actions"
@@ -567,14 +585,3 @@ class Lockstep:
                 "the same seeds and actions"
             )
         return name, message
-
-
-def _rows(tree: Any, rows: np.ndarray[Any, np.dtype[np.intp]]) -> Any:
-    """The rows ``rows`` of every batched array in ``tree``."""
-    if isinstance(tree, dict):
-        return {key: _rows(value, rows) for key, value in tree.items()}
-    if isinstance(tree, tuple):
-        return tuple(_rows(value, rows) for value in tree)
-    if isinstance(tree, np.ndarray) and tree.ndim >= 1:
-        return tree[rows]
-    return tree

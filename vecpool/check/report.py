@@ -40,15 +40,16 @@ CHECKS: dict[str, str] = {
     "(reward 0, not done, no final_obs), as the reference does",
     "autoreset.same_step": "SAME_STEP: an ending env is reset in the same step, with "
     "final_obs/final_info and their masks equal to the done flags",
-    "autoreset.disabled": "DISABLED: an ended env is never reset by step()",
+    "autoreset.disabled": "DISABLED: step() does not reset an env on the step it "
+    "ends, and reports no final_obs",
     "autoreset.reset_mask": 'reset(options={"reset_mask": mask}) resets exactly the '
     "masked envs and leaves the others as they were",
     "autoreset.after_manual_reset": "a manual reset() clears pending autoresets: the "
     "next step is a normal step for every env",
     "infos.masks": 'every info key k has a bool mask "_k" of shape (num_envs,)',
     "infos.values": "info values, dtypes and masks equal the reference's",
-    "copy.observations": "with copy=True, a returned observation is not changed by "
-    "later calls",
+    "copy.observations": "with copy=True, returned observations (and rewards, flags, "
+    "infos) are not changed by later calls",
     "api.options": "reset() leaves the caller's options dict as it was",
     "api.actions_not_mutated": "step() leaves the caller's actions as they were",
     "api.attributes": "set_attr/get_attr/call round-trip per-env values; a "
@@ -135,6 +136,8 @@ class CheckReport:
     Attributes:
         env: A short description of the env under test.
         failures: One entry per failed check, in the order found.
+        errors: What stopped the check itself (the reference raised): the env
+            under test was not fully checked, so the report is not ``ok``.
         warnings: Breaches the reference commits too (failures with ``strict``).
         passed: The checks that ran and held.
         skipped: Checks that did not run, with the reason.
@@ -144,6 +147,7 @@ class CheckReport:
 
     env: str = ""
     failures: list[CheckFailure] = dataclasses.field(default_factory=list)
+    errors: list[str] = dataclasses.field(default_factory=list)
     warnings: list[CheckFailure] = dataclasses.field(default_factory=list)
     passed: list[str] = dataclasses.field(default_factory=list)
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -152,8 +156,11 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
-        """Whether no check failed (warnings do not count)."""
-        return not self.failures
+        """Whether every check passed or was skipped, and none was cut short.
+
+        Warnings do not count.
+        """
+        return not self.failures and not self.errors
 
     @property
     def failed(self) -> list[str]:
@@ -168,9 +175,10 @@ class CheckReport:
         """Raise if a check failed; return the report otherwise.
 
         Raises:
-            VectorEnvCheckError: If ``failures`` is not empty (an ``AssertionError``).
+            VectorEnvCheckError: If a check failed or the check could not finish
+                (an ``AssertionError``).
         """
-        if self.failures:
+        if not self.ok:
             raise VectorEnvCheckError(self)
         return self
 
@@ -185,10 +193,16 @@ class CheckReport:
     def __str__(self) -> str:
         """The report as text: a summary line, failures, warnings, the rest."""
         verdict = "ok" if self.ok else f"FAILED ({len(self.failures)} checks)"
+        if self.errors:
+            verdict = (
+                f"NOT FINISHED ({len(self.errors)} errors, "
+                f"{len(self.failures)} failed checks)"
+            )
         lines = [
             f"check_vector_env: {verdict}: {self.env}; {self.steps} steps in "
             f"{self.duration:.1f} s"
         ]
+        lines.extend(f"ERROR {error}" for error in self.errors)
         lines.extend(f"FAIL {failure}" for failure in self.failures)
         lines.extend(f"WARN {warning}" for warning in self.warnings)
         if self.passed:
@@ -199,17 +213,19 @@ class CheckReport:
         return "\n".join(lines)
 
 
-def resolve_skip(skip: Iterable[str] | str) -> frozenset[str]:
+def resolve_skip(skip: Iterable[str] | str | None) -> frozenset[str]:
     """Expand ``skip`` (check names or groups such as ``"api"``) into check names.
 
     Args:
-        skip: Names from :data:`CHECKS`, or group prefixes (the part before the dot).
+        skip: Names from :data:`CHECKS`, or group prefixes (the part before the
+            dot); ``None`` for none.
 
     Returns:
         The check names to skip.
 
     Raises:
-        TypeError: If ``skip`` is a single string (pass a tuple of names).
+        TypeError: If ``skip`` is a single string (pass a tuple of names) or not
+            iterable.
         ValueError: If a name is neither a check nor a group.
     """
     if isinstance(skip, str):
@@ -218,8 +234,15 @@ def resolve_skip(skip: Iterable[str] | str) -> frozenset[str]:
             f"use ({skip!r},)."
         )
         raise TypeError(msg)
+    if skip is None:
+        return frozenset()
+    try:
+        items = list(skip)
+    except TypeError:
+        msg = f"`skip` must be a collection of check names, got {skip!r}."
+        raise TypeError(msg) from None
     names: set[str] = set()
-    for item in skip:
+    for item in items:
         matched = [
             name for name in CHECKS if name == item or name.startswith(f"{item}.")
         ]

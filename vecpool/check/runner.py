@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import multiprocessing
 import threading
 import time
 import traceback
@@ -15,7 +16,14 @@ from gymnasium.vector.utils import batch_space
 
 from vecpool._checks import check_int
 from vecpool.check.compare import describe, first_difference
-from vecpool.check.lockstep import Lockstep, Op, Outcome, ReferenceFailedError, call_env
+from vecpool.check.lockstep import (
+    ALL_INFOS,
+    Lockstep,
+    Op,
+    Outcome,
+    ReferenceFailedError,
+    call_env,
+)
 from vecpool.check.report import CHECKS, CheckFailure, CheckReport, resolve_skip
 from vecpool.check.rules import space_batching_breach
 
@@ -63,7 +71,7 @@ def check_vector_env(
     reference: VectorEnvFactory | None = None,
     num_steps: int = DEFAULT_NUM_STEPS,
     seed: int = 0,
-    skip: Iterable[str] = (),
+    skip: Iterable[str] | None = (),
     strict: bool = False,
     reset_options: dict[str, Any] | None = None,
     ignore_info_keys: Iterable[str] = DEFAULT_IGNORED_INFO_KEYS,
@@ -123,7 +131,11 @@ def check_vector_env(
             )
             raise TypeError(msg)
     num_steps = check_int("num_steps", num_steps, 12)
-    seed = check_int("seed", seed, -(2**63), error=TypeError)
+    seed = check_int("seed", seed, 0)
+    flag: object = strict
+    if not isinstance(flag, bool):
+        msg = f"`strict` must be True or False, got {flag!r}."
+        raise TypeError(msg)
     options: object = reset_options
     if options is not None and not isinstance(options, dict):
         msg = f"`reset_options` must be a dict or None, got {type(options).__name__}."
@@ -150,6 +162,8 @@ def check_vector_env(
         )
         raise TypeError(msg)
     checker.ignored_info = tuple(ignore_info_keys)
+    if "infos.values" in checker.skip:  # no info compared, none stops a phase
+        checker.ignored_info = ALL_INFOS
     return checker.run()
 
 
@@ -205,12 +219,21 @@ class _Checker:
     # ---- the run ------------------------------------------------------------------
     def run(self) -> CheckReport:
         start = time.perf_counter()
+        children = set(multiprocessing.active_children())
         try:
             self._run()
         finally:
             for env in reversed(self.opened):
                 close_with_timeout(env)  # idempotent: most are closed already
+            left = _stop_new_children(children)
             self.report.duration = time.perf_counter() - start
+        if left:
+            self.fail(
+                "api.close",
+                f"close() returned but left {len(left)} child processes running "
+                f"({', '.join(left)}); the check terminated them",
+                phase="api",
+            )
         return self._finish()
 
     def _make(self, factory: VectorEnvFactory, name: str) -> Any:
@@ -259,7 +282,8 @@ class _Checker:
         try:
             self._trajectory(lockstep)
         except ReferenceFailedError as error:
-            self.skip_reason(CHECKS, f"not reached: {error}")
+            self.report.errors.append(str(error))
+            self.skip_reason(CHECKS, "not reached: the reference raised (see errors)")
         self.report.steps = lockstep.steps
         self._check_attributes(env, reference)
         self._check_action_count(env)
@@ -438,7 +462,9 @@ class _Checker:
             "autoreset.disabled",
             "autoreset.reset_mask",
         ):
-            self.skip_reason([check], "not reached: no episode ended; raise num_steps")
+            self.skip_reason(
+                [check], "not reached: no step followed an episode end; raise num_steps"
+            )
         self.skip_reason(["infos.masks"], "not reached: every infos dict was empty")
 
     def _replay(self, lockstep: Lockstep, first: list[tuple[Op, Outcome]]) -> None:
@@ -583,9 +609,15 @@ class _Checker:
         finally:
             problem = close_with_timeout(env)
             self.opened.remove(env)
-            if problem is not None and rejected:
+            if problem is not None:
+                # part of the same story when the env already broke after the
+                # error; a close() problem of its own otherwise
+                broken = (
+                    "api.usable_after_error" in self.failures
+                    or "api.usable_after_error" in self.skip
+                )
                 self.fail(
-                    "api.usable_after_error",
+                    "api.usable_after_error" if broken else "api.close",
                     f"after a rejected step(), {problem}",
                     phase="api",
                 )
@@ -609,8 +641,8 @@ class _Checker:
                 options = None if op.kind == "step" else dict(self.reset_options)
                 if options is not None and op.mask is not None:
                     options["reset_mask"] = op.mask.copy()
-                expected = call_env(tested, op, copy.deepcopy(options))
-                got = call_env(env, op, options)
+                expected = call_env(tested, copy.deepcopy(op), copy.deepcopy(options))
+                got = call_env(env, copy.deepcopy(op), options)
                 if expected.error is not None:
                     return None  # the env under test fails anyway; not this check's
                 if got.error is not None:
@@ -732,3 +764,22 @@ def close_with_timeout(env: Any, timeout: float | None = None) -> str | None:
     if errors:
         return f"close() raised {errors[0]!r}"
     return None
+
+
+def _stop_new_children(
+    before: set[multiprocessing.process.BaseProcess], grace: float = 3.0
+) -> list[str]:
+    """Terminate child processes started since ``before`` that are still running.
+
+    Returns:
+        ``"name (pid N)"`` for each one that had not exited within ``grace`` s.
+    """
+    deadline = time.monotonic() + grace
+    left = [child for child in multiprocessing.active_children() if child not in before]
+    for child in left:
+        child.join(max(deadline - time.monotonic(), 0.0))
+    running = [child for child in left if child.is_alive()]
+    for child in running:
+        child.terminate()
+        child.join(1.0)
+    return [f"{child.name} (pid {child.pid})" for child in running]
