@@ -328,7 +328,7 @@ class TextEnv(gym.Env[str, int]):
     """Text observations: batched as a tuple of per-env strings."""
 
     observation_space = gym.spaces.Text(5)
-    action_space = gym.spaces.Discrete(2)
+    action_space: Any = gym.spaces.Discrete(2)
 
     def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
         super().reset(seed=seed)
