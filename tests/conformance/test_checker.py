@@ -300,12 +300,19 @@ def test_a_reference_over_other_envs_is_reported_not_compared():
 
 
 def test_reset_options_reach_every_reset():
-    report = check_vector_env(
-        lambda: vecpool.AsyncVectorEnv(counting_fns()),
-        reset_options={"difficulty": 2},
-        num_steps=STEPS,
+    for mode in MODES:
+        report = check_vector_env(
+            functools.partial(SyncVectorEnv, [NeedsOptionEnv] * 3, autoreset_mode=mode),
+            reset_options={"difficulty": 2},
+            num_steps=STEPS,
+        )
+        assert report.ok, report
+        assert "api.wrong_action_count" in report.passed
+    without = check_vector_env(
+        lambda: SyncVectorEnv([NeedsOptionEnv] * 3), num_steps=STEPS
     )
-    assert report.ok, report
+    assert not without.ok  # both envs refuse a reset without the option
+    assert "AssertionError" in without.errors[0]
 
 
 def test_a_native_vector_env_without_env_fns_is_checked_without_a_reference():
@@ -501,17 +508,88 @@ def test_the_report_reads_serialises_and_raises():
     )
 
 
-def test_an_env_that_hangs_in_close_is_terminated_not_waited_on(monkeypatch):
-    monkeypatch.setattr("vecpool.check.runner.CLOSE_TIMEOUT", 1.0)
-    # Gymnasium's AsyncVectorEnv after a step with num_envs - 1 actions: close() waits
-    # for replies that never come
+class SlowCloseVectorEnv(SyncVectorEnv):
+    def close(self, **kwargs: Any) -> None:
+        time.sleep(3)
+        super().close(**kwargs)
+
+
+def test_a_close_that_hangs_is_reported_not_waited_on(monkeypatch):
+    monkeypatch.setattr("vecpool.check.runner.CLOSE_TIMEOUT", 0.5)
     start = time.monotonic()
-    report = check_vector_env(
-        lambda: gym.vector.AsyncVectorEnv(cartpole_fns(2)), num_steps=12, skip=()
-    )
-    assert time.monotonic() - start < 30
+    report = check_vector_env(lambda: SlowCloseVectorEnv(cartpole_fns(2)), num_steps=12)
+    # two instances, each given up on once: far less than two full 3 s closes
+    assert time.monotonic() - start < 5
+    failure = report.failure("api.close")
+    assert failure is not None, report
+    assert "close() did not return within 0 s" in failure.message
+
+
+def test_gymnasium_async_after_a_short_step_is_closed_without_leftovers(monkeypatch):
+    monkeypatch.setattr("vecpool.check.runner.CLOSE_TIMEOUT", 1.0)
+    report = check_vector_env(lambda: gym.vector.AsyncVectorEnv(cartpole_fns(2)))
     assert "api.usable_after_error" in report.failed
     no_children_left()
+
+
+class ListInfosVectorEnv(SyncVectorEnv):
+    def step(self, actions: Any) -> Any:
+        *result, _ = super().step(actions)
+        return (*result, [{} for _ in range(self.num_envs)])  # SB3-style infos
+
+
+def test_infos_that_are_not_a_dict_are_reported_not_raised():
+    report = check_vector_env(
+        lambda: ListInfosVectorEnv(cartpole_fns()), num_steps=STEPS
+    )
+    assert report.failed[0] == "infos.masks", report
+    failure = report.failures[0]
+    assert "infos is not a dict" in failure.message
+
+
+def test_a_factory_that_fails_on_its_second_call_keeps_the_report():
+    calls = []
+
+    def make() -> Any:
+        calls.append(1)
+        if len(calls) > 1:
+            message = "second build fails"
+            raise RuntimeError(message)
+        return SyncVectorEnv(cartpole_fns())
+
+    report = check_vector_env(make, num_steps=STEPS)
+    assert not report.ok
+    assert "RuntimeError: second build fails" in report.errors[0]
+    assert "determinism.reseed" in report.passed  # the trajectory's findings stay
+    env = SyncVectorEnv(cartpole_fns())
+    same = check_vector_env(lambda: env, num_steps=STEPS)
+    assert (
+        "ValueError: `make_vector_env` returned the same instance twice"
+        in (same.errors[0])
+    )
+
+
+class SeedListMutatingVectorEnv(SyncVectorEnv):
+    def reset(self, *, seed: Any = None, options: Any = None) -> Any:
+        if isinstance(seed, list):
+            seed[:] = [7 if item is None else item for item in seed]  # in place
+        return super().reset(seed=seed, options=options)
+
+
+def test_a_seed_list_changed_in_place_cannot_reach_the_reference():
+    report = check_vector_env(
+        lambda: SeedListMutatingVectorEnv(cartpole_fns()), num_steps=STEPS
+    )
+    failure = report.failure("determinism.seed_list")
+    assert failure is not None, report
+    assert failure.env_index == 1  # the None entry
+
+
+class NeedsOptionEnv(TextEnv):
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        # every reset the check makes passes options (autoresets pass none)
+        assert options is None or options.get("difficulty") == 2, options
+        return super().reset(seed=seed, options=options)
 
 
 # ---- building blocks --------------------------------------------------------------

@@ -138,7 +138,7 @@ def _run(args: argparse.Namespace) -> int:
             skip=skip,
             strict=args.strict,
         )
-    except TypeError as error:  # a factory that returns no vector env
+    except (TypeError, ValueError) as error:  # an argument, or no vector env built
         print(f"vecpool check: error: {error}", file=sys.stderr)
         return 2
     print(report.to_json() if args.json else report)

@@ -24,8 +24,8 @@ CHECKS: dict[str, str] = {
     "spaces.observations": "every observation (and final_obs) is in its space, with "
     "the "
     "space's exact dtype and shape",
-    "spaces.actions": "actions sampled from action_space are in it and in the "
-    "reference's action_space",
+    "spaces.actions": "actions sampled from the reference's action_space are in "
+    "env.action_space",
     "spaces.step_arrays": "rewards are a float array of shape (num_envs,); "
     "terminations/truncations bool arrays of shape (num_envs,)",
     "determinism.seed_int": "reset(seed=int) then steps give the reference's results",
@@ -56,9 +56,10 @@ CHECKS: dict[str, str] = {
     "wrong-length "
     "set_attr raises ValueError",
     "api.wrong_action_count": "step() with num_envs +/- 1 actions raises ValueError",
-    "api.usable_after_error": "after a rejected step(), reset(seed) and steps give the "
-    "reference's results",
-    "api.close": "close() returns, twice in a row, and sets closed",
+    "api.usable_after_error": "after a rejected step(), reset(seed) and steps give "
+    "the results of an instance that saw no error",
+    "api.close": "close() returns, twice in a row, sets closed, and leaves no child "
+    "process running",
     "api.use_after_close": "step()/reset() after close() raise",
 }
 """Every check by name, with what it asserts (``skip`` takes these names or groups)."""
@@ -90,7 +91,8 @@ class CheckFailure:
         message: What was wrong, in words.
         expected: What should have come back (text), or ``None``.
         got: What came back (text), or ``None``.
-        step: How many ``step()`` calls the check had made before the breach.
+        step: How many ``step()`` calls the env under test had made, the breaching
+            one included (so a breach on a reset names the steps before it).
         env_index: The sub-environment, where one is to blame.
         phase: The part of the trajectory (e.g. ``"seed_list"``), or ``"api"``.
         where: The path of the differing value, e.g. ``"observations[3]"``.

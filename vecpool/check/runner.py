@@ -42,6 +42,7 @@ _USABLE_STEPS = 5
 _ATTRIBUTE = "vecpool_check_attribute"
 _NEEDS_REFERENCE = (
     "spaces.single",
+    "spaces.actions",
     "determinism.seed_int",
     "determinism.seed_list",
     "determinism.seed_none",
@@ -195,6 +196,16 @@ class _Checker:
         self.not_run: dict[str, str] = {}
         self.mode = AutoresetMode.NEXT_STEP
         self.opened: list[Any] = []
+        self.hung: set[int] = set()
+
+    def _close(self, env: Any) -> str | None:
+        """Close ``env`` with a timeout; an env whose close() hung is not retried."""
+        if id(env) in self.hung:
+            return None
+        problem = close_with_timeout(env)
+        if problem is not None and "did not return" in problem:
+            self.hung.add(id(env))
+        return problem
 
     # ---- findings -----------------------------------------------------------------
     def fail(
@@ -222,9 +233,17 @@ class _Checker:
         children = set(multiprocessing.active_children())
         try:
             self._run()
+        except Exception as error:
+            if not self.opened:
+                raise  # the factory failed on its first call: no env, no report
+            self.report.errors.append(
+                f"the check stopped: {type(error).__name__}: {error}\n"
+                + traceback.format_exc()
+            )
+            self.skip_reason(CHECKS, "not reached: the check stopped (see errors)")
         finally:
             for env in reversed(self.opened):
-                close_with_timeout(env)  # idempotent: most are closed already
+                self._close(env)  # idempotent: most are closed already
             left = _stop_new_children(children)
             self.report.duration = time.perf_counter() - start
         if left:
@@ -240,7 +259,7 @@ class _Checker:
         env = factory()
         if not isinstance(env, VectorEnv):
             if hasattr(env, "close"):
-                close_with_timeout(env)
+                self._close(env)
             msg = (
                 f"`{name}` must return a gymnasium.vector.VectorEnv, got "
                 f"{type(env).__name__}."
@@ -373,17 +392,18 @@ class _Checker:
                 expected=breach.expected,
                 got=breach.got,
             )
+        if reference is None:
+            return  # in _NEEDS_REFERENCE: a space against itself proves nothing
         self.ran("spaces.actions")
-        space = copy.deepcopy((reference or env).action_space)
+        space = copy.deepcopy(reference.action_space)
         space.seed(self.seed)
         for _ in range(3):
             actions = space.sample()
             if not env.action_space.contains(actions):
                 self.fail(
                     "spaces.actions",
-                    "an action batch sampled from the "
-                    f"{'reference' if reference else 'env'}'s action_space is not "
-                    "in env.action_space",
+                    "an action batch sampled from the reference's action_space is "
+                    "not in env.action_space",
                     phase="setup",
                     got=describe(actions),
                 )
@@ -391,7 +411,7 @@ class _Checker:
 
     # ---- the trajectory -----------------------------------------------------------
     def _trajectory(self, lockstep: Lockstep) -> None:
-        driver = lockstep.reference or lockstep.env
+        driver = lockstep.env if lockstep.reference is None else lockstep.reference
         space = copy.deepcopy(driver.action_space)
         space.seed(self.seed)
         third = self.num_steps // 3
@@ -570,13 +590,25 @@ class _Checker:
         the same ``reset(seed)`` and steps as ``tested``, which never saw one.
         """
         env = self._make(self.make_vector_env, "make_vector_env")
+        if env is tested:
+            msg = (
+                "`make_vector_env` returned the same instance twice: it must build a "
+                "new vector env on every call (e.g. `lambda: SyncVectorEnv(fns)`, not "
+                "`lambda: env`)."
+            )
+            raise ValueError(msg)
         num_envs = env.num_envs
-        self.ran("api.wrong_action_count")
         outcome = call_env(env, Op("reset", seed=self.seed), dict(self.reset_options))
         rejected = outcome.error is None
+        if not rejected:
+            self.skip_reason(
+                ["api.wrong_action_count", "api.usable_after_error"],
+                f"not reached: a second instance's reset raised {outcome.error!r}",
+            )
         for count in (num_envs + 1, num_envs - 1):
             if count < 1 or not rejected:
                 continue
+            self.ran("api.wrong_action_count")
             space = batch_space(env.single_action_space, count)
             space.seed(self.seed)
             outcome = call_env(env, Op("step", actions=space.sample()), None)
@@ -597,7 +629,6 @@ class _Checker:
                 )
         try:
             if rejected:
-                self.ran("api.usable_after_error")
                 problem = self._same_after_error(env, tested)
                 if problem is not None:
                     self.fail("api.usable_after_error", problem, phase="api")
@@ -607,7 +638,7 @@ class _Checker:
                     "not reached: the wrong action count was not rejected",
                 )
         finally:
-            problem = close_with_timeout(env)
+            problem = self._close(env)
             self.opened.remove(env)
             if problem is not None:
                 # part of the same story when the env already broke after the
@@ -643,8 +674,13 @@ class _Checker:
                     options["reset_mask"] = op.mask.copy()
                 expected = call_env(tested, copy.deepcopy(op), copy.deepcopy(options))
                 got = call_env(env, copy.deepcopy(op), options)
-                if expected.error is not None:
-                    return None  # the env under test fails anyway; not this check's
+                if expected.error is not None:  # the env fails anyway: not this check
+                    self.skip_reason(
+                        ["api.usable_after_error"],
+                        f"not reached: the env under test raised {expected.error!r} "
+                        "on its own",
+                    )
+                    return None
                 if got.error is not None:
                     return (
                         f"after step() rejected a wrong action count, {op.label()} "
@@ -658,6 +694,7 @@ class _Checker:
                         f"{found.expected}, got {found.got}"
                     )
                 done = expected.done(env.num_envs)
+        self.ran("api.usable_after_error")
         return None
 
     def _check_close(self, env: Any, reference: Any | None) -> None:
@@ -670,7 +707,7 @@ class _Checker:
                 )
         self.ran("api.close")
         for attempt in ("first", "second"):
-            problem = close_with_timeout(env)
+            problem = self._close(env)
             if problem is not None:
                 self.fail("api.close", f"the {attempt} close(): {problem}", phase="api")
                 return
@@ -684,7 +721,7 @@ class _Checker:
             )
         self.ran("api.use_after_close")
         if reference is not None:
-            close_with_timeout(reference)
+            self._close(reference)
         space = copy.deepcopy(env.action_space)
         for op in (Op("step", actions=space.sample()), Op("reset", seed=self.seed)):
             outcome = call_env(env, op, None)
@@ -754,7 +791,8 @@ def close_with_timeout(env: Any, timeout: float | None = None) -> str | None:
             for process in processes:
                 if process.is_alive():
                     process.terminate()
-            thread.join(5.0)
+            if processes:  # their end unblocks a close() waiting on them
+                thread.join(5.0)
             for process in processes:
                 process.join(1.0)  # reaped: no zombie
             if processes and getattr(base, "closed", True) is False:
