@@ -42,6 +42,7 @@ from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 if TYPE_CHECKING:  # imported on first use by __getattr__ below
+    from vecpool.check import CheckReport
     from vecpool.check.broken import (
         BROKEN_ENVS,
         AliasingObservationsVectorEnv,
@@ -912,13 +913,13 @@ def __getattr__(name: str) -> Any:
 
 def assert_vector_env_conforms(
     make_vector_env: Callable[[], VectorEnv[Any, Any, Any]], **kwargs: Any
-) -> Any:
+) -> CheckReport:
     """Run :func:`vecpool.check_vector_env` and raise if any check failed.
 
     Args:
         make_vector_env: Builds the vector env under test (called more than once).
         **kwargs: Passed on (``reference``, ``num_steps``, ``seed``, ``skip``,
-            ``strict``, ``reset_options``).
+            ``strict``, ``reset_options``, ``ignore_info_keys``).
 
     Returns:
         The :class:`vecpool.check.CheckReport`, when every check passed.
@@ -928,7 +929,8 @@ def assert_vector_env_conforms(
     """
     from vecpool.check import check_vector_env
 
-    return check_vector_env(make_vector_env, **kwargs).raise_if_failed()
+    report: CheckReport = check_vector_env(make_vector_env, **kwargs)
+    return report.raise_if_failed()
 
 
 if "pytest" in sys.modules:  # a pytest plugin when pytest runs: opt in with

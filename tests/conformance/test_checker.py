@@ -215,8 +215,125 @@ def test_every_broken_env_is_caught_first_by_its_check(broken):
     report = check_vector_env(lambda: broken(counting_fns()), num_steps=STEPS)
     assert not report.ok
     assert report.failures[0].check == expected, report
-    # the same envs without the defect pass
+    # the rows stay swapped in every phase; each other defect shows once
+    also = ["determinism.seed_list"] if broken is ShuffledObservationsVectorEnv else []
+    assert report.failed == [expected, *also], report
+
+
+def test_the_broken_envs_without_their_defect_pass():
     assert check_vector_env(lambda: SyncVectorEnv(counting_fns()), num_steps=STEPS).ok
+
+
+class IgnoresResetMask(SyncVectorEnv):
+    def reset(self, *, seed: Any = None, options: Any = None) -> Any:
+        options = {k: v for k, v in (options or {}).items() if k != "reset_mask"}
+        return super().reset(seed=seed, options=options)  # resets every env
+
+
+class DeclaresSameStep(SyncVectorEnv):
+    def __init__(self, env_fns: Any) -> None:
+        super().__init__(env_fns, autoreset_mode=AutoresetMode.NEXT_STEP)
+        self.metadata = {**self.metadata, "autoreset_mode": AutoresetMode.SAME_STEP}
+
+
+class FreshSeedOnNone(SyncVectorEnv):
+    draws = np.random.default_rng()
+
+    def reset(self, *, seed: Any = None, options: Any = None) -> Any:
+        if seed is None:
+            seed = int(self.draws.integers(1 << 30))  # fresh entropy, no stream
+        return super().reset(seed=seed, options=options)
+
+
+class ZeroesActions(SyncVectorEnv):
+    def step(self, actions: Any) -> Any:
+        result = super().step(actions)
+        actions[...] = 0
+        return result
+
+
+class Float64Observations(SyncVectorEnv):
+    def step(self, actions: Any) -> Any:
+        observations, *rest = super().step(actions)
+        return (observations.astype(np.float64), *rest)
+
+
+class Int8Terminations(SyncVectorEnv):
+    def step(self, actions: Any) -> Any:
+        observations, rewards, terminations, *rest = super().step(actions)
+        return (observations, rewards, terminations.astype(np.int8), *rest)
+
+
+class SetsTheWholeList(SyncVectorEnv):
+    def set_attr(self, name: str, values: Any) -> None:
+        for env in self.envs:
+            setattr(env, name, values)
+
+
+class StringAutoresetMode(SyncVectorEnv):
+    def __init__(self, env_fns: Any) -> None:
+        super().__init__(env_fns)
+        self.metadata = {**self.metadata, "autoreset_mode": "NextStep"}
+
+
+class RewardCountsResets(SyncVectorEnv):
+    resets = 0
+
+    def reset(self, *, seed: Any = None, options: Any = None) -> Any:
+        self.resets += 1
+        return super().reset(seed=seed, options=options)
+
+    def step(self, actions: Any) -> Any:
+        observations, rewards, *rest = super().step(actions)
+        return (observations, rewards + (self.resets > 4), *rest)
+
+
+@pytest.mark.parametrize(
+    ("make", "failed"),
+    [
+        (
+            lambda: IgnoresResetMask(
+                counting_fns(), autoreset_mode=AutoresetMode.DISABLED
+            ),
+            ["autoreset.reset_mask"],
+        ),
+        (lambda: DeclaresSameStep(counting_fns()), ["autoreset.same_step"]),
+        (lambda: FreshSeedOnNone(counting_fns()), ["determinism.seed_none"]),
+        (
+            lambda: ZeroesActions(counting_fns(action_kind="box")),
+            ["api.actions_not_mutated"],
+        ),
+        (
+            lambda: Float64Observations(cartpole_fns()),
+            ["spaces.observations", "determinism.seed_int", "determinism.seed_list"],
+        ),
+        (
+            lambda: Int8Terminations(counting_fns()),
+            ["spaces.step_arrays", "determinism.seed_int", "determinism.seed_list"],
+        ),
+        (lambda: SetsTheWholeList(counting_fns()), ["api.attributes"]),
+        (lambda: StringAutoresetMode(cartpole_fns()), ["autoreset.metadata"]),
+        (
+            # a fresh instance differs from the used one too: see docs' Limits
+            lambda: RewardCountsResets(cartpole_fns()),
+            ["determinism.reseed", "api.usable_after_error"],
+        ),
+    ],
+    ids=[
+        "reset_mask_ignored",
+        "same_step_declared_next_step_done",
+        "seed_none_reseeds",
+        "actions_zeroed",
+        "float64_observations",
+        "int8_flags",
+        "set_attr_whole_list",
+        "mode_as_string",
+        "state_survives_reset",
+    ],
+)
+def test_each_kind_of_breach_fails_exactly_its_checks(make, failed):
+    report = check_vector_env(make, num_steps=STEPS)
+    assert report.failed == failed, report
 
 
 def test_shuffled_observations_name_the_env_and_the_step():

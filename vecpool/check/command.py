@@ -158,6 +158,22 @@ def _factory(args: argparse.Namespace) -> Callable[[], Any]:
         ValueError: If TARGET or an option is invalid.
     """
     if _FACTORY.match(args.target):
+        given = [
+            option
+            for option, value, default in (
+                ("--num-envs", args.num_envs, 8),
+                ("--autoreset-mode", args.autoreset_mode, "next_step"),
+                ("--backend", args.backend, "vecpool"),
+                ("--no-shared-memory", args.shared_memory, True),
+            )
+            if value != default
+        ]
+        if given:
+            print(
+                f"vecpool check: note: {', '.join(given)} apply to env ids only; "
+                f"{args.target} builds its own env",
+                file=sys.stderr,
+            )
         return _load(args.target, "vector env factory", "TARGET")
     if args.num_envs < 1:
         msg = f"--num-envs must be at least 1, got {args.num_envs}."

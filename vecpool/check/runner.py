@@ -147,6 +147,17 @@ def check_vector_env(
             "partial resets in DISABLED mode."
         )
         raise ValueError(msg)
+    keys: object = ignore_info_keys
+    if isinstance(keys, str) or not isinstance(keys, (tuple, list, set, frozenset)):
+        msg = (
+            "`ignore_info_keys` must be a tuple of info keys (dotted for nested "
+            f'dicts, e.g. ("episode.t",)), got {keys!r}.'
+        )
+        raise TypeError(msg)
+    ignored = tuple(keys)
+    if not all(isinstance(key, str) and key for key in ignored):
+        msg = f"`ignore_info_keys` must hold non-empty strings, got {ignored!r}."
+        raise TypeError(msg)
     checker = _Checker(
         make_vector_env,
         reference,
@@ -156,13 +167,7 @@ def check_vector_env(
         strict,
         dict(reset_options or {}),
     )
-    if isinstance(ignore_info_keys, str):
-        msg = (
-            "`ignore_info_keys` must be a collection of keys, not a string: "
-            f"use ({ignore_info_keys!r},)."
-        )
-        raise TypeError(msg)
-    checker.ignored_info = tuple(ignore_info_keys)
+    checker.ignored_info = ignored
     if "infos.values" in checker.skip:  # no info compared, none stops a phase
         checker.ignored_info = ALL_INFOS
     return checker.run()
