@@ -574,6 +574,9 @@ def test_popping_reset_mask_without_a_reference_is_only_a_warning():
     [
         ({"num_steps": 5}, ValueError, "num_steps"),
         ({"seed": -1}, ValueError, "seed"),
+        ({"ignore_info_keys": None}, TypeError, "ignore_info_keys"),
+        ({"ignore_info_keys": "episode"}, TypeError, "ignore_info_keys"),
+        ({"ignore_info_keys": (1,)}, TypeError, "non-empty strings"),
         ({"strict": "yes"}, TypeError, "strict"),
         ({"skip": 3}, TypeError, "skip"),
         ({"skip": "api"}, TypeError, r"use \('api',\)"),
