@@ -32,6 +32,15 @@ class Difference:
     got: str
     env_index: int | None
 
+    def fields(self) -> dict[str, Any]:
+        """The place and values, as :class:`~vecpool.check.CheckFailure` fields."""
+        return {
+            "env_index": self.env_index,
+            "where": self.where,
+            "expected": self.expected,
+            "got": self.got,
+        }
+
 
 def describe(value: Any) -> str:
     """Short text for ``value``: arrays with dtype, long text cut."""

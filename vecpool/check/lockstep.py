@@ -310,10 +310,7 @@ class Lockstep:
             name,
             phase,
             breach.message,
-            env_index=breach.env_index,
-            where=breach.where,
-            expected=breach.expected,
-            got=breach.got,
+            **breach.fields(),
         )
 
     def _check_arguments(
@@ -334,10 +331,7 @@ class Lockstep:
                     "api.actions_not_mutated",
                     phase,
                     "step() changed the caller's actions",
-                    env_index=found.env_index,
-                    where=found.where,
-                    expected=found.expected,
-                    got=found.got,
+                    **found.fields(),
                 )
             return
         self._ran("api.options")
@@ -483,10 +477,7 @@ class Lockstep:
                     f"the {found.where.partition('[')[0]} returned by {label} were "
                     f"changed in place by a later call ({op.label()}, step "
                     f"{self.steps}) although env.copy is True",
-                    env_index=found.env_index,
-                    where=found.where,
-                    expected=found.expected,
-                    got=found.got,
+                    **found.fields(),
                 )
                 self._watched.remove((label, returned, snapshot))
         label = f"{op.label()} at step {self.steps}"
@@ -513,10 +504,7 @@ class Lockstep:
             name,
             phase,
             message,
-            env_index=found.env_index,
-            where=found.where,
-            expected=found.expected,
-            got=found.got,
+            **found.fields(),
         )
         return True
 

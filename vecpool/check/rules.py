@@ -40,6 +40,15 @@ class Breach:
     expected: str | None = None
     got: str | None = None
 
+    def fields(self) -> dict[str, Any]:
+        """The place and values, as :class:`~vecpool.check.CheckFailure` fields."""
+        return {
+            "env_index": self.env_index,
+            "where": self.where,
+            "expected": self.expected,
+            "got": self.got,
+        }
+
 
 def space_batching_breach(env: Any) -> Breach | None:
     """Check ``observation_space``/``action_space`` against the single spaces."""
@@ -301,9 +310,6 @@ def autoreset_breach(
         if found is not None:
             return Breach(
                 f"infos['_{key}'] differs from terminations | truncations",
-                env_index=found.env_index,
-                where=found.where,
-                expected=found.expected,
-                got=found.got,
+                **found.fields(),
             )
     return None

@@ -393,9 +393,7 @@ class _Checker:
                 "spaces.batched",
                 breach.message,
                 phase="setup",
-                where=breach.where,
-                expected=breach.expected,
-                got=breach.got,
+                **breach.fields(),
             )
         if reference is None:
             return  # in _NEEDS_REFERENCE: a space against itself proves nothing
@@ -509,10 +507,7 @@ class _Checker:
                     "seed and actions",
                     step=lockstep.steps,
                     phase="reseed",
-                    env_index=found.env_index,
-                    where=found.where,
-                    expected=found.expected,
-                    got=found.got,
+                    **found.fields(),
                 )
                 return
 
@@ -544,10 +539,7 @@ class _Checker:
                         "api.attributes",
                         f"{call} after set_attr with a list of per-env values",
                         phase="api",
-                        env_index=found.env_index,
-                        where=found.where,
-                        expected=found.expected,
-                        got=found.got,
+                        **found.fields(),
                     )
                     return
             env.set_attr(_ATTRIBUTE, "shared")
