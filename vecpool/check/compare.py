@@ -8,13 +8,31 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Difference", "describe", "first_difference", "without_keys"]
+__all__ = ["Difference", "Located", "describe", "first_difference", "without_keys"]
 
 _MAX_TEXT = 160
 
 
+class Located:
+    """Mixin for a finding with a place: ``fields()`` for a ``CheckFailure``."""
+
+    env_index: int | None
+    where: str | None
+    expected: str | None
+    got: str | None
+
+    def fields(self) -> dict[str, Any]:
+        """The place and values, as :class:`~vecpool.check.CheckFailure` fields."""
+        return {
+            "env_index": self.env_index,
+            "where": self.where,
+            "expected": self.expected,
+            "got": self.got,
+        }
+
+
 @dataclasses.dataclass(frozen=True)
-class Difference:
+class Difference(Located):
     """Where two results first differ.
 
     Attributes:
@@ -31,15 +49,6 @@ class Difference:
     expected: str
     got: str
     env_index: int | None
-
-    def fields(self) -> dict[str, Any]:
-        """The place and values, as :class:`~vecpool.check.CheckFailure` fields."""
-        return {
-            "env_index": self.env_index,
-            "where": self.where,
-            "expected": self.expected,
-            "got": self.got,
-        }
 
 
 def describe(value: Any) -> str:

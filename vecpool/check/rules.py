@@ -10,7 +10,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, iterate
 
-from vecpool.check.compare import describe, first_difference
+from vecpool.check.compare import Located, describe, first_difference
 
 __all__ = [
     "Breach",
@@ -23,7 +23,7 @@ __all__ = [
 
 
 @dataclasses.dataclass(frozen=True)
-class Breach:
+class Breach(Located):
     """A rule broken by a single result.
 
     Attributes:
@@ -39,15 +39,6 @@ class Breach:
     where: str | None = None
     expected: str | None = None
     got: str | None = None
-
-    def fields(self) -> dict[str, Any]:
-        """The place and values, as :class:`~vecpool.check.CheckFailure` fields."""
-        return {
-            "env_index": self.env_index,
-            "where": self.where,
-            "expected": self.expected,
-            "got": self.got,
-        }
 
 
 def space_batching_breach(env: Any) -> Breach | None:
