@@ -5,7 +5,7 @@ A single-file, CleanRL-style implementation of PPO (clipped surrogate objective,
 GAE, value loss, entropy bonus, global gradient-norm clipping, Adam) written in
 plain numpy: two 64-64 tanh MLPs (actor and critic), backpropagated by hand.
 
-Rollouts come from ``vecpool.sampler.Sampler``: each update asks it for
+Rollouts come from ``vecpool.sampling.sampler.Sampler``: each update asks it for
 ``num_steps`` steps of ``num_envs`` environments; the policy's log-probabilities
 and value estimates ride along in the batch's ``agent_info``.
 
@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 import vecpool
-from vecpool.sampler import Sampler
+from vecpool.sampling.sampler import Sampler
 
 Array = npt.NDArray[np.float64]
 Params = dict[str, Array]

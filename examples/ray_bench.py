@@ -22,7 +22,7 @@ import numpy as np
 import ray
 
 import vecpool
-from vecpool.distributed import RaySampler
+from vecpool.sampling.distributed import RaySampler
 
 
 def _cartpole() -> gym.Env:

@@ -5,7 +5,7 @@ constructor, methods, errors and results, with several envs per worker process a
 every per-step array in shared memory.
 
 The names below are imported on first use (PEP 562), so a worker process, which
-imports :mod:`vecpool.worker` and with it this package, loads none of the replay
+imports :mod:`vecpool._worker.host` and with it this package, loads none of the replay
 pool, the sampler, the bench or the tuner.
 """
 
@@ -16,6 +16,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from vecpool import errors
+from vecpool._version import __version__
 from vecpool.errors import (
     ConcurrentUseError,
     VecPoolError,
@@ -24,37 +25,36 @@ from vecpool.errors import (
 )
 
 if TYPE_CHECKING:
-    from vecpool.async_env import AsyncState, AsyncVectorEnv
+    from vecpool._wire.messages import EnvState
+    from vecpool.bench.tune import TuneResult, autotune
     from vecpool.check import CheckReport, check_vector_env
-    from vecpool.classic import Pool
-    from vecpool.make import VectorEntryPoint, make_vec, vector_entry_point
-    from vecpool.pool import EpisodeStats, ReplayPool, Transitions
-    from vecpool.protocol import EnvState
-    from vecpool.sampler import EpisodeRecord, SampleBatch, Sampler
-    from vecpool.tune import TuneResult, autotune
-    from vecpool.wrappers import ReplayPoolWrapper
+    from vecpool.replay.classic import Pool
+    from vecpool.replay.pool import EpisodeStats, ReplayPool, Transitions
+    from vecpool.replay.wrapper import ReplayPoolWrapper
+    from vecpool.sampling.sampler import EpisodeRecord, SampleBatch, Sampler
+    from vecpool.vector.async_env import AsyncState, AsyncVectorEnv
+    from vecpool.vector.make import VectorEntryPoint, make_vec, vector_entry_point
 
-__version__ = "0.1.0"
 
 _LAZY = {
-    "AsyncState": "vecpool.async_env",
-    "AsyncVectorEnv": "vecpool.async_env",
+    "AsyncState": "vecpool.vector.async_env",
+    "AsyncVectorEnv": "vecpool.vector.async_env",
     "CheckReport": "vecpool.check",
-    "EnvState": "vecpool.protocol",
-    "EpisodeRecord": "vecpool.sampler",
-    "EpisodeStats": "vecpool.pool",
-    "Pool": "vecpool.classic",
-    "ReplayPool": "vecpool.pool",
-    "ReplayPoolWrapper": "vecpool.wrappers",
-    "SampleBatch": "vecpool.sampler",
-    "Sampler": "vecpool.sampler",
-    "Transitions": "vecpool.pool",
-    "TuneResult": "vecpool.tune",
-    "VectorEntryPoint": "vecpool.make",
-    "autotune": "vecpool.tune",
+    "EnvState": "vecpool._wire.messages",
+    "EpisodeRecord": "vecpool.sampling.sampler",
+    "EpisodeStats": "vecpool.replay.pool",
+    "Pool": "vecpool.replay.classic",
+    "ReplayPool": "vecpool.replay.pool",
+    "ReplayPoolWrapper": "vecpool.replay.wrapper",
+    "SampleBatch": "vecpool.sampling.sampler",
+    "Sampler": "vecpool.sampling.sampler",
+    "Transitions": "vecpool.replay.pool",
+    "TuneResult": "vecpool.bench.tune",
+    "VectorEntryPoint": "vecpool.vector.make",
+    "autotune": "vecpool.bench.tune",
     "check_vector_env": "vecpool.check",
-    "make_vec": "vecpool.make",
-    "vector_entry_point": "vecpool.make",
+    "make_vec": "vecpool.vector.make",
+    "vector_entry_point": "vecpool.vector.make",
 }
 
 __all__ = [
@@ -89,7 +89,7 @@ def __getattr__(name: str) -> Any:
     """Import a public name's module on first use (PEP 562)."""
     module = _LAZY.get(name)
     if module is None:
-        # a submodule, as `import vecpool; vecpool.pool` worked when this file
+        # a submodule, as `import vecpool; vecpool.replay.pool` worked when this file
         # imported everything
         try:
             return importlib.import_module(f"{__name__}.{name}")

@@ -295,8 +295,8 @@ def _bench_settings(args: argparse.Namespace) -> bench.BenchSettings:
 
 
 def _bench_tune(args: argparse.Namespace, settings: bench.BenchSettings) -> int:
-    """Run ``bench --tune``: :func:`vecpool.tune.autotune` per workload and size."""
-    from vecpool.tune import autotune
+    """Run ``bench --tune``: :func:`vecpool.bench.tune.autotune` per workload and size."""
+    from vecpool.bench.tune import autotune
 
     machine = bench.machine_info()
     print("\n".join(machine.lines()))
@@ -536,7 +536,7 @@ def _collect(args: argparse.Namespace) -> int:
         2 on invalid arguments, a policy that cannot be loaded or a missing
         optional dependency.
     """
-    from vecpool import collect
+    from vecpool.sampling import collect
 
     steps: int = args.steps
     pool_size: int | None = args.pool_size
@@ -598,7 +598,7 @@ def _add_collect_parser(
     subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
 ) -> None:
     """Register the ``collect`` command."""
-    from vecpool import collect
+    from vecpool.sampling import collect
 
     parser = subparsers.add_parser(
         "collect",

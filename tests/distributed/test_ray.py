@@ -20,7 +20,7 @@ import vecpool
 from vecpool.testing import CountingEnv, IncarnationEnv
 
 ray = pytest.importorskip("ray")
-from vecpool.distributed import RaySampler  # noqa: E402
+from vecpool.sampling.distributed import RaySampler  # noqa: E402
 
 pytestmark = [
     pytest.mark.ray,

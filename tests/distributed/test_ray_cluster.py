@@ -24,7 +24,7 @@ from vecpool.testing import IncarnationEnv
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from vecpool.distributed import RaySampler  # noqa: E402
+from vecpool.sampling.distributed import RaySampler  # noqa: E402
 
 pytestmark = [
     pytest.mark.ray,

@@ -1,4 +1,4 @@
-"""``vecpool collect`` and :func:`vecpool.collect.collect`, with real workers."""
+"""``vecpool collect`` and :func:`vecpool.sampling.collect.collect`, with real workers."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from gymnasium.vector import AutoresetMode
 
 import vecpool
 from vecpool import cli
-from vecpool.collect import (
+from vecpool.sampling.collect import (
     CollectArgumentError,
     collect,
     format_bytes,
@@ -395,7 +395,7 @@ def test_cli_rejects_non_positive_numbers(capsys):
 
 
 def test_docstring_examples():
-    module = importlib.import_module("vecpool.collect")
+    module = importlib.import_module("vecpool.sampling.collect")
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0
     assert result.failed == 0
@@ -506,7 +506,7 @@ def test_too_little_free_space_is_refused_before_collecting(tmp_path, monkeypatc
 
     usage = shutil_module.disk_usage(tmp_path)
     monkeypatch.setattr(
-        "vecpool.collect.shutil.disk_usage",
+        "vecpool.sampling.collect.shutil.disk_usage",
         lambda path: usage._replace(free=10_000),  # 10 kB free
     )
     out = tmp_path / "pool.npz"
@@ -541,7 +541,7 @@ def test_a_failed_save_exits_2_with_nothing_half_written(tmp_path, monkeypatch):
 def test_a_failed_save_keeps_the_pool_for_the_caller(tmp_path, monkeypatch):
     import errno
 
-    from vecpool.collect import CollectSaveError
+    from vecpool.sampling.collect import CollectSaveError
 
     original = vecpool.ReplayPool.save
     monkeypatch.setattr(
@@ -589,7 +589,7 @@ def test_collect_with_restart_survives_a_dead_worker_and_records_only_real_steps
     import numpy as np
 
     import vecpool
-    import vecpool.collect
+    import vecpool.sampling.collect
 
     marker = tmp_path / "crashed"
     env_id = "VecpoolTestIncarnation-v0"
@@ -601,7 +601,7 @@ def test_collect_with_restart_survives_a_dead_worker_and_records_only_real_steps
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", vecpool.VecPoolWarning)
-            result = vecpool.collect.collect(
+            result = vecpool.sampling.collect.collect(
                 env_id,
                 num_envs=4,
                 steps=400,
@@ -618,7 +618,7 @@ def test_collect_with_restart_survives_a_dead_worker_and_records_only_real_steps
         assert result.episodes == result.pool.episode_stats.count
         marker.unlink()
         with pytest.raises(vecpool.WorkerCrashedError):
-            vecpool.collect.collect(
+            vecpool.sampling.collect.collect(
                 env_id,
                 num_envs=4,
                 steps=400,

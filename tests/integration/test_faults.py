@@ -405,7 +405,7 @@ def test_close_returns_when_an_env_is_stuck_after_a_timeout(
 ):
     # a step timed out and the env is still sleeping in it: close() (default
     # timeout) must give up after the grace, terminate and reap
-    monkeypatch.setattr(vecpool.async_env, "CLOSE_GRACE", 1.0)
+    monkeypatch.setattr(vecpool.vector.async_env, "CLOSE_GRACE", 1.0)
     envs = make_async([functools.partial(SlowEnv)] * 2, num_workers=2)
     envs.reset(seed=0)
     envs.step_async(np.full((2, 1), 30.0, dtype=np.float32))

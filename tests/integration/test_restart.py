@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import vecpool
-from vecpool.restart import derive_seed
+from vecpool._engine.restart import derive_seed
 from vecpool.testing import DeliberateError, IncarnationEnv, SlowEnv, WorkerKiller
 
 MODES = ["NextStep", "SameStep", "Disabled"]

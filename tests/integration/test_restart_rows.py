@@ -19,10 +19,10 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 import vecpool
-import vecpool.collect
-from vecpool.episodes import complete_episodes
-from vecpool.pool import ReplayPool
-from vecpool.sampler import EpisodeRecord, Sampler
+import vecpool.sampling.collect
+from vecpool.replay.episodes import complete_episodes
+from vecpool.replay.pool import ReplayPool
+from vecpool.sampling.sampler import EpisodeRecord, Sampler
 
 MODES = list(AutoresetMode)
 OBS_SPACE = spaces.Box(0, 10**6, shape=(3,), dtype=np.int64)
@@ -529,8 +529,8 @@ def test_collect_counts_neither_the_rows_nor_the_cut_episodes(mode, monkeypatch)
         made.append(env)
         return env
 
-    monkeypatch.setattr(vecpool.collect, "make_vec", make_vec)
-    result = vecpool.collect.collect(
+    monkeypatch.setattr(vecpool.sampling.collect, "make_vec", make_vec)
+    result = vecpool.sampling.collect.collect(
         "Fake-v0",
         num_envs=3,
         steps=600,

@@ -1,4 +1,4 @@
-"""vecpool.sampler.Sampler: batches, autoreset modes, episodes, pool, evaluation.
+"""vecpool.sampling.sampler.Sampler: batches, autoreset modes, episodes, pool, evaluation.
 
 References are built independently, by stepping a ``gymnasium.vector.SyncVectorEnv``
 with the same seeds and the actions the sampler recorded.
@@ -17,7 +17,7 @@ import pytest
 from gymnasium.vector import AutoresetMode
 
 import vecpool
-from vecpool.sampler import EpisodeRecord, SampleBatch, Sampler
+from vecpool.sampling.sampler import EpisodeRecord, SampleBatch, Sampler
 from vecpool.testing import CountingEnv, SlowEnv
 
 MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]

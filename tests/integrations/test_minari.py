@@ -11,8 +11,8 @@ pytest.importorskip("h5py")
 import gymnasium as gym  # noqa: E402
 
 import vecpool  # noqa: E402
-from vecpool.episodes import complete_episodes  # noqa: E402
-from vecpool.integrations.minari import to_minari  # noqa: E402
+from vecpool.replay.episodes import complete_episodes  # noqa: E402
+from vecpool.replay.minari import to_minari  # noqa: E402
 from vecpool.testing import make_env_fns  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning:minari")

@@ -31,8 +31,8 @@ from vecpool.bench import (
     median,
     physical_limit,
 )
+from vecpool.bench.tune import autotune, candidate_worker_counts
 from vecpool.testing import CountingEnv
-from vecpool.tune import autotune, candidate_worker_counts
 
 EXPECTED_BACKENDS = {
     "raw",
@@ -429,7 +429,7 @@ def test_plot_without_matplotlib_says_what_to_install(monkeypatch):
         bench.require_matplotlib()
 
 
-@pytest.mark.parametrize("name", ["vecpool.bench", "vecpool.tune"])
+@pytest.mark.parametrize("name", ["vecpool.bench", "vecpool.bench.tune"])
 def test_docstring_examples(name):
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
@@ -438,7 +438,7 @@ def test_docstring_examples(name):
 
 
 def test_tune_table_marks_best_and_default_and_noise():
-    from vecpool.tune import TuneMeasurement, TuneResult
+    from vecpool.bench.tune import TuneMeasurement, TuneResult
 
     def measured(workers, strategy, rate):
         return TuneMeasurement(workers, strategy, rate, (rate,))

@@ -8,15 +8,15 @@ import importlib
 import pytest
 
 MODULES = [
-    "vecpool.async_env",
-    "vecpool.make",
-    "vecpool.pool",
-    "vecpool.wrappers",
-    "vecpool.classic",
+    "vecpool.vector.async_env",
+    "vecpool.vector.make",
+    "vecpool.replay.pool",
+    "vecpool.replay.wrapper",
+    "vecpool.replay.classic",
     "vecpool.bench",
-    "vecpool.tune",
-    "vecpool.sampler",
-    "vecpool.collect",
+    "vecpool.bench.tune",
+    "vecpool.sampling.sampler",
+    "vecpool.sampling.collect",
 ]
 
 

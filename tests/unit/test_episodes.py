@@ -11,7 +11,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 import vecpool
-from vecpool.episodes import complete_episodes
+from vecpool.replay.episodes import complete_episodes
 from vecpool.testing import make_env_fns
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import vecpool
-from vecpool.protocol import spin_until_ready
+from vecpool._wire.spin import spin_until_ready
 from vecpool.testing import CountingEnv
 
 

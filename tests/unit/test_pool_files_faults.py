@@ -1,6 +1,6 @@
 """Faults in pool files (review of 123f2a2): forged headers, lying arrays, races.
 
-Every bad file must be one ValueError naming the file (vecpool.pool_files.read);
+Every bad file must be one ValueError naming the file (vecpool.replay.files.read);
 Each test once exposed a bug (now fixed) or pins down verified behaviour.
 """
 
@@ -20,7 +20,7 @@ import pytest
 from gymnasium import spaces
 
 import vecpool
-from vecpool._files import write_atomically
+from vecpool._util.files import write_atomically
 from vecpool.testing import assert_same_data
 
 

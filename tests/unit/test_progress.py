@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import os
 
-from vecpool._progress import Progress
+from vecpool._util.progress import Progress
 
 
 class _Terminal(io.StringIO):
@@ -28,7 +28,7 @@ def test_a_log_gets_only_the_final_count_as_a_plain_line():
 
 def test_a_log_line_comes_every_30_seconds_with_an_eta(monkeypatch):
     clock = [1000.0]
-    monkeypatch.setattr("vecpool._progress.time.perf_counter", lambda: clock[0])
+    monkeypatch.setattr("vecpool._util.progress.time.perf_counter", lambda: clock[0])
     stream = io.StringIO()
     display = Progress(stream=stream)
     for done in range(1, 11):

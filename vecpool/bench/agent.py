@@ -23,9 +23,9 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
 
+from vecpool._util.spaces import leaves
 from vecpool.bench.backends import Measurement, run_batches
 from vecpool.bench.workloads import ActionPlan
-from vecpool.spaces import leaves
 
 __all__ = ["Policy", "agent_runner", "cpu_seconds", "env_pids", "obs_size"]
 

@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-import vecpool
 from vecpool.bench.workloads import MIN_STEPS, ActionPlan, EnvFn, Workload
+from vecpool.vector.async_env import AsyncVectorEnv
 
 # ------------------------------------------------------------------------- backends
 
@@ -171,7 +171,7 @@ class VecpoolBackend(GymSyncBackend):
 
     def make(self, env_fn: EnvFn, num_envs: int, seed: int) -> Any:
         """Create and reset the vector env."""
-        env = vecpool.AsyncVectorEnv([env_fn] * num_envs)
+        env = AsyncVectorEnv([env_fn] * num_envs)
         env.reset(seed=seed)
         return env
 
@@ -184,7 +184,7 @@ class VecpoolInProcessBackend(GymSyncBackend):
 
     def make(self, env_fn: EnvFn, num_envs: int, seed: int) -> Any:
         """Create and reset the vector env."""
-        env = vecpool.AsyncVectorEnv([env_fn] * num_envs, num_workers=0)
+        env = AsyncVectorEnv([env_fn] * num_envs, num_workers=0)
         env.reset(seed=seed)
         return env
 
@@ -201,9 +201,7 @@ class VecpoolBatchBackend(Backend):
 
     def make(self, env_fn: EnvFn, num_envs: int, seed: int) -> Any:
         """Create and reset the vector env."""
-        env = vecpool.AsyncVectorEnv(
-            [env_fn] * num_envs, batch_size=max(1, num_envs // 2)
-        )
+        env = AsyncVectorEnv([env_fn] * num_envs, batch_size=max(1, num_envs // 2))
         env.reset(seed=seed)
         return env
 

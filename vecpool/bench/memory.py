@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vecpool._progress import Progress
+from vecpool._util.progress import Progress
 from vecpool.bench.backends import BACKENDS
 from vecpool.bench.workloads import (
     MEMORY_BACKENDS,

@@ -25,8 +25,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-import vecpool
 from vecpool.bench.workloads import BigObsEnv
+from vecpool.replay.pool import ReplayPool
+from vecpool.replay.wrapper import ReplayPoolWrapper
+from vecpool.vector.async_env import AsyncVectorEnv
 
 __all__ = ["PoolBenchReport", "format_pool_report", "run_pool_benchmark"]
 
@@ -75,7 +77,7 @@ def _cartpole_batches(count: int, seed: int) -> list[tuple[Any, ...]]:
     return batches
 
 
-def _time_adds(pool: vecpool.ReplayPool, batches: list[Any], seconds: float) -> float:
+def _time_adds(pool: ReplayPool, batches: list[Any], seconds: float) -> float:
     added, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
         for batch in batches:
@@ -84,7 +86,7 @@ def _time_adds(pool: vecpool.ReplayPool, batches: list[Any], seconds: float) -> 
     return added / (time.perf_counter() - started)
 
 
-def _time_samples(pool: vecpool.ReplayPool, seconds: float) -> float:
+def _time_samples(pool: ReplayPool, seconds: float) -> float:
     drawn, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
         for _ in range(100):
@@ -102,7 +104,7 @@ def _time_steps(env: Any, actions: np.ndarray[Any, Any]) -> float:
 
 def _image_nbytes(store_next_obs: bool, steps: int) -> int:
     env = gym.vector.SyncVectorEnv([functools.partial(BigObsEnv, 100)] * 2)
-    wrapper = vecpool.ReplayPoolWrapper(env, 4_000, store_next_obs=store_next_obs)
+    wrapper = ReplayPoolWrapper(env, 4_000, store_next_obs=store_next_obs)
     wrapper.reset(seed=0)
     for _ in range(steps):
         wrapper.step(np.zeros(2, np.int64))
@@ -128,13 +130,13 @@ def run_pool_benchmark(
     probe = gym.make("CartPole-v1")
     obs_space, action_space = probe.observation_space, probe.action_space
     probe.close()
-    pool = vecpool.ReplayPool(obs_space, action_space, NUM_ENVS, 1_000_000, seed=seed)
+    pool = ReplayPool(obs_space, action_space, NUM_ENVS, 1_000_000, seed=seed)
     for batch in batches:
         pool.add(*batch)
 
     env_fns = [functools.partial(gym.make, "CartPole-v1")] * NUM_ENVS
-    plain = vecpool.AsyncVectorEnv(env_fns)
-    wrapped = vecpool.ReplayPoolWrapper(vecpool.AsyncVectorEnv(env_fns), 1_000_000)
+    plain = AsyncVectorEnv(env_fns)
+    wrapped = ReplayPoolWrapper(AsyncVectorEnv(env_fns), 1_000_000)
     actions = np.random.default_rng(seed).integers(0, 2, (2_000, NUM_ENVS))
     adds, samples, plains, wraps = [], [], [], []
     try:

@@ -15,8 +15,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import vecpool
-from vecpool._checks import available_cpus, require_matplotlib
+from vecpool._util.checks import available_cpus, require_matplotlib
+from vecpool._version import __version__
 from vecpool.bench.backends import BACKENDS, Measurement
 from vecpool.bench.memory import MemoryReport
 from vecpool.bench.workloads import (
@@ -374,7 +374,7 @@ def machine_info() -> Machine:
     Returns:
         The :class:`Machine`.
     """
-    versions = {"vecpool": vecpool.__version__}
+    versions = {"vecpool": __version__}
     for package in ("numpy", "gymnasium", "envpool"):
         found = _version(package)
         if found is not None:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from vecpool._progress import Progress
+from vecpool._util.progress import Progress
 from vecpool.bench.agent import Policy, agent_runner, cpu_seconds, env_pids, obs_size
 from vecpool.bench.backends import BACKENDS, Backend, Measurement, calibrate
 from vecpool.bench.memory import measure_memory

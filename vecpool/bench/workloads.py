@@ -17,7 +17,7 @@ import numpy.typing as npt
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space, iterate
 
-from vecpool.spaces import take_rows
+from vecpool._util.spaces import take_rows
 
 EnvFn = Callable[[], gym.Env[Any, Any]]
 

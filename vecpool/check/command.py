@@ -146,7 +146,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _load(spec: str, what: str, option: str) -> Callable[..., Any]:
-    from vecpool.collect import load_callable
+    from vecpool.sampling.collect import load_callable
 
     return load_callable(spec, what=what, option=option)
 
@@ -195,7 +195,7 @@ def _factory(args: argparse.Namespace) -> Callable[[], Any]:
     if backend != "sync":
         vector_kwargs["shared_memory"] = args.shared_memory
     if backend == "vecpool":
-        from vecpool.make import make_vec
+        from vecpool.vector.make import make_vec
 
         return lambda: make_vec(target, num_envs, vector_kwargs=vector_kwargs)
     return lambda: gym.make_vec(

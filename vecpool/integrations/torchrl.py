@@ -20,7 +20,7 @@ from typing import Any
 
 from gymnasium.vector import AutoresetMode
 
-import vecpool
+from vecpool.vector.async_env import AsyncVectorEnv
 
 __all__ = ["check_mode", "make_env"]
 
@@ -46,7 +46,7 @@ def check_mode(vector_env: Any) -> AutoresetMode:
         msg = (
             f"TorchRL's GymWrapper refuses autoreset_mode={mode}: build the vector env "
             "with autoreset_mode=AutoresetMode.DISABLED (TorchRL's preference) or "
-            "SAME_STEP, e.g. vecpool.AsyncVectorEnv(env_fns, "
+            "SAME_STEP, e.g. AsyncVectorEnv(env_fns, "
             "autoreset_mode=AutoresetMode.DISABLED)."
         )
         raise ValueError(msg)
@@ -82,7 +82,7 @@ def make_env(
         msg = f"The TorchRL adapter needs torchrl: {INSTALL}."
         raise ImportError(msg) from error
     kwargs.setdefault("autoreset_mode", AutoresetMode.DISABLED)
-    vector_env = vecpool.AsyncVectorEnv(env_fns, **kwargs)
+    vector_env = AsyncVectorEnv(env_fns, **kwargs)
     try:
         check_mode(vector_env)
         return gym_wrapper(vector_env, device=device)

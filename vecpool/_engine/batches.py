@@ -1,0 +1,293 @@
+"""EnvPool-style asynchronous batches: the bookkeeping of ``send`` and ``recv``.
+
+``send(actions, env_ids)`` steps some envs without waiting; ``recv()`` returns the
+first ``batch_size`` envs to finish. Each worker that hosts some of the ids gets one
+command; its reply number (see :class:`vecpool._engine.group.WorkerHandle`) maps back
+to the ids it stepped, so replies are matched to batches exactly, even after a
+timeout or a Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from vecpool._engine.buffers import StepBuffers, merge_infos
+from vecpool._engine.group import WorkerGroup, raise_env_errors
+from vecpool._engine.guards import HELD
+from vecpool.errors import AlreadyPendingCallError, NoAsyncCallError
+
+__all__ = ["Batches"]
+
+
+class Batches:
+    """Which envs are in flight, which finished, and their infos.
+
+    Attributes:
+        batch_size: How many envs :meth:`recv` returns at most.
+        in_flight: ``bool[num_envs]``: sent and not yet answered.
+        ready: Envs answered and not yet returned, in finishing order.
+        ready_infos: Their infos.
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        batch_size: int,
+        group: WorkerGroup,
+        buffers: StepBuffers,
+        owner: str,
+    ) -> None:
+        """Bookkeeping for ``num_envs`` envs over ``group``."""
+        self.num_envs = num_envs
+        self.batch_size = batch_size
+        self.group = group
+        self.buffers = buffers
+        self.owner = owner
+        self.in_flight = np.zeros(num_envs, dtype=np.bool_)
+        self.flying = 0  # in_flight.sum(), kept as an int (the loops test it)
+        self.ready: deque[int] = deque()
+        self.ready_infos: dict[int, dict[str, Any]] = {}
+        self._worker_of: list[int] = []
+
+    @property
+    def worker_of(self) -> list[int]:
+        """Env -> position of its worker in ``group.handles`` (once they started)."""
+        if len(self._worker_of) != self.num_envs:
+            self._worker_of = [0] * self.num_envs
+            for position, handle in enumerate(self.group.handles):
+                for index in handle.env_indices:
+                    self._worker_of[index] = position
+        return self._worker_of
+
+    @property
+    def pending(self) -> list[int]:
+        """Envs sent and not yet returned by :meth:`recv`, sorted."""
+        return sorted([*np.flatnonzero(self.in_flight).tolist(), *self.ready])
+
+    def assert_none_pending(self, method: str) -> None:
+        """Refuse ``method`` while envs are in flight or waiting to be returned.
+
+        Raises:
+            AlreadyPendingCallError: Naming the envs.
+        """
+        if self.flying or self.ready:
+            msg = (
+                f"Calling `{method}` while envs {self.pending} are in flight from "
+                "`send` or waiting to be returned: `recv` them first."
+            )
+            raise AlreadyPendingCallError(msg, "recv")
+
+    def check_env_ids(self, env_ids: Any) -> npt.NDArray[np.int64]:
+        """Validate ``env_ids`` for :meth:`send`.
+
+        Raises:
+            ValueError: If an id is not an int in range, repeats, or is pending.
+        """
+        ids = (
+            np.arange(self.num_envs, dtype=np.int64)
+            if env_ids is None
+            else np.asarray(env_ids)
+        )
+        if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
+            msg = f"`env_ids` must be a non-empty 1-D array of ints, got {env_ids!r}."
+            raise ValueError(msg)
+        ids = ids.astype(np.int64, copy=False)
+        listed = ids.tolist()
+        if min(listed) < 0 or max(listed) >= self.num_envs:
+            msg = f"`env_ids` must lie in [0, {self.num_envs}), got {listed}."
+            raise ValueError(msg)
+        if len(set(listed)) != ids.size:
+            msg = f"`env_ids` must not repeat an id, got {ids.tolist()}."
+            raise ValueError(msg)
+        if self.flying and self.in_flight[ids].any():
+            busy = ids[self.in_flight[ids]]
+            msg = (
+                f"envs {busy.tolist()} are still in flight: `recv` them before "
+                "sending them again."
+            )
+            raise ValueError(msg)
+        waiting = sorted(set(listed) & set(self.ready)) if self.ready else []
+        if waiting:
+            msg = (
+                f"envs {waiting} have finished but `recv` has not returned them yet: "
+                "`recv` them before sending them again."
+            )
+            raise ValueError(msg)
+        return ids
+
+    def send(self, actions: Any, env_ids: Any) -> None:
+        """Step ``env_ids`` with ``actions``; one command per worker concerned.
+
+        Raises:
+            ValueError: On bad ids or actions (nothing is sent then).
+            WorkerCrashedError: If a worker's pipe is broken.
+        """
+        ids = self.check_env_ids(env_ids)
+        with HELD:
+            per_env = self.buffers.place_actions(
+                actions, ids, shared=not self.group.any_abandoned()
+            )
+            listed = ids.tolist()
+            order = sorted(range(len(listed)), key=listed.__getitem__)
+            worker_of = self.worker_of
+            handles = self.group.handles
+            # one command per worker concerned: the sorted ids, cut where it changes
+            lo = 0
+            while lo < len(order):
+                worker = worker_of[listed[order[lo]]]
+                hi = lo + 1
+                while hi < len(order) and worker_of[listed[order[hi]]] == worker:
+                    hi += 1
+                handle = handles[worker]
+                chosen = [listed[i] for i in order[lo:hi]]
+                start = handle.env_indices.start
+                local = [index - start for index in chosen]
+                handle_actions = (
+                    None if per_env is None else [per_env[i] for i in order[lo:hi]]
+                )
+                if not handle.batches:
+                    handle.answers.clear()  # answers of the last plain call
+                try:
+                    number = handle.send_step_some(local, handle_actions)
+                except OSError:
+                    number = 0
+                if not number:  # restart mode: a replacement gets it
+                    handle, number = self.group.send_to(
+                        handle,
+                        "send",
+                        lambda new: new.send_step_some(local, handle_actions),  # noqa: B023
+                    )
+                handle.expected.append(number)
+                handle.batches[number] = chosen
+                self.in_flight[chosen] = True
+                self.flying += hi - lo
+                lo = hi
+
+    def recv(
+        self, timeout: float | None
+    ) -> tuple[
+        Any,
+        npt.NDArray[np.float64],
+        npt.NDArray[np.bool_],
+        npt.NDArray[np.bool_],
+        dict[str, Any],
+    ]:
+        """Wait for and return the first ``batch_size`` envs to finish.
+
+        Raises:
+            NoAsyncCallError: If nothing is in flight or ready.
+            multiprocessing.TimeoutError: If the timeout expired (envs stay in
+                flight).
+            WorkerCrashedError: If a worker died.
+        """
+        if not self.ready and not self.flying:
+            msg = "Calling `recv` without any env in flight; call `send` first."
+            raise NoAsyncCallError(msg, "recv")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(self.ready) < self.batch_size and self.flying:
+            busy = [
+                h for h in self.group.handles if h.expected or (h.answers and h.batches)
+            ]
+            self.group.wait("recv", timeout, busy, any_answer=True, deadline=deadline)
+            self._absorb(busy)
+        with HELD:
+            count = min(self.batch_size, len(self.ready))
+            ids = np.array([self.ready.popleft() for _ in range(count)], np.int64)
+            infos = merge_infos(
+                [
+                    (row, self.ready_infos.pop(index, {}))
+                    for row, index in enumerate(ids.tolist())
+                ],
+                count,
+            )
+        infos["env_id"] = ids
+        buffers = self.buffers
+        observations = buffers.take_observations(ids)
+        return (
+            observations,
+            buffers.rewards[ids],
+            buffers.terminations[ids],
+            buffers.truncations[ids],
+            infos,
+        )
+
+    def finish_in_flight(self, timeout: float | None = None) -> None:
+        """Wait until no env is in flight; finished envs wait in :attr:`ready`."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.flying:
+            busy = [
+                h for h in self.group.handles if h.expected or (h.answers and h.batches)
+            ]
+            self.group.wait("recv", timeout, busy, any_answer=True, deadline=deadline)
+            self._absorb(busy)
+
+    def _busy(self) -> list[Any]:
+        """Workers with batches in flight, or answered and not yet absorbed."""
+        return [
+            handle
+            for handle in self.group.handles
+            if handle.expected or (handle.answers and handle.batches)
+        ]
+
+    def _absorb(self, handles: list[Any]) -> None:
+        """Move answered batches to :attr:`ready`; raise the first env error."""
+        for handle in handles:
+            while handle.answers:
+                with HELD:
+                    number, reply = handle.answers.popleft()
+                    if number not in handle.batches:
+                        continue  # the answer to a plain call made before the batch
+                    done = handle.batches.pop(number)
+                    self.in_flight[done] = False
+                    self.flying -= len(done)
+                    failed: set[int] = set()
+                    if reply is not None:
+                        failed = {error.env_index for error in reply.errors or []}
+                        self.buffers.apply_reply(
+                            handle.env_indices.start, reply, only=done
+                        )
+                        for index, info in reply.infos or []:
+                            if index not in failed:
+                                self.ready_infos[index] = info
+                    # the envs that stepped fine still come back from a later `recv`
+                    self.ready.extend(index for index in done if index not in failed)
+                    if self.group.restarter is not None:
+                        self._restart_rows(done)
+                if failed:
+                    raise_env_errors([reply], self.owner)
+
+    def _restart_rows(self, done: list[int]) -> None:
+        """Restart mode: cut rows show the newest obs; keep a copy of the batch's.
+
+        A replacement starts from the observations kept when it started; a row
+        absorbed but not yet returned then may be newer, so a cut row takes the
+        parent's copy (its obs, or its ``final_obs`` in SAME_STEP). Then the
+        batch's observations are kept: what the next replacement starts from.
+        """
+        assert self.group.restarter is not None  # restart mode only
+        last_obs = self.group.restarter.last_obs
+        for index in done:
+            info = self.ready_infos.get(index)
+            if info is None or not info.get("worker_restarted"):
+                continue
+            (last,) = last_obs.rows(range(index, index + 1))
+            if last is None:
+                continue
+            if "final_obs" in info:
+                info["final_obs"] = last
+            else:
+                self.buffers.put_observation(index, last)
+        ids = np.asarray(done, np.int64)
+        last_obs.record_rows(self.buffers.take_observations(ids), ids)
+
+    def clear(self) -> None:
+        """Forget every batch (on close: the replies will be dropped)."""
+        self.in_flight[:] = False
+        self.flying = 0
+        self.ready.clear()
+        self.ready_infos.clear()

@@ -1,0 +1,528 @@
+"""The parent's step buffers: action placement, observation rotation, reading replies.
+
+One :class:`StepBuffers` per vector env owns the shared block (see
+:mod:`vecpool._wire.shared_memory`) and its numpy views. Actions that are numpy arrays of
+the action space's exact shape and dtype are copied into shared memory; anything
+else Gymnasium accepts travels pickled, so each env receives exactly what Gymnasium
+would hand it. With ``copy=True``, observations rotate through several buffers
+instead of being copied: a step writes into a buffer nobody holds any more.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import warnings
+from collections.abc import Sequence
+from copy import deepcopy
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from gymnasium import Space
+from gymnasium.error import CustomSpaceError as GymCustomSpaceError
+from gymnasium.vector import VectorEnv
+from gymnasium.vector.utils import (
+    batch_space,
+    concatenate,
+    create_empty_array,
+    create_shared_memory,
+    iterate,
+    read_from_shared_memory,
+    write_to_shared_memory,
+)
+
+from vecpool._engine.group import raise_env_errors
+from vecpool._util.spaces import (
+    copy_tree,
+    flatten_batch,
+    is_native,
+    is_native_leaf,
+    leaves,
+    make_views,
+    make_writer,
+    take_rows,
+)
+from vecpool._wire.messages import STEP, ObsTransport, Reply
+from vecpool._wire.shared_memory import Layout, SharedBlock, cut
+from vecpool.errors import CustomSpaceError, VecPoolWarning
+
+__all__ = ["StepBuffers", "merge_infos"]
+
+OBS_BUFFERS = 4
+"""Observation buffers with ``copy=True``: 3 handed out, 1 scratch."""
+OBS_BUFFERS_MAX_BYTES = 64 * 2**20
+"""Bigger observation batches get one buffer, copied out."""
+OBS_BUFFERS_MIN_BYTES = 16 * 2**10
+"""Smaller observation batches get one buffer, copied out: copying a few KiB costs
+less than the rotation's bookkeeping (cutting fresh views, reference counts)."""
+
+
+class _InfoMerger:
+    """Gymnasium's info merging (``VectorEnv._add_info``) for ``num_envs`` rows."""
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+
+    def _add_info(
+        self, vector_infos: dict[str, Any], env_info: dict[str, Any], env_num: int
+    ) -> dict[str, Any]:
+        merged: dict[str, Any] = VectorEnv._add_info(
+            self,  # type: ignore[arg-type]  # duck-typed: it only reads num_envs
+            vector_infos,
+            env_info,
+            env_num,
+        )
+        return merged
+
+
+def merge_infos(items: list[tuple[int, dict[str, Any]]], count: int) -> dict[str, Any]:
+    """Merge per-env infos with Gymnasium's rules into arrays of ``count`` rows.
+
+    Args:
+        items: ``(row, info)`` pairs; empty infos are skipped.
+        count: Number of rows.
+
+    Returns:
+        The batched infos (with ``_key`` masks).
+    """
+    infos: dict[str, Any] = {}
+    merger = _InfoMerger(count)
+    for row, info in items:
+        if info:
+            infos = merger._add_info(infos, info, row)
+    return infos
+
+
+def _lossless(source: np.dtype[Any], target: np.dtype[Any]) -> bool:
+    """Whether integer actions of ``source`` fit ``target`` exactly (int32 -> int64).
+
+    Such actions take the shared-memory path: each env receives the same value (as
+    the action space's own integer type). Floats never do: float64 -> float32
+    rounds, so those travel as given.
+    """
+    return (
+        source.kind in "iub"
+        and target.kind in "iu"
+        and np.can_cast(source, target, "safe")
+    )
+
+
+def batch_nbytes(space: Space[Any], num_envs: int) -> int:
+    """Bytes of one batch of observations of a native ``space``."""
+    return num_envs * sum(
+        dtype.itemsize * math.prod(shape) for dtype, shape in leaves(space)
+    )
+
+
+class StepBuffers:
+    """The per-step arrays of one vector env and the logic that fills and reads them.
+
+    Attributes:
+        transport: How observations travel.
+        block: The shared block.
+        layout: Where each array lives in it.
+        rewards: ``float64[num_envs]`` view.
+        terminations: ``bool[num_envs]`` view.
+        truncations: ``bool[num_envs]`` view.
+        observations: The latest observations (views or a Gymnasium batch).
+        step_messages: The hot-path step message for each observation buffer.
+        gym_obs_memory: Gymnasium's shared memory (``ObsTransport.GYM`` only).
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        action_space: Space[Any],
+        batched_action_space: Space[Any],
+        observation_space: Space[Any],
+        batched_observation_space: Space[Any],
+        *,
+        shared_memory: bool,
+        copy: bool,
+        vecpool_worker: bool,
+        batches: bool,
+        ctx: Any,
+    ) -> None:
+        """Allocate the block and build the views.
+
+        Args:
+            num_envs: Number of sub-environments.
+            action_space: Single action space.
+            batched_action_space: The action space batched ``num_envs`` times.
+            observation_space: Single observation space.
+            batched_observation_space: The vector env's observation space.
+            shared_memory: Whether observations come back through shared memory.
+            copy: Whether observations handed out must stay unchanged.
+            vecpool_worker: Whether the workers are vecpool's (not a custom one).
+            batches: Whether ``send``/``recv`` batches are enabled.
+            ctx: The ``multiprocessing`` context.
+
+        Raises:
+            ValueError: If Gymnasium cannot lay out a custom observation space in
+                shared memory.
+        """
+        self.num_envs = num_envs
+        self.action_space = action_space
+        self.copy = copy
+        self.observation_space = observation_space
+        self.batched_observation_space = batched_observation_space
+        self._batch_spaces: dict[int, Space[Any]] = {num_envs: batched_action_space}
+        self._warned_dtypes: set[tuple[np.dtype[Any], np.dtype[Any]]] = set()
+        self.gym_obs_memory: Any = None
+        if not shared_memory:
+            self.transport = ObsTransport.PIPE
+        elif vecpool_worker and is_native(observation_space):
+            self.transport = ObsTransport.NATIVE
+        else:
+            self.transport = ObsTransport.GYM
+            try:
+                self.gym_obs_memory = create_shared_memory(
+                    observation_space, n=num_envs, ctx=ctx
+                )
+            except GymCustomSpaceError as e:
+                msg = (
+                    "Using `AsyncVector(..., shared_memory=True)` caused an error, you "
+                    "can disable this feature with `shared_memory=False` however this "
+                    "is slower."
+                )
+                raise ValueError(msg) from CustomSpaceError(str(e))
+        native = self.transport is ObsTransport.NATIVE
+        native_actions = vecpool_worker and is_native(action_space)
+        # With copy=True, observations rotate through several buffers: a step's
+        # observations are handed out as views of a buffer nobody else holds any
+        # more (its reference count says so) instead of being copied; the last
+        # buffer is scratch space, copied out when every other one is still held.
+        count = (
+            OBS_BUFFERS
+            if native
+            and copy
+            and not batches
+            and OBS_BUFFERS_MIN_BYTES
+            <= batch_nbytes(observation_space, num_envs)
+            <= OBS_BUFFERS_MAX_BYTES
+            else 1
+        )
+        self.layout = Layout.build(
+            num_envs,
+            action_space if native_actions else None,
+            observation_space if native else None,
+            count,
+        )
+        self.block = SharedBlock(self.layout.size, ctx)
+        self.action_views = [self.block.view(f) for f in self.layout.actions]
+        self.fast_action_view: npt.NDArray[Any] | None = (
+            self.action_views[0]
+            if len(self.action_views) == 1 and is_native_leaf(action_space)
+            else None
+        )
+        self.rewards = self.block.view(self.layout.rewards)
+        self.terminations = self.block.view(self.layout.terminations)
+        self.truncations = self.block.view(self.layout.truncations)
+        self.env_obs: list[Any] = [None] * num_envs  # observations that came by pipe
+        self.obs_index = self.obs_next = 0  # buffer of the latest / pending obs
+        self._obs_fields: list[tuple[Any, ...]] = []
+        self._obs_owners: list[npt.NDArray[np.uint8]] = []
+        self._obs_retired: list[bool] = []
+        self._obs_free_refs = 0
+        self.step_messages = [STEP + bytes([0])]
+        if native:
+            per_buffer = len(self.layout.observations) // count
+            self._obs_fields = [
+                self.layout.observations[start : start + per_buffer]
+                for start in range(0, len(self.layout.observations), per_buffer)
+            ]
+            self._obs_owners = [self.block.owner(f) for f in self._obs_fields]
+            self._obs_retired = [False] * len(self._obs_owners)
+            # references to an owner while nothing but this list holds it
+            self._obs_free_refs = sys.getrefcount(self._obs_owners[-1])
+            self.step_messages = [STEP + bytes([k]) for k in range(count)]
+            self.observations: Any = make_views(
+                observation_space, cut(self._obs_owners[0], self._obs_fields[0])
+            )
+        elif self.transport is ObsTransport.GYM:
+            self.observations = read_from_shared_memory(
+                observation_space, self.gym_obs_memory, n=num_envs
+            )
+        else:
+            self.observations = create_empty_array(
+                observation_space, n=num_envs, fn=np.zeros
+            )
+
+    # -- observation rotation ----------------------------------------------------------
+
+    def choose_obs_buffer(self) -> int:
+        """Pick (and remember) a buffer for the next observations nobody holds.
+
+        With ``copy=True``, observations are handed out as views of one of several
+        buffers in shared memory, so the next step may write only into a buffer
+        whose views are all gone (its owner's reference count is back to its
+        resting value). When every one is still held, the last buffer (never handed
+        out) is used and copied out, as Gymnasium copies every time.
+
+        Returns:
+            The buffer index, also kept as :attr:`obs_next`.
+        """
+        owners = self._obs_owners
+        last = len(owners) - 1
+        if last <= 0:
+            self.obs_next = 0
+            return 0
+        current, free, retired = self.obs_index, self._obs_free_refs, self._obs_retired
+        for step in range(1, last + 1):
+            candidate = (current + step) % last
+            if (
+                candidate != current
+                and not retired[candidate]
+                and sys.getrefcount(owners[candidate]) == free
+            ):
+                self.obs_next = candidate
+                return candidate
+        self.obs_next = last
+        return last
+
+    def retire_held_obs_buffers(self) -> None:
+        """Stop rotating through buffers something holds (before a user's fork)."""
+        owners, free = self._obs_owners, self._obs_free_refs
+        for index in range(len(owners) - 1):
+            if sys.getrefcount(owners[index]) != free:
+                self._obs_retired[index] = True
+
+    # -- actions -----------------------------------------------------------------------
+
+    def fast_actions(self, actions: Any) -> bool:
+        """Copy ``actions`` into shared memory if they fit the hot path exactly."""
+        view = self.fast_action_view
+        if (
+            view is not None
+            and type(actions) is np.ndarray
+            and actions.shape == view.shape
+            and (actions.dtype == view.dtype or _lossless(actions.dtype, view.dtype))
+        ):
+            view[...] = actions
+            return True
+        return False
+
+    def place_actions(
+        self,
+        actions: Any,
+        ids: npt.NDArray[np.int64] | None = None,
+        *,
+        shared: bool = True,
+    ) -> list[Any] | None:
+        """Write actions into shared memory, or return them per env for the pipes.
+
+        ``ids`` names the envs of a ``send`` batch (default: every env). A batch
+        whose every leaf is a numpy array of exactly the batched action space's
+        shape and dtype goes through shared memory (checked with a few attribute
+        reads). Anything else Gymnasium accepts (lists, other dtypes, scalars
+        broadcastable to the action shape) travels unchanged through the pipes, so
+        each env receives exactly what Gymnasium would hand it. The count is always
+        checked here, before anything is sent.
+
+        Args:
+            actions: The batch of actions.
+            ids: The envs they are for (default: all, in order).
+            shared: ``False`` while a worker may still read the previous actions
+                (a call gave up on it): then everything goes by pipe.
+
+        Returns:
+            ``None`` when the actions are in shared memory, else one per env.
+
+        Raises:
+            ValueError: If the count or a single action's shape is wrong.
+        """
+        count = self.num_envs if ids is None else ids.size
+        views = self.action_views
+        if views and shared:
+            if self.fast_action_view is not None:  # one array leaf: no walk
+                batch_leaves: list[Any] | None = [actions]
+            else:
+                try:
+                    batch_leaves = flatten_batch(self.action_space, actions, count)
+                except ValueError:
+                    batch_leaves = None
+            if batch_leaves is not None and all(
+                type(leaf) is np.ndarray
+                and (leaf.dtype == view.dtype or _lossless(leaf.dtype, view.dtype))
+                and leaf.shape == (count, *view.shape[1:])
+                for leaf, view in zip(batch_leaves, views, strict=True)
+            ):
+                for leaf, view in zip(batch_leaves, views, strict=True):
+                    if ids is None:
+                        view[...] = leaf
+                    else:
+                        view[ids] = leaf
+                return None
+            if batch_leaves is not None:
+                self._warn_slow_actions(batch_leaves, views)
+        per_env = list(iterate(self.batched_action_space(count), actions))
+        if len(per_env) != count:
+            what = (
+                f"sub-environment (num_envs={count})"
+                if ids is None
+                else f"id in `env_ids` ({count})"
+            )
+            msg = f"`actions` must hold one action per {what}, got {len(per_env)}."
+            raise ValueError(msg)
+        shape = getattr(self.action_space, "shape", None)
+        if is_native_leaf(self.action_space) and shape is not None:
+            for index, action in enumerate(per_env):
+                try:
+                    fits = np.broadcast_shapes(np.shape(action), shape) == shape
+                except ValueError:
+                    fits = False
+                if not fits:
+                    msg = (
+                        f"`actions[{index}]` has shape {np.shape(action)}, which does "
+                        f"not fit the single action space's shape {shape}."
+                    )
+                    raise ValueError(msg)
+        return per_env
+
+    def batched_action_space(self, count: int) -> Space[Any]:
+        """The action space batched ``count`` times (cached)."""
+        space = self._batch_spaces.get(count)
+        if space is None:
+            space = self._batch_spaces[count] = batch_space(self.action_space, count)
+        return space
+
+    def _warn_slow_actions(
+        self, batch_leaves: list[Any], views: list[npt.NDArray[Any]]
+    ) -> None:
+        """Warn once per dtype when an action array misses the shared-memory path."""
+        for leaf, view in zip(batch_leaves, views, strict=True):
+            if (
+                type(leaf) is np.ndarray
+                and leaf.shape == view.shape
+                and leaf.dtype != view.dtype
+                and (leaf.dtype, view.dtype) not in self._warned_dtypes
+            ):
+                self._warned_dtypes.add((leaf.dtype, view.dtype))
+                warnings.warn(
+                    f"`actions` of dtype {leaf.dtype} do not match the action space's "
+                    f"dtype {view.dtype}, so they travel pickled through the pipes "
+                    "(each env receives exactly what Gymnasium would give it). Pass "
+                    f"`actions.astype(np.{view.dtype})` for the shared-memory fast "
+                    "path.",
+                    VecPoolWarning,
+                    stacklevel=5,
+                )
+
+    # -- replies and observations ------------------------------------------------------
+
+    def apply_reply(
+        self, start: int, reply: Reply, only: list[int] | None = None
+    ) -> None:
+        """Store what a reply carried besides infos: piped observations and values.
+
+        Args:
+            start: Global index of the worker's first env.
+            reply: The reply.
+            only: The global indices whose piped observations to take (a ``send``
+                batch's envs; the others' rows may be newer here than the worker's
+                copy, after a restart); ``None``: all.
+        """
+        if reply.observations is not None:
+            if only is None:
+                self.env_obs[start : start + len(reply.observations)] = (
+                    reply.observations
+                )
+            else:
+                for index in only:
+                    self.env_obs[index] = reply.observations[index - start]
+        if reply.step_values is not None:
+            for index, reward, terminated, truncated in reply.step_values:
+                self.rewards[index] = reward
+                self.terminations[index] = terminated
+                self.truncations[index] = truncated
+
+    def merge_replies(
+        self, handles: Sequence[Any], replies: list[Reply | None], owner: str
+    ) -> dict[str, Any]:
+        """Raise env errors, then store piped values and merge infos in env order.
+
+        Args:
+            handles: The worker handles, in order (for each one's first env).
+            replies: Their answers (``None``: nothing to say).
+            owner: The vector env's class name, for error notes.
+
+        Returns:
+            The batched infos.
+        """
+        if not any(replies):
+            return {}  # the hot path: nothing but "done" from every worker
+        raise_env_errors(replies, owner)
+        items: list[tuple[int, dict[str, Any]]] = []
+        for handle, reply in zip(handles, replies, strict=True):
+            if reply is not None:
+                self.apply_reply(handle.env_indices.start, reply)
+                items.extend(reply.infos or [])
+        return merge_infos(items, self.num_envs)
+
+    def read_observations(self) -> Any:
+        """The observations of the call just finished, copied or not per ``copy``."""
+        self.obs_index = self.obs_next
+        if self.transport is ObsTransport.PIPE:
+            self.observations = concatenate(
+                self.observation_space, self.env_obs, self.observations
+            )
+            return deepcopy(self.observations) if self.copy else self.observations
+        if self.transport is ObsTransport.NATIVE:
+            if not self.copy:
+                return self.observations
+            index = self.obs_index
+            if len(self._obs_owners) == 1:  # one buffer: its standing views, copied
+                return copy_tree(self.observations)
+            tree = make_views(
+                self.observation_space,
+                cut(self._obs_owners[index], self._obs_fields[index]),
+            )
+            self.observations = tree
+            if index == len(self._obs_owners) - 1:  # scratch: never handed out
+                return copy_tree(tree)
+            return tree
+        return deepcopy(self.observations) if self.copy else self.observations
+
+    def put_observation(self, index: int, value: Any) -> None:
+        """Overwrite env ``index``'s row of the current observations with ``value``."""
+        if self.transport is ObsTransport.PIPE:
+            self.env_obs[index] = value
+        elif self.transport is ObsTransport.GYM:
+            write_to_shared_memory(
+                self.observation_space, index, value, self.gym_obs_memory
+            )
+        else:
+            leaves_ = flatten_batch(
+                self.observation_space, self.observations, self.num_envs, "obs"
+            )
+            make_writer(self.observation_space, leaves_)(index, value)
+
+    def take_observations(self, ids: npt.NDArray[np.int64]) -> Any:
+        """A fresh batch holding the current observations of ``ids``."""
+        if self.transport is ObsTransport.NATIVE:
+            return take_rows(self.observations, ids)
+        items = (
+            self.env_obs
+            if self.transport is ObsTransport.PIPE
+            else list(iterate(self.batched_observation_space, self.observations))
+        )
+        out: Any = create_empty_array(self.observation_space, n=ids.size)
+        return concatenate(
+            self.observation_space, [items[i] for i in ids.tolist()], out
+        )
+
+    def release(self) -> None:
+        """Drop every view of the shared block so its memory goes now.
+
+        Views handed out with ``copy=False`` keep their own reference, as they must.
+        """
+        if self.transport is ObsTransport.NATIVE:
+            self.observations = copy_tree(self.observations)
+            self._obs_owners = []
+        self.action_views = []
+        self.fast_action_view = None
+        self.rewards = self.rewards.copy()
+        self.terminations = self.terminations.copy()
+        self.truncations = self.truncations.copy()
+        self.block = None  # type: ignore[assignment]

@@ -1,0 +1,185 @@
+"""The in-process mode (``num_workers=0``): the envs run in the parent, in turn.
+
+On few cores, cheap envs step faster in the parent than behind a pipe: a process
+switch costs more than a CartPole step. With ``num_workers=0`` the one "worker" is a
+:class:`LocalHandle` whose channel runs each command at once, through the same
+:func:`vecpool._worker.host.serve` a worker process uses, on the same buffers: results,
+errors, autoreset, ``send``/``recv`` and env states are those of the process engine
+(hence Gymnasium's), and :meth:`WorkerGroup.wait` finds the answer already there.
+
+There is no isolation: an env that crashes the interpreter takes the parent with
+it, a step cannot time out (it has run by the time ``step_wait`` is called), and a
+Ctrl-C is handled once the step in progress ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import deque
+from typing import Any
+
+from vecpool._engine.group import WorkerHandle
+from vecpool._wire.messages import WorkerConfig
+from vecpool._worker.host import open_host, serve
+
+__all__ = ["LocalHandle"]
+
+
+class _Quiet:
+    """A pipe nobody writes to: a descriptor ``poll`` never reports ready.
+
+    The wait loop registers every handle's pipe and process sentinel; an
+    in-process handle gives it these, and its answers through the channel's buffer.
+    """
+
+    def __init__(self) -> None:
+        self.read, self.write = os.pipe()
+
+    def fileno(self) -> int:
+        return self.read
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        del timeout
+        return False
+
+    def close(self) -> None:
+        for fd in (self.read, self.write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.read = self.write = -1
+
+
+class _LocalChannel:
+    """A channel whose ``send`` runs the command here and queues the reply."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self.envs: list[Any] = []
+        try:
+            self.host, first = open_host(config, self.envs)
+        except BaseException:
+            self.close_envs()
+            raise
+        self.buffer: deque[bytes] = deque([first])
+        self.running = self.host is not None
+        self.broken_by: str | None = None  # what stopped a command half-way
+
+    def send(self, data: bytes) -> None:
+        if not self.running or self.host is None:
+            msg = "the in-process envs are closed"
+            raise BrokenPipeError(msg)
+        try:
+            reply, self.running = serve(self.host, data)
+        except BaseException as exc:
+            # serve() answers every Exception; this one (KeyboardInterrupt,
+            # SystemExit, ...) stopped the envs half-way: like a worker dying, the
+            # envs are lost, and no later call may return their rows
+            self.broken_by = type(exc).__name__
+            self.running = False
+            raise
+        if not self.running:  # CLOSE: the host closed the envs
+            self.envs.clear()
+        self.buffer.append(reply)
+
+    def has_message(self) -> bool:
+        return bool(self.buffer)
+
+    def recv(self) -> bytes:
+        if not self.buffer:
+            raise EOFError
+        return self.buffer.popleft()
+
+    def close_envs(self) -> None:
+        self.running = False
+        envs, self.envs = self.envs, []
+        for env in envs:
+            with contextlib.suppress(Exception):
+                env.close()
+
+
+class _LocalProcess:
+    """Stands in for the worker process: alive while the envs are open."""
+
+    pid = None
+    name = "in-process"
+
+    def __init__(self, channel: _LocalChannel) -> None:
+        self._channel = channel
+        self._sentinel = _Quiet()
+        self.sentinel = self._sentinel.read
+
+    def is_alive(self) -> bool:
+        return self._channel.running
+
+    @property
+    def exitcode(self) -> int | None:
+        if self._channel.running:
+            return None
+        return 0 if self._channel.broken_by is None else 1
+
+    def join(self, timeout: float | None = None) -> None:
+        del timeout
+
+    def terminate(self) -> None:
+        self._channel.close_envs()
+
+    kill = terminate
+
+    def close(self) -> None:
+        self._channel.close_envs()
+        self._sentinel.close()
+
+
+class LocalHandle(WorkerHandle):
+    """The handle of the in-process "worker": every env, stepped in the parent.
+
+    Args:
+        config: What a worker process would be given (``index`` 0, every env).
+    """
+
+    def __init__(self, config: WorkerConfig) -> None:
+        """Create the envs (a constructor's error becomes the first answer)."""
+        channel = _LocalChannel(config)
+        self.local_channel = channel
+        self.quiet = _Quiet()
+        self.local_process = _LocalProcess(channel)
+        super().__init__(
+            0,
+            range(config.start, config.start + len(config.env_fns())),
+            self.local_process,  # type: ignore[arg-type]
+            self.quiet,  # type: ignore[arg-type]
+        )
+        self.channel = channel  # type: ignore[assignment]
+        # like a worker process, it answers its start-up space check unasked
+        self.sent += 1
+        self.expected.append(self.sent)
+
+    def poll(self) -> bool:
+        """Whether an answer is queued."""
+        return self.channel.has_message()
+
+    def _write(self, data: bytes) -> int:
+        """Run the command at once (its answer is queued for the wait)."""
+        try:
+            return super()._write(data)
+        except KeyboardInterrupt:
+            # no transfer was cut (there is no pipe): the envs were, and the next
+            # call says so, as for a dead worker (the channel refuses it)
+            self.out_of_step = False
+            raise
+
+    def death(self, what: str) -> str:
+        """Why the envs are lost: a command stopped half-way, or they were closed."""
+        broken_by = self.local_channel.broken_by
+        if broken_by is None:
+            return super().death(what)
+        return (
+            f"The in-process sub-environments ({self.hosted()}) were stopped half-way "
+            f"through a command by {broken_by}, so their state is unknown: call "
+            "`close()` and create a new vector env."
+        )
+
+    def close(self) -> None:
+        """Close the envs (if still open) and the stand-in descriptors."""
+        self.local_process.close()
+        self.quiet.close()

@@ -1,0 +1,115 @@
+"""Process-wide hooks of the live vector envs: interpreter exit and ``os.fork``."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import multiprocessing.util  # noqa: F401 - its exit hook must be registered first
+import os
+import signal
+import time
+import weakref
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from vecpool._engine.group import STARTING_WORKERS
+
+__all__ = ["LIVE_ENVS", "kill_groups", "reap", "shutdown"]
+
+LIVE_ENVS: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Every vecpool.AsyncVectorEnv not yet closed."""
+
+
+@atexit.register
+def _close_all_at_exit() -> None:
+    """Close every live vector env before ``multiprocessing`` joins its children.
+
+    Registered after ``multiprocessing.util`` (imported above), so it runs first:
+    otherwise non-daemonic workers waiting for commands would block interpreter exit.
+    """
+    for env in list(LIVE_ENVS):
+        with contextlib.suppress(Exception):
+            env.close(terminate=True)
+
+
+def _retire_held_buffers() -> None:
+    """Before a fork: take observation buffers still in use out of rotation.
+
+    A forked child shares the shared-memory buffers instead of copying them, so an
+    observation array it inherited would change when the parent reuses the buffer.
+    vecpool's own workers never read those buffers, so their forks don't count.
+    """
+    if STARTING_WORKERS[0]:
+        return
+    for env in list(LIVE_ENVS):
+        with contextlib.suppress(Exception):
+            env._buffers.retire_held_obs_buffers()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_retire_held_buffers)
+
+
+def shutdown(
+    processes: list[BaseProcess],
+    conns: list[Connection],
+    groups: bool = True,
+) -> None:
+    """Terminate and reap worker processes; close pipes. Safe to call twice.
+
+    Args:
+        processes: The worker processes.
+        conns: The parent's pipe ends.
+        groups: The workers lead their own process groups (vecpool's workers do;
+            a custom Gymnasium-protocol worker does not): kill what is left in
+            them too (processes an env forked).
+    """
+    for process in processes:
+        with contextlib.suppress(Exception):
+            if process.is_alive():
+                process.terminate()
+    if groups:
+        kill_groups(processes)  # an env's children would hold the sentinels open
+    deadline = time.monotonic() + 2.0
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join(1.0)
+    for conn in conns:
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
+def reap(processes: list[BaseProcess], deadline: float) -> None:
+    """Wait until the workers exit or ``deadline`` (``time.monotonic()``) passes.
+
+    Polls ``exitcode`` (``waitpid``), not the process sentinels: a process an env
+    forked inherits the sentinel and would hold it open long after the worker left.
+
+    Args:
+        processes: The worker processes.
+        deadline: When to stop waiting.
+    """
+    pause = 0.0005
+    while any(process.exitcode is None for process in processes):
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
+
+
+def kill_groups(processes: list[BaseProcess]) -> None:
+    """SIGKILL the process group each vecpool worker leads (what its envs forked).
+
+    Args:
+        processes: vecpool worker processes (each made itself a group leader).
+    """
+    for process in processes:
+        pid = process.pid
+        if pid is None or pid <= 0:
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+            os.killpg(pid, signal.SIGKILL)

@@ -1,0 +1,375 @@
+"""Worker restart: the policy, the seeds of new incarnations, the last observations.
+
+With ``AsyncVectorEnv(..., on_worker_crash="restart")``, a worker found dead in a
+wait is replaced by a fresh process hosting the same envs (see
+:meth:`vecpool._engine.group.WorkerGroup.replace`). This module holds what the
+parent keeps for that:
+
+* :class:`RestartPolicy`: whether a crash may be answered by a restart
+  (``max_restarts`` per worker), the restart counts, and the seeds the replaced envs
+  start from: derived from (the seed last given to the env, the incarnation), so a
+  run with the same crashes is reproducible, and a new incarnation never repeats
+  the old one's episodes.
+* :class:`LastObservations`: a copy of the observation last returned for each env,
+  which a replacement hands back (NEXT_STEP, DISABLED) or reports as ``final_obs``
+  (SAME_STEP) in the row that marks the cut. It costs one copy of the observation
+  batch per call, paid only in restart mode.
+
+The rows themselves are made by the replacement worker (:mod:`vecpool._worker.host`): its
+envs start marked "restarted", and the first step of each returns the row the
+contract describes (DESIGN.md, "Worker restart").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import signal
+import warnings
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+from gymnasium import Space
+from gymnasium.vector.utils import batch_space, iterate
+
+from vecpool._engine.guards import HELD
+from vecpool._util.spaces import flatten_batch, is_native, leaves, make_reader
+from vecpool._wire.messages import STEP_SOME, RestartStart
+from vecpool.errors import VecPoolWarning, WorkerCrashedError
+
+if TYPE_CHECKING:
+    from vecpool._engine.group import WorkerGroup, WorkerHandle
+
+__all__ = [
+    "CRASH_POLICIES",
+    "LastObservations",
+    "RestartPolicy",
+    "Restarter",
+    "derive_seed",
+]
+
+CRASH_POLICIES = ("raise", "restart")
+RESENT = ("step", "reset", "recv", "send")
+"""Calls whose command a replacement runs again (its envs answer with the rows
+that mark the cut); any other call raises :class:`WorkerCrashedError` after the
+restart, its results lost."""
+NEVER_RESTARTED = ("__init__", "close")
+"""A crash in these calls raises: construction and closing."""
+STARTUP_DEATHS = 10
+"""Replacements of one worker in a row that may die before they start (killed
+by the same OOM killer, say) before the crash raises."""
+
+
+def derive_seed(seed: int, incarnation: int) -> int:
+    """The seed of an env's ``incarnation``-th replacement, given its last seed.
+
+    Args:
+        seed: The seed last given to the env (a non-negative int).
+        incarnation: 1 for the first replacement, 2 for the next...
+
+    Returns:
+        A seed in ``[0, 2**32)``, a pure function of both arguments.
+    """
+    state = np.random.SeedSequence([seed, incarnation]).generate_state(1, np.uint32)
+    return int(state[0])
+
+
+class RestartPolicy:
+    """Whether crashed workers are restarted, how often, and with which seeds.
+
+    Attributes:
+        max_restarts: Restarts allowed per worker; ``None``: unlimited.
+        restarts: Restarts so far, per worker.
+        seeds: The last seed given to each env (``None``: never seeded).
+    """
+
+    def __init__(
+        self, num_workers: int, num_envs: int, max_restarts: int | None
+    ) -> None:
+        """Counts at zero, no seed known."""
+        self.max_restarts = max_restarts
+        self.restarts = [0] * num_workers
+        self.seeds: list[int | None] = [None] * num_envs
+
+    def allows(self, worker: int) -> bool:
+        """Whether ``worker`` may be restarted once more."""
+        return self.max_restarts is None or self.restarts[worker] < self.max_restarts
+
+    def note_seeds(self, seeds: Sequence[Any]) -> None:
+        """Remember the seeds a reset gave (``None`` keeps the earlier seed)."""
+        for index, seed in enumerate(seeds):
+            if isinstance(seed, (int, np.integer)) and seed >= 0:
+                self.seeds[index] = int(seed)  # a bad seed fails in the env's reset
+
+    def start_seeds(self, worker: int, env_indices: range) -> list[int | None]:
+        """The first-reset seeds of the envs of ``worker``'s latest incarnation."""
+        incarnation = self.restarts[worker]
+        return [
+            None if self.seeds[i] is None else derive_seed(self.seeds[i], incarnation)  # type: ignore[arg-type]
+            for i in env_indices
+        ]
+
+
+class LastObservations:
+    """A copy of the observation last returned for each env.
+
+    Native spaces (Box, Discrete, ... and Dict/Tuple of them) are copied into
+    preallocated leaf arrays; other spaces are kept per env, deep-copied.
+    """
+
+    def __init__(
+        self, space: Space[Any], batched_space: Space[Any], num_envs: int
+    ) -> None:
+        """Preallocate the copy (every env: no observation yet)."""
+        self.space = space
+        self.batched_space = batched_space
+        self.num_envs = num_envs
+        self.seen = np.zeros(num_envs, np.bool_)
+        self.native = is_native(space)
+        self.arrays: list[npt.NDArray[Any]] = (
+            [np.zeros((num_envs, *shape), dtype) for dtype, shape in leaves(space)]
+            if self.native
+            else []
+        )
+        self.items: list[Any] = [None] * num_envs
+
+    def record(self, batch: Any) -> None:
+        """Keep a copy of a whole batch (a reset's or a step's observations)."""
+        if self.native:
+            for array, leaf in zip(
+                self.arrays,
+                flatten_batch(self.space, batch, self.num_envs, "obs"),
+                strict=True,
+            ):
+                np.copyto(array, leaf, casting="unsafe")
+        else:
+            self.items = [
+                copy.deepcopy(item) for item in iterate(self.batched_space, batch)
+            ]
+        self.seen[:] = True
+
+    def record_rows(self, batch: Any, ids: npt.NDArray[np.int64]) -> None:
+        """Keep a copy of the rows of ``recv``'s batch (row ``k`` is env ``ids[k]``)."""
+        if not ids.size:
+            return
+        if self.native:
+            for array, leaf in zip(
+                self.arrays,
+                flatten_batch(self.space, batch, ids.size, "obs"),
+                strict=True,
+            ):
+                array[ids] = leaf
+        else:
+            batched = batch_space(self.space, ids.size)
+            for index, item in zip(ids.tolist(), iterate(batched, batch), strict=True):
+                self.items[index] = copy.deepcopy(item)
+        self.seen[ids] = True
+
+    def rows(self, env_indices: range) -> list[Any]:
+        """The kept observation of each env (``None`` where none was returned)."""
+        if self.native:
+            read = make_reader(self.space, self.arrays)
+            return [read(i) if self.seen[i] else None for i in env_indices]
+        return [self.items[i] if self.seen[i] else None for i in env_indices]
+
+
+class Restarter:
+    """Replaces dead workers of one :class:`~vecpool._engine.group.WorkerGroup`.
+
+    Attributes:
+        policy: The restart policy.
+        last_obs: The observations last returned (what a replacement starts from).
+        owner: The vector env's class name, for messages.
+    """
+
+    def __init__(
+        self, policy: RestartPolicy, last_obs: LastObservations, owner: str
+    ) -> None:
+        """Restart with ``policy``, starting envs from ``last_obs``."""
+        self.policy = policy
+        self.last_obs = last_obs
+        self.owner = owner
+        self.lost: WorkerCrashedError | None = None
+        self.startup_deaths = [0] * len(policy.restarts)
+        self.closing = False
+
+    def allows(self, handle: WorkerHandle, what: str) -> bool:
+        """Whether a crash of ``handle``'s worker in ``what`` may be restarted."""
+        if self.closing:  # close() ends the workers: never start new ones
+            return False
+        if what == "restart":  # a replacement died before it started
+            return (
+                self.policy.allows(handle.index)
+                and self.startup_deaths[handle.index] < STARTUP_DEATHS
+            )
+        return what not in NEVER_RESTARTED and self.policy.allows(handle.index)
+
+    def replace(
+        self, group: WorkerGroup, old: WorkerHandle, what: str, *, reissue: bool
+    ) -> WorkerHandle:
+        """Start a replacement for ``old``'s dead worker and re-send its work.
+
+        The replacement hosts the same envs, built from the same constructors,
+        each starting from the observation last returned for it and marked
+        "restarted" (see :class:`vecpool._wire.messages.RestartStart`). With ``reissue``,
+        the commands ``old`` still owed replies to are sent again: a step, a reset
+        or ``send`` batches (their envs then answer with the rows that mark the
+        cut); for any other call, :attr:`lost` holds the error to raise once the
+        call's other workers have answered.
+
+        Args:
+            group: The group ``old`` belongs to.
+            old: The handle of the dead worker.
+            what: The call that found it dead.
+            reissue: Whether commands were in flight (``False``: found at a send,
+                whose caller sends its command to the replacement).
+
+        Returns:
+            The replacement's handle, in ``old``'s place in ``group.handles``.
+
+        Raises:
+            Exception: What an env constructor raised in the replacement (the
+                vector env is then unusable).
+            WorkerCrashedError: If the replacement died before it started.
+        """
+        index, envs = old.index, old.env_indices
+        with contextlib.suppress(EOFError, OSError), HELD:
+            while old.poll():  # its last words: replies written before it died
+                old.receive()
+        exitcode = _bury(old)
+        self.give_back_permit(group, old)
+        self.policy.restarts[index] += 1
+        if what == "restart":
+            self.startup_deaths[index] += 1
+        start = RestartStart(
+            last_obs=self.last_obs.rows(envs),
+            seeds=self.policy.start_seeds(index, envs),
+        )
+        with HELD:
+            new = group.spawn(index, envs, start)
+            group.put(new)
+            # numbers go on from the old pipe's: answers already read keep theirs
+            new.sent = new.received = old.sent
+            new.sent += 1  # the start-up check, sent unasked
+            new.expected.append(new.sent)
+        group.wait("restart", None, [new])
+        new = group.handles[index]  # a replacement of the replacement, maybe
+        self.startup_deaths[index] = 0
+        first = new.answer()
+        if first is not None and first.errors:
+            from vecpool._engine.group import raise_env_errors
+
+            group.broken = WorkerCrashedError(
+                f"{_died(old, what)}, and its replacement could not start: an env "
+                "constructor raised (above). Call `close()` and create a new vector "
+                "env.",
+                index,
+                tuple(envs),
+                exitcode,
+            )
+            raise_env_errors([first], self.owner)
+        self._warn(old, what)
+        with HELD:
+            answered = {number for number, _ in old.answers}
+            new.answers = deque(old.answers)
+            new.batches = {n: ids for n, ids in old.batches.items() if n in answered}
+            if reissue and old.expected:
+                self._reissue(group, old, new, what)
+        return new
+
+    @staticmethod
+    def give_back_permit(group: WorkerGroup, dead: WorkerHandle) -> None:
+        """Release the ``max_concurrency`` permit a dead worker died holding."""
+        _, _, _, _, semaphore, holding = group.started
+        if dead.process.exitcode is None:
+            return  # its pipe broke, yet it lives: it may still release it itself
+        if holding is not None and holding[dead.index]:
+            holding[dead.index] = 0
+            with contextlib.suppress(ValueError):
+                semaphore.release()
+
+    def lose_result(self, old: WorkerHandle, what: str) -> None:
+        """Note the error a call that cannot be re-sent raises after the restart."""
+        if what not in RESENT and self.lost is None:
+            self.lost = WorkerCrashedError(
+                f"{_died(old, what)}; it was restarted, but the result of `{what}` "
+                "is lost: call it again.",
+                old.index,
+                tuple(old.env_indices),
+                old.process.exitcode,
+            )
+
+    def _reissue(
+        self, group: WorkerGroup, old: WorkerHandle, new: WorkerHandle, what: str
+    ) -> None:
+        if what == "restart":
+            return  # it only owed its start-up check; the replacement sends its own
+        if what not in RESENT:
+            self.lose_result(old, what)
+            return
+        if old.batches:  # `send` batches: each one still owed, in order
+            start = old.env_indices.start
+            for number, ids in sorted(old.batches.items()):
+                if number in new.batches:
+                    continue  # answered before the crash
+                local = np.asarray([i - start for i in ids], np.uint16).tobytes()
+                again = self._resend(group, new, STEP_SOME + local)
+                new.expected.append(again)
+                new.batches[again] = ids
+            return
+        new.expect(self._resend(group, new, old.last_sent))  # the same bytes again
+
+    @staticmethod
+    def _resend(group: WorkerGroup, new: WorkerHandle, data: bytes) -> int:
+        """Write ``data`` to ``new``; if it died already, as if written.
+
+        A replacement dead before this write is noted dead with the command
+        owed, so its own replacement is sent the command again.
+        """
+        try:
+            return new._write(data)
+        except OSError:
+            new.last_sent = data
+            new.sent += 1
+            if new not in group.dead:
+                group.dead.append(new)
+            return new.sent
+
+    def _warn(self, old: WorkerHandle, what: str) -> None:
+        count = self.policy.restarts[old.index]
+        limit = self.policy.max_restarts
+        of = "" if limit is None else f" of {limit}"
+        warnings.warn(
+            f"{_died(old, what)}; restarted it (restart {count}{of}). Its envs start "
+            "over: their rows of this call are marked "
+            "`infos['worker_restarted']`.",
+            VecPoolWarning,
+            stacklevel=2,
+        )
+
+
+def _died(handle: WorkerHandle, what: str) -> str:
+    from vecpool._engine.group import describe_exit
+
+    return (
+        f"Worker {handle.index} (hosting {handle.hosted()}) died with "
+        f"{describe_exit(handle.process.exitcode)} while running `{what}`"
+    )
+
+
+def _bury(handle: WorkerHandle) -> int | None:
+    """Reap a dead worker, kill what its envs forked, close its pipe."""
+    process = handle.process
+    process.join(1.0)
+    if process.exitcode is None:  # its pipe broke, yet it lives: end it
+        process.kill()
+        process.join(1.0)
+    with contextlib.suppress(OSError, TypeError):
+        os.killpg(process.pid, signal.SIGKILL)  # type: ignore[arg-type]
+    with contextlib.suppress(OSError):
+        handle.conn.close()
+    return process.exitcode

@@ -1,0 +1,3 @@
+"""The package version (read by the build backend and ``vecpool --version``)."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,458 @@
+"""Child side: the envs one worker hosts, and what each command does to them.
+
+:func:`serve` runs one command (step with autoreset, reset, call, env states) on
+the hosted envs, writing into the shared block and returning the reply's bytes. The
+worker process (:mod:`vecpool._worker.loop`) and the in-process handle
+(:mod:`vecpool._engine.in_process`) both call it. Imports only the wire layer
+(:mod:`vecpool._wire`) and :mod:`vecpool._util.spaces`; the messages are described
+in :mod:`vecpool._wire.messages`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import pickle
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium.spaces.utils import is_space_dtype_shape_equiv
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import write_to_shared_memory
+
+from vecpool._util.spaces import leaves, make_reader, make_writer
+from vecpool._wire.messages import (
+    STEP,
+    STEP_SOME,
+    Command,
+    EnvState,
+    ObsTransport,
+    Reply,
+    WorkerConfig,
+    encode,
+    encode_safely,
+)
+from vecpool._wire.remote_errors import ErrorRecord, pack_error
+
+__all__ = ["Host", "open_host", "serve"]
+
+
+class Host:
+    """The envs of one worker and the views they read and write."""
+
+    def __init__(self, config: WorkerConfig, envs: list[Any]) -> None:
+        self.config = config
+        self.envs = envs
+        self.start = config.start
+        self.indices = range(config.start, config.start + len(envs))
+        block, layout = config.block, config.layout
+        self.rewards = block.view(layout.rewards)
+        self.terminations = block.view(layout.terminations)
+        self.truncations = block.view(layout.truncations)
+        self.read_action = (
+            make_reader(config.action_space, [block.view(f) for f in layout.actions])
+            if layout.actions
+            else None
+        )
+        self.write_obs: Callable[[int, Any], None] | None = None
+        self.obs_writers: list[Callable[[int, Any], None]] = []
+        if config.obs_transport is ObsTransport.NATIVE:
+            per_buffer = len(leaves(config.observation_space))
+            fields = layout.observations
+            self.obs_writers = [
+                make_writer(
+                    config.observation_space,
+                    [block.view(f) for f in fields[start : start + per_buffer]],
+                )
+                for start in range(0, len(fields), per_buffer)
+            ]
+            self.write_obs = self.obs_writers[0]
+        elif config.obs_transport is ObsTransport.GYM:
+            space, memory = config.observation_space, config.gym_obs_memory
+
+            def write_gym(index: int, value: Any) -> None:
+                write_to_shared_memory(space, index, value, memory)
+
+            self.write_obs = write_gym
+        self.by_pipe = config.obs_transport is ObsTransport.PIPE
+        self.last_obs: list[Any] = [None] * len(envs)
+        self.autoreset = [False] * len(envs)
+        self.mode = config.autoreset_mode
+        self.semaphore = config.semaphore
+        self.holding = config.holding
+        # a replacement worker (on_worker_crash="restart"): every env marks the cut
+        restart = config.restart
+        self.restarted = [restart is not None] * len(envs)
+        self.any_restarted = restart is not None
+        self.start_seeds: list[int | None] = [None] * len(envs)
+        if restart is not None:
+            self.last_obs = list(restart.last_obs)
+            self.start_seeds = list(restart.seeds)
+
+    def _acquire(self) -> None:
+        if self.semaphore is not None:
+            self.semaphore.acquire()
+            if self.holding is not None:  # a death from here on: the parent releases
+                self.holding[self.config.index] = 1
+
+    def _release(self) -> None:
+        if self.semaphore is not None:
+            if self.holding is not None:
+                self.holding[self.config.index] = 0
+            self.semaphore.release()
+
+    def _take_seed(self, local: int) -> int | None:
+        """The first-reset seed of a replaced env (once), else ``None``."""
+        seed = self.start_seeds[local]
+        self.start_seeds[local] = None
+        return seed
+
+    def _restart_row(self, local: int) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        """The step result that marks a replaced env's cut (see RestartStart)."""
+        self.restarted[local] = False
+        self.any_restarted = any(self.restarted)
+        last = self.last_obs[local]
+        info: dict[str, Any] = {"worker_restarted": True}
+        if self.mode is AutoresetMode.SAME_STEP:
+            obs, reset_info = self.envs[local].reset(seed=self._take_seed(local))
+            info = {"final_info": {}, "final_obs": last, **reset_info, **info}
+            return obs, 0.0, False, True, info
+        return last, 0.0, False, True, info
+
+    # -- commands ------------------------------------------------------------------
+
+    def step(
+        self,
+        actions: list[Any] | None,
+        subset: Sequence[int] | None = None,
+        buffer: int = 0,
+    ) -> bytes:
+        """Step every hosted env (or the local indices in ``subset``).
+
+        ``actions`` (when given, i.e. not in shared memory) holds one action per
+        stepped env, in order.
+        """
+        infos: list[tuple[int, dict[str, Any]]] = []
+        errors: list[ErrorRecord] = []
+        read_action = self.read_action
+        write_obs = self.obs_writers[buffer] if self.obs_writers else self.write_obs
+        rewards, terminations, truncations = (
+            self.rewards,
+            self.terminations,
+            self.truncations,
+        )
+        mode = self.mode
+        self._acquire()
+        envs = self.envs
+        try:
+            for position, local in enumerate(
+                range(len(envs)) if subset is None else subset
+            ):
+                env = envs[local]
+                index = self.start + local
+                try:
+                    if (
+                        self.any_restarted
+                        and self.restarted[local]
+                        and self.last_obs[local] is not None
+                    ):
+                        obs, reward, terminated, truncated, info = self._restart_row(
+                            local
+                        )
+                    elif mode is AutoresetMode.NEXT_STEP and self.autoreset[local]:
+                        obs, info = env.reset(seed=self._take_seed(local))
+                        reward, terminated, truncated = 0.0, False, False
+                    else:
+                        action = (
+                            actions[position]
+                            if actions is not None
+                            else read_action(index)  # type: ignore[misc]
+                        )
+                        obs, reward, terminated, truncated, info = env.step(action)
+                        if mode is AutoresetMode.SAME_STEP and (
+                            terminated or truncated
+                        ):
+                            reset_obs, reset_info = env.reset()
+                            info = {"final_info": info, "final_obs": obs, **reset_info}
+                            obs = reset_obs
+                    if mode is AutoresetMode.NEXT_STEP:
+                        self.autoreset[local] = bool(terminated or truncated)
+                    if write_obs is not None:
+                        write_obs(index, obs)
+                    self.last_obs[local] = obs  # a reference: no copy
+                    rewards[index] = reward
+                    terminations[index] = terminated
+                    truncations[index] = truncated
+                    if info:
+                        infos.append((index, info))
+                except Exception as exc:  # noqa: BLE001 - reported to the parent
+                    errors.append(pack_error(index, exc))
+        finally:
+            self._release()
+        return self._reply(infos, errors)
+
+    def reset(
+        self,
+        seeds: list[Any],
+        options: dict[str, Any] | None,
+        flags: list[bool],
+        buffer: int = 0,
+    ) -> bytes:
+        infos: list[tuple[int, dict[str, Any]]] = []
+        errors: list[ErrorRecord] = []
+        last = max((local for local, flag in enumerate(flags) if flag), default=-1)
+        write_obs = self.obs_writers[buffer] if self.obs_writers else self.write_obs
+        self._acquire()
+        try:
+            for local, env in enumerate(self.envs):
+                index = self.start + local
+                if not flags[local]:
+                    # left out of a masked reset: its observation is unchanged, but
+                    # it must appear in this call's buffer too (the env has not been
+                    # touched since it returned this observation)
+                    if write_obs is not None and self.last_obs[local] is not None:
+                        write_obs(index, self.last_obs[local])
+                    continue
+                try:
+                    # Gymnasium unpickles a separate copy of `options` for every env:
+                    # copies for all but the last env, which gets the original.
+                    env_options = options if local == last else copy.deepcopy(options)
+                    seed = self._take_seed(local)
+                    if seeds[local] is not None:
+                        seed = seeds[local]
+                    obs, info = env.reset(seed=seed, options=env_options)
+                    self.autoreset[local] = False
+                    if self.any_restarted and self.restarted[local]:
+                        self.restarted[local] = False
+                        self.any_restarted = any(self.restarted)
+                        info = {**info, "worker_restarted": True}
+                    if write_obs is not None:
+                        write_obs(index, obs)
+                    self.last_obs[local] = obs  # a reference: no copy
+                    if info:
+                        infos.append((index, info))
+                except Exception as exc:  # noqa: BLE001 - reported to the parent
+                    errors.append(pack_error(index, exc))
+        finally:
+            self._release()
+        return self._reply(infos, errors)
+
+    def _reply(
+        self, infos: list[tuple[int, dict[str, Any]]], errors: list[ErrorRecord]
+    ) -> bytes:
+        """The answer to a step or reset: empty when there is nothing to say."""
+        if not infos and not errors and not self.by_pipe:
+            return b""
+        return encode_safely(
+            Reply(
+                infos=infos or None,
+                observations=self.last_obs if self.by_pipe else None,
+                errors=errors or None,
+            ),
+            self.start,
+        )
+
+    def call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+        results: list[Any] = []
+        errors: list[ErrorRecord] = []
+        for local, env in enumerate(self.envs):
+            try:
+                # Every env gets its own copy, as with Gymnasium's per-env pipes.
+                env_args, env_kwargs = (
+                    (args, kwargs)
+                    if local == len(self.envs) - 1
+                    else copy.deepcopy((args, kwargs))
+                )
+                attr = env.get_wrapper_attr(name)
+                results.append(
+                    attr(*env_args, **env_kwargs) if callable(attr) else attr
+                )
+            except Exception as exc:  # noqa: BLE001 - reported to the parent
+                results.append(None)
+                errors.append(pack_error(self.start + local, exc))
+        return encode_safely(Reply(results=results, errors=errors or None), self.start)
+
+    def set_attr(self, name: str, values: list[Any]) -> bytes:
+        errors: list[ErrorRecord] = []
+        for local, env in enumerate(self.envs):
+            try:
+                value = (
+                    values[local]
+                    if local == len(self.envs) - 1
+                    else copy.deepcopy(values[local])
+                )
+                env.set_wrapper_attr(name, value)
+            except Exception as exc:  # noqa: BLE001 - reported to the parent
+                errors.append(pack_error(self.start + local, exc))
+        return encode(Reply(errors=errors)) if errors else b""
+
+    def _state_methods(self, local: int) -> Any:
+        env = self.envs[local].unwrapped
+        if not (hasattr(env, "get_state") and hasattr(env, "set_state")):
+            msg = (
+                f"Sub-environment {self.start + local} ({type(env).__name__}) has no "
+                "`get_state()`/`set_state(state)` methods: implement both on the env "
+                "class (they are looked up on `env.unwrapped`) to use `get_states`, "
+                "`set_states` and `step_from`."
+            )
+            raise AttributeError(msg)
+        return env
+
+    def get_states(self, locals_: list[int]) -> bytes:
+        results: list[Any] = []
+        errors: list[ErrorRecord] = []
+        for local in locals_:
+            try:
+                state = self._state_methods(local).get_state()
+                results.append(EnvState(state, self.autoreset[local]))
+            except Exception as exc:  # noqa: BLE001 - reported to the parent
+                results.append(None)
+                errors.append(pack_error(self.start + local, exc))
+        return encode_safely(Reply(results=results, errors=errors or None), self.start)
+
+    def set_states(self, locals_: list[int], states: list[Any]) -> bytes:
+        errors: list[ErrorRecord] = []
+        for local, state in zip(locals_, states, strict=True):
+            try:
+                self._restore(local, state)
+            except Exception as exc:  # noqa: BLE001 - reported to the parent
+                errors.append(pack_error(self.start + local, exc))
+        return encode(Reply(errors=errors)) if errors else b""
+
+    def _restore(self, local: int, state: Any) -> Any:
+        """Set an :class:`EnvState` (or a bare env state: then mid-episode)."""
+        methods = self._state_methods(local)
+        self.restarted[local] = False  # the state given defines the env now
+        self.any_restarted = any(self.restarted)
+        if isinstance(state, EnvState):
+            methods.set_state(state.state)
+            self.autoreset[local] = bool(state.autoreset_pending)
+        else:
+            methods.set_state(state)
+            self.autoreset[local] = False
+        return methods
+
+    def step_from(
+        self, locals_: list[int], states: list[Any], actions: list[Any], dt: int
+    ) -> bytes:
+        """Set each state, apply its action ``dt`` times (stopping at an episode end).
+
+        Rewards are summed over the repeats; no autoreset happens here.
+        """
+        results: list[Any] = []
+        errors: list[ErrorRecord] = []
+        for local, state, action in zip(locals_, states, actions, strict=True):
+            try:
+                env = self.envs[local]
+                methods = self._restore(local, state)
+                total = 0.0
+                for _ in range(dt):
+                    obs, reward, terminated, truncated, info = env.step(action)
+                    total += float(reward)
+                    if terminated or truncated:
+                        break
+                ended = bool(terminated or truncated)
+                if self.mode is AutoresetMode.NEXT_STEP:
+                    self.autoreset[local] = ended
+                new_state = EnvState(
+                    methods.get_state(), self.mode is AutoresetMode.NEXT_STEP and ended
+                )
+                results.append((new_state, obs, total, terminated, truncated, info))
+            except Exception as exc:  # noqa: BLE001 - reported to the parent
+                results.append(None)
+                errors.append(pack_error(self.start + local, exc))
+        return encode_safely(Reply(results=results, errors=errors or None), self.start)
+
+    def check_spaces(self) -> bytes:
+        single_obs, single_action = self.config.check_spaces
+        same_obs_mode = self.config.observation_mode == "same"
+        results = [
+            (
+                single_obs == env.observation_space
+                if same_obs_mode
+                else is_space_dtype_shape_equiv(single_obs, env.observation_space),
+                single_action == env.action_space,
+            )
+            for env in self.envs
+        ]
+        return encode(Reply(results=results))
+
+    def close(self) -> None:
+        for env in self.envs:
+            with contextlib.suppress(Exception):
+                env.close()
+        self.envs = []
+
+
+def _run_command(host: Host, data: bytes | memoryview) -> tuple[bytes, bool]:
+    """Run one pickled command; return the reply and whether to keep going."""
+    command, payload = pickle.loads(data)
+    if command is Command.STEP:
+        actions, subset, buffer = payload
+        return host.step(actions, subset, buffer), True
+    if command is Command.RESET:
+        seeds, options, flags, buffer = payload
+        return host.reset(seeds, options, flags, buffer), True
+    if command is Command.CALL:
+        name, args, kwargs = payload
+        return host.call(name, args, kwargs), True
+    if command is Command.SET_ATTR:
+        name, values = payload
+        return host.set_attr(name, values), True
+    if command is Command.GET_STATES:
+        return host.get_states(payload), True
+    if command is Command.SET_STATES:
+        locals_, states = payload
+        return host.set_states(locals_, states), True
+    if command is Command.STEP_FROM:
+        locals_, states, actions, dt = payload
+        return host.step_from(locals_, states, actions, dt), True
+    if command is Command.CLOSE:
+        host.close()
+        return b"", False
+    msg = f"Received unknown command `{command}`."
+    raise RuntimeError(msg)
+
+
+def open_host(config: WorkerConfig, envs: list[Any]) -> tuple[Host | None, bytes]:
+    """Create the envs of ``config`` (appended to ``envs``) and their host.
+
+    Args:
+        config: The worker configuration.
+        envs: Filled with the envs as they are created (the caller closes them).
+
+    Returns:
+        The host (``None`` if a constructor raised) and the first reply: the
+        start-up space check, or the constructor's error.
+    """
+    for local, env_fn in enumerate(config.env_fns()):
+        try:
+            envs.append(env_fn())
+        except Exception as exc:  # noqa: BLE001 - reported to the parent
+            return None, encode(Reply(errors=[pack_error(config.start + local, exc)]))
+    host = Host(config, envs)
+    return host, host.check_spaces()
+
+
+def serve(host: Host, data: bytes | memoryview) -> tuple[bytes, bool]:
+    """Run one command; return the reply and whether to keep serving.
+
+    Args:
+        host: The envs.
+        data: The command as the parent framed it (a short step message or a
+            pickled :class:`~vecpool._wire.messages.Command`).
+
+    Returns:
+        The reply bytes (an error reply if the command itself failed) and
+        ``False`` after ``CLOSE``.
+    """
+    try:
+        if data[:1] == STEP:  # b"s" + the observation buffer's index
+            return host.step(None, None, data[1] if len(data) > 1 else 0), True
+        if data[:1] == STEP_SOME:
+            subset = np.frombuffer(data, np.uint16, offset=1).tolist()
+            return host.step(None, subset), True
+        return _run_command(host, data)
+    except Exception as exc:  # noqa: BLE001 - protocol errors go back too
+        return encode(Reply(errors=[pack_error(host.start, exc)])), True

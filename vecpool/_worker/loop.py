@@ -1,0 +1,95 @@
+"""Child side: the entry point of a worker process and its command loop.
+
+The loop waits (spinning while the parent's gaps are short, see
+:class:`vecpool._wire.spin.GapTracker`), reads one command from the channel, has
+:func:`vecpool._worker.host.serve` run it and sends the reply. This is what
+``spawn``/``forkserver`` children import: it imports only the wire layer and the
+host, never the parent's engine, the pool, the sampler or the bench.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import sys
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+from vecpool._wire.channel import Channel
+from vecpool._wire.messages import WorkerConfig
+from vecpool._wire.spin import GapTracker, spin_until_ready
+from vecpool._worker.host import open_host, serve
+
+__all__ = ["run_worker"]
+
+
+def _ignore_signal(signum: int, frame: Any) -> None:
+    """Swallow SIGINT in workers (the parent handles Ctrl-C and closes them)."""
+
+
+def run_worker(
+    conn: Connection, parent_conn: Connection | None, config: WorkerConfig
+) -> None:
+    """Entry point of a worker process.
+
+    Creates the hosted envs, reports the space check (or the construction error),
+    then serves commands until ``CLOSE`` or until the parent goes away.
+
+    Args:
+        conn: This worker's end of the pipe.
+        parent_conn: The parent's end, closed here so a dead parent is noticed.
+        config: The worker configuration.
+    """
+    # Ctrl-C goes to the whole process group; the parent decides how to shut down.
+    # A no-op handler rather than SIG_IGN: programs an env execs get the default back.
+    signal.signal(signal.SIGINT, _ignore_signal)
+    # lead a process group of its own: on close the parent kills the group, so
+    # processes an env forked do not outlive it (nor hold its sentinel open)
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
+    if parent_conn is not None:
+        parent_conn.close()
+    envs: list[Any] = []
+    channel = Channel(conn.fileno())
+    try:
+        host, first = open_host(config, envs)
+        channel.send(first)
+        if host is None:
+            return  # an env constructor raised: reported, nothing to serve
+        poller = select.poll()
+        poller.register(conn.fileno(), select.POLLIN)
+        spin, spin_yield = config.spin, config.spin_yield
+        gaps = GapTracker(config.spin_max_gap) if config.spin_max_gap > 0 else None
+        clock = time.perf_counter
+        running = True
+        while running:
+            if (
+                spin > 0.0
+                and (gaps is None or gaps.spins())
+                and not channel.has_message()
+                and not poller.poll(0)
+            ):
+                spin_until_ready(poller, spin, spin_yield)
+            try:
+                data = channel.recv()
+            except (EOFError, OSError):
+                break  # the parent is gone: nothing left to serve
+            if gaps is not None:
+                gaps.commanded(clock())
+            reply, running = serve(host, data)
+            try:
+                channel.send(reply)
+            except OSError:
+                break
+            if gaps is not None:
+                gaps.replied(clock())
+    finally:
+        for env in envs:
+            with contextlib.suppress(Exception):
+                env.close()
+        with contextlib.suppress(Exception):
+            conn.close()
+        sys.stdout.flush()

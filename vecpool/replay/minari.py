@@ -1,0 +1,102 @@
+"""Minari datasets from a replay pool: :func:`to_minari`.
+
+Only complete episodes are written (see :func:`vecpool.replay.episodes.complete_episodes`):
+an offline-RL dataset of episodes has no room for the head of a sub-pool whose
+older transitions were dropped, nor for the episode still running at the tail.
+Observations and actions are stored losslessly (no JPEG encoding of images).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import numpy as np
+
+from vecpool.replay.episodes import Episode, complete_episodes
+from vecpool.replay.pool import ReplayPool
+
+__all__ = ["to_minari"]
+
+INSTALL = 'pip install "vecpool[minari]"'
+
+
+def _minari() -> Any:
+    try:
+        return importlib.import_module("minari")
+    except ImportError as error:
+        msg = f"Exporting to Minari needs the minari package: {INSTALL}."
+        raise ImportError(msg) from error
+
+
+def _lists(batch: Any) -> Any:
+    """A nested batch as Minari's episode buffers hold it: a list per leaf."""
+    if isinstance(batch, dict):
+        return {key: _lists(value) for key, value in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(_lists(value) for value in batch)
+    return list(np.asarray(batch))
+
+
+def to_minari(
+    pool: ReplayPool, dataset_id: str, *, env: Any = None, **kwargs: Any
+) -> tuple[Any, int]:
+    """Write the pool's complete episodes as the Minari dataset ``dataset_id``.
+
+    Example:
+        >>> # envs = vecpool.ReplayPoolWrapper(vecpool.AsyncVectorEnv(env_fns), 100_000)
+        >>> # ... step ...
+        >>> # dataset, skipped = to_minari(envs.pool, "cartpole/random-v0",
+        >>> #                              env="CartPole-v1")
+        >>> # minari.load_dataset("cartpole/random-v0").total_episodes
+
+    Args:
+        pool: The pool (``random=False``).
+        dataset_id: Minari's id, ``(namespace/)(env_name/)dataset_name(-vN)``.
+        env: The env (id, spec or instance) the data came from, recorded in the
+            dataset; ``None`` records the pool's spaces only.
+        **kwargs: Passed to ``minari.create_dataset_from_buffers`` (author,
+            algorithm_name, description, ...).
+
+    Returns:
+        The ``MinariDataset`` and the number of partial episodes left out.
+
+    Raises:
+        ImportError: If minari is not installed.
+        ValueError: If the pool holds no complete episode, or routes at random.
+    """
+    minari = _minari()
+    episode_buffer = importlib.import_module("minari.data_collector").EpisodeBuffer
+
+    episodes, partial = complete_episodes(pool)
+    if not episodes:
+        msg = (
+            f"The pool holds no complete episode ({partial} partial ones): collect "
+            "until episodes end, with a pool large enough to keep them whole."
+        )
+        raise ValueError(msg)
+    buffers = [_buffer(episode_buffer, i, e) for i, e in enumerate(episodes)]
+    settings: dict[str, Any] = {
+        "jpeg_encoding": False,
+        "description": "Complete episodes exported from a vecpool.ReplayPool.",
+        **kwargs,
+    }
+    if env is None:
+        settings.setdefault("observation_space", pool.observation_space)
+        settings.setdefault("action_space", pool.action_space)
+    dataset = minari.create_dataset_from_buffers(
+        dataset_id, buffers, env=env, **settings
+    )
+    return dataset, partial
+
+
+def _buffer(cls: Any, index: int, episode: Episode) -> Any:
+    return cls(
+        id=index,
+        observations=_lists(episode.observations),
+        actions=_lists(episode.actions),
+        rewards=episode.rewards.tolist(),
+        terminations=episode.terminations.tolist(),
+        truncations=episode.truncations.tolist(),
+        infos={},
+    )

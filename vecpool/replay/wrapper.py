@@ -1,0 +1,260 @@
+"""Vector wrappers that connect envs to the replay pool."""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
+
+from vecpool._util.spaces import NATIVE_LEAVES, flatten_batch, leaves, make_writer
+from vecpool.errors import VecPoolWarning
+from vecpool.replay.boundaries import AutoresetTracker, restarted_rows
+from vecpool.replay.pool import ReplayPool, Transitions
+
+__all__ = ["ReplayPoolWrapper", "restarted_rows"]
+
+
+if TYPE_CHECKING:
+    _VectorWrapper = VectorWrapper[Any, Any, Any, Any, Any]
+else:  # Gymnasium < 1.3 has no type parameters on VectorWrapper
+    _VectorWrapper = VectorWrapper
+
+
+class ReplayPoolWrapper(_VectorWrapper):
+    """Record every real transition of a vector env into a :class:`ReplayPool`.
+
+    Works on any Gymnasium ``VectorEnv`` (vecpool's, Gymnasium's Sync/Async, wrapped)
+    and returns every ``reset`` and ``step`` result unchanged. Which steps are
+    transitions follows ``env.metadata["autoreset_mode"]``:
+
+    * ``NEXT_STEP``: the step after an episode ended only resets that env; it is
+      not a transition and is not recorded.
+    * ``SAME_STEP``: the ``next_obs`` of an env that ended is
+      ``infos["final_obs"][i]``, not the reset observation returned.
+    * ``DISABLED``: every step is a transition; ``reset(options={"reset_mask": m})``
+      refreshes only the masked envs' current observation.
+
+    A row marked ``infos["worker_restarted"]`` (a worker died and its envs were
+    replaced, ``on_worker_crash="restart"``, docs/reliability.md) is no transition
+    in any mode: nothing is recorded for it and the env's episode in progress is
+    aborted in the pool (:meth:`ReplayPool.abort_episodes`: not counted as
+    finished, not merged with the next one). Recording then resumes as after any
+    episode end: ``NEXT_STEP`` skips the reset step that follows, ``SAME_STEP``
+    starts from the new env's first observation (the row's ``obs``; its
+    ``final_obs`` is the old one, not a transition), ``DISABLED`` waits for the
+    masked reset. A reset aborts the episodes of the envs it resets, whether
+    it reports them ``worker_restarted`` or not.
+
+    ``terminated`` and ``truncated`` are stored separately.
+
+    Attributes:
+        pool: The :class:`ReplayPool` the transitions go to.
+        autoreset_mode: The wrapped env's autoreset mode, as read at construction.
+
+    Example:
+        >>> import gymnasium as gym, vecpool
+        >>> envs = vecpool.ReplayPoolWrapper(
+        ...     gym.make_vec("CartPole-v1", num_envs=2), pool_size=100
+        ... )
+        >>> _ = envs.reset(seed=0)
+        >>> _ = envs.action_space.seed(0)
+        >>> for _ in range(10):
+        ...     _ = envs.step(envs.action_space.sample())
+        >>> len(envs.pool), envs.pool.lengths.tolist()
+        (20, [10, 10])
+        >>> envs.close()
+
+    Args:
+        env: The vector env to record.
+        pool_size: Total capacity; each sub-pool holds ``ceil(pool_size / num_envs)``.
+        window_size: See :class:`ReplayPool`.
+        clearing_freq: See :class:`ReplayPool`.
+        window_size_: See :class:`ReplayPool`.
+        random: See :class:`ReplayPool`.
+        seed: Seed of the pool's routing and sampling generator.
+        store_next_obs: See :class:`ReplayPool`.
+    """
+
+    def __init__(
+        self,
+        env: VectorEnv[Any, Any, Any],
+        pool_size: int,
+        window_size: int | None = None,
+        clearing_freq: int | None = None,
+        window_size_: int | None = None,
+        random: bool = False,
+        seed: int | None = None,
+        store_next_obs: bool = True,
+    ) -> None:
+        """Wrap ``env`` and preallocate its pool."""
+        super().__init__(env)
+        mode = env.metadata.get("autoreset_mode")
+        if mode is None:
+            warnings.warn(
+                f"{env} has no `metadata['autoreset_mode']`; recording as NEXT_STEP.",
+                VecPoolWarning,
+                stacklevel=2,
+            )
+            mode = AutoresetMode.NEXT_STEP
+        self.autoreset_mode = AutoresetMode(mode)
+        self.pool = ReplayPool(
+            env.single_observation_space,
+            env.single_action_space,
+            env.num_envs,
+            pool_size,
+            window_size,
+            clearing_freq,
+            window_size_,
+            random,
+            seed,
+            store_next_obs,
+        )
+        space = env.single_observation_space
+        n = env.num_envs
+        self._obs = [np.zeros((n, *shape), dtype) for dtype, shape in leaves(space)]
+        self._next = [np.zeros_like(array) for array in self._obs]
+        self._write_next = make_writer(space, self._next)
+        self._has_obs = False
+        self._boundaries = AutoresetTracker(n, self.autoreset_mode)
+        single_action = env.single_action_space
+        self._obs_shape = (
+            (n, *space.shape)
+            if isinstance(space, NATIVE_LEAVES) and space.shape is not None
+            else None
+        )
+        self._action_shape = (
+            (n, *single_action.shape)
+            if isinstance(single_action, NATIVE_LEAVES)
+            and single_action.shape is not None
+            else None
+        )
+
+    def get_pool(self) -> Transitions:
+        """Every recorded transition (see :meth:`ReplayPool.get_pool`)."""
+        return self.pool.get_pool()
+
+    def reset(
+        self,
+        *,
+        seed: int | list[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset the env and take its observations as the envs' current ones.
+
+        The episodes in progress of the envs reset (every env, or those of
+        ``options["reset_mask"]``; also those the reset reports
+        ``worker_restarted``, always among them) are aborted in the pool: never
+        counted as finished, never merged with the next ones.
+        """
+        mask = None if options is None else options.get("reset_mask")
+        obs, infos = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]
+        current = self._split(obs)
+        if mask is not None:
+            mask = np.asarray(mask, np.bool_)
+        # the episodes in progress of the envs reset (replaced in the reset or not,
+        # docs/reliability.md) are over, unfinished
+        self.pool.abort_episodes(
+            np.arange(self.num_envs) if mask is None else np.flatnonzero(mask)
+        )
+        if mask is None or not self._has_obs:
+            for store, leaf in zip(self._obs, current, strict=True):
+                store[...] = leaf
+            self._boundaries.after_reset()
+            self._has_obs = True
+        else:
+            for store, leaf in zip(self._obs, current, strict=True):
+                store[mask] = leaf[mask]
+            self._boundaries.after_reset(mask)
+        return obs, infos
+
+    def step(
+        self, actions: Any
+    ) -> tuple[
+        Any, npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any], dict[str, Any]
+    ]:
+        """Step the env and record the step's real transitions.
+
+        If the inner step raises (an env error, a Ctrl-C), no transition links the
+        observations from before it to those after it: the envs may have moved on
+        without the wrapper seeing their results. Recording resumes with the next
+        step's observations, and the episodes in progress are aborted in the pool
+        (their returns miss a step).
+        """
+        try:
+            result = self.env.step(actions)
+        except BaseException:
+            self._has_obs = False
+            self.pool.abort_episodes(np.arange(self.num_envs))
+            raise
+        self.record_step(actions, result)
+        return result
+
+    def record_step(self, actions: Any, result: tuple[Any, ...]) -> None:
+        """Record the transitions of a step already taken on the inner env.
+
+        :meth:`step` is ``self.env.step`` followed by this; callers that must not
+        be interrupted half-way through recording (e.g. on Ctrl-C) call the two
+        halves themselves.
+
+        Args:
+            actions: The actions of the step.
+            result: What ``self.env.step(actions)`` returned.
+        """
+        obs, rewards, terminations, truncations, infos = result
+        current = self._split(obs)
+        cut = restarted_rows(infos)
+        if self._has_obs:
+            self._record(
+                actions, current, rewards, terminations, truncations, infos, cut
+            )
+        if cut is not None:  # the crash cut these episodes: never finished
+            self.pool.abort_episodes(np.flatnonzero(cut))
+        for store, leaf in zip(self._obs, current, strict=True):
+            store[...] = leaf
+        self._has_obs = True
+        self._boundaries.after_step(np.logical_or(terminations, truncations))
+
+    def _record(
+        self,
+        actions: Any,
+        current: list[npt.NDArray[Any]],
+        rewards: Any,
+        terminations: Any,
+        truncations: Any,
+        infos: dict[str, Any],
+        cut: npt.NDArray[np.bool_] | None,
+    ) -> None:
+        action = self._split_actions(actions)
+        next_obs = current
+        if self.autoreset_mode is AutoresetMode.SAME_STEP:
+            ended = np.flatnonzero(np.logical_or(terminations, truncations))
+            if ended.size:
+                for store, leaf in zip(self._next, current, strict=True):
+                    store[...] = leaf
+                final_obs = infos["final_obs"]
+                for index in ended.tolist():
+                    self._write_next(index, final_obs[index])
+                next_obs = self._next
+        valid = self._boundaries.valid()  # NEXT_STEP reset rows are skipped
+        if cut is not None:  # and the rows of a restarted worker: no transition
+            valid = ~cut if valid is None else valid & ~cut
+        self.pool.add_leaves(
+            self._obs, action, next_obs, rewards, terminations, truncations, valid=valid
+        )
+
+    def _split(self, batch: Any) -> list[npt.NDArray[Any]]:
+        if type(batch) is np.ndarray and batch.shape == self._obs_shape:
+            return [batch]
+        space, n = self.single_observation_space, self.num_envs
+        return [np.asarray(leaf) for leaf in flatten_batch(space, batch, n, "obs")]
+
+    def _split_actions(self, actions: Any) -> list[npt.NDArray[Any]]:
+        if type(actions) is np.ndarray and actions.shape == self._action_shape:
+            return [actions]
+        space, n = self.single_action_space, self.num_envs
+        return [
+            np.asarray(leaf) for leaf in flatten_batch(space, actions, n, "actions")
+        ]

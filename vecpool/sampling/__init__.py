@@ -1,0 +1,1 @@
+"""Collection: the ``[T, B]`` sampler, ``vecpool collect``, and Ray scale-out."""

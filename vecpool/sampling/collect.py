@@ -1,0 +1,848 @@
+"""Collect a dataset: step a vector env with a policy and save its replay pool.
+
+:func:`collect` is the Python side of ``vecpool collect``: it builds a
+:class:`vecpool.AsyncVectorEnv` with :func:`vecpool.make_vec`, records every real
+transition through a :class:`vecpool.ReplayPoolWrapper`, reports progress, stops
+cleanly on Ctrl-C and writes the pool with :meth:`vecpool.ReplayPool.save`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import math
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any, TextIO
+
+import gymnasium as gym
+import numpy as np
+import numpy.typing as npt
+from gymnasium.vector import AutoresetMode
+
+from vecpool._util.checks import check_int, require_matplotlib
+from vecpool._util.progress import Progress
+from vecpool.errors import VecPoolError
+from vecpool.replay.boundaries import AutoresetTracker, restarted_rows
+from vecpool.replay.pool import ReplayPool
+from vecpool.replay.wrapper import ReplayPoolWrapper
+from vecpool.vector.make import make_vec
+
+__all__ = [
+    "DEFAULT_ENV_ID",
+    "CollectArgumentError",
+    "CollectResult",
+    "CollectSaveError",
+    "collect",
+    "format_bytes",
+    "load_callable",
+    "load_policy",
+    "parse_autoreset_mode",
+    "plot_collection",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ENV_ID = "CartPole-v1"
+RECENT_EPISODES = 100
+"""How many of the latest episodes the progress display's mean return covers."""
+TERMINAL_REFRESH_SECONDS = 0.1
+"""Shortest time between two redraws of the progress line on a terminal."""
+LOG_LINE_SECONDS = 2.0
+"""Shortest time between two progress lines when the output is not a terminal."""
+LOG_LINE_MAX_SECONDS = 30.0
+"""Longest time between two progress lines when the output is not a terminal."""
+
+Policy = Callable[[Any], Any]
+"""``policy(observations) -> actions``, one call per vector step for the batch."""
+
+_AUTORESET_NAMES = {
+    "nextstep": AutoresetMode.NEXT_STEP,
+    "samestep": AutoresetMode.SAME_STEP,
+    "disabled": AutoresetMode.DISABLED,
+}
+
+
+class CollectArgumentError(VecPoolError, ValueError):
+    """An argument of :func:`collect` is invalid (``vecpool collect`` exits with 2)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CollectResult:
+    """What :func:`collect` did: the figures of its summary, and the pool itself.
+
+    Attributes:
+        env_id: The environment id.
+        num_envs: Number of sub-environments (and of sub-pools).
+        num_workers: Number of worker processes.
+        autoreset_mode: The vector env's autoreset mode.
+        planned_env_steps: Env steps asked for, rounded up to whole vector steps.
+        vector_steps: Vector steps taken (fewer than planned if interrupted).
+        transitions: Real transitions recorded (``NEXT_STEP``'s reset-only steps are
+            env steps but not transitions).
+        kept: Transitions in the pool at the end (``len(pool)``).
+        capacity: Total capacity of the pool (``num_envs * pool.capacity``).
+        episode_ends: For each episode that ended, the env steps taken when it
+            ended (the end of its vector step), in order.
+        episode_returns: The return of each of those episodes.
+        episode_lengths: The length of each of those episodes, in transitions.
+        seconds: Time spent stepping (env-steps/s is measured over it).
+        wall_seconds: Time of the whole call: workers, stepping, closing, saving.
+        path: The file written, or ``None`` if ``out=None``.
+        file_size: Its size in bytes, or ``None``.
+        interrupted: Whether Ctrl-C (``SIGINT``) stopped the collection early.
+        pool: The pool (as saved).
+        minari: ``(dataset_id, complete episodes written, partial ones left out)``
+            when a Minari dataset was written.
+    """
+
+    env_id: str
+    num_envs: int
+    num_workers: int
+    autoreset_mode: AutoresetMode
+    planned_env_steps: int
+    vector_steps: int
+    transitions: int
+    kept: int
+    capacity: int
+    episode_ends: tuple[int, ...]
+    episode_returns: tuple[float, ...]
+    episode_lengths: tuple[int, ...]
+    seconds: float
+    wall_seconds: float
+    path: Path | None
+    file_size: int | None
+    interrupted: bool
+    pool: ReplayPool = dataclasses.field(repr=False, compare=False)
+    minari: tuple[str, int, int] | None = None
+
+    @property
+    def env_steps(self) -> int:
+        """Env steps taken: ``vector_steps * num_envs``."""
+        return self.vector_steps * self.num_envs
+
+    @property
+    def episodes(self) -> int:
+        """Number of episodes that ended."""
+        return len(self.episode_returns)
+
+    @property
+    def mean_return(self) -> float:
+        """Mean return of the episodes that ended (``nan`` if none)."""
+        return _mean(self.episode_returns)
+
+    @property
+    def mean_length(self) -> float:
+        """Mean length in transitions of the episodes that ended (``nan`` if none)."""
+        return _mean(self.episode_lengths)
+
+    @property
+    def env_steps_per_second(self) -> float:
+        """Throughput while stepping, in env steps per second."""
+        return self.env_steps / self.seconds if self.seconds > 0 else math.nan
+
+    def summary_lines(self) -> list[str]:
+        """The summary that ``vecpool collect`` prints.
+
+        Returns:
+            Lines without trailing newlines.
+        """
+        done = f"{self.env_steps:,} env steps"
+        if self.interrupted:
+            done = f"interrupted after {done} of {self.planned_env_steps:,}"
+        lines = [
+            f"{done} ({self.vector_steps:,} vector steps x {self.num_envs} envs) "
+            f"in {self.seconds:.1f} s: {self.env_steps_per_second:,.0f} env-steps/s",
+            f"transitions: {self.transitions:,} recorded, {self.kept:,} kept "
+            f"/ {self.capacity:,} capacity "
+            f"({self.num_envs} sub-pools x {self.pool.capacity:,})",
+            f"episodes: {self.episodes:,} ended, mean return "
+            f"{self.mean_return:.2f}, mean length {self.mean_length:.1f}",
+        ]
+        if self.path is not None and self.file_size is not None:
+            lines.append(f"wrote {self.path} ({format_bytes(self.file_size)})")
+        if self.minari is not None:
+            dataset_id, written, partial = self.minari
+            lines.append(
+                f"wrote Minari dataset {dataset_id}: {written:,} complete episodes "
+                f"({partial:,} partial ones left out)"
+            )
+        lines.append(f"wall time {self.wall_seconds:.1f} s")
+        return lines
+
+
+def _mean(values: Sequence[float]) -> float:
+    return math.fsum(values) / len(values) if values else math.nan
+
+
+def format_bytes(size: int) -> str:
+    """Format a byte count for people: ``format_bytes(1536) == "1.5 KiB"``.
+
+    Args:
+        size: Number of bytes.
+
+    Returns:
+        The size in B, KiB, MiB, GiB or TiB.
+    """
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def parse_autoreset_mode(mode: AutoresetMode | str) -> AutoresetMode:
+    """Read an autoreset mode given as the enum, its value or its name.
+
+    Case, ``_`` and ``-`` are ignored: ``"next_step"``, ``"NEXT_STEP"``,
+    ``"NextStep"`` and ``"next-step"`` all mean ``AutoresetMode.NEXT_STEP``.
+
+    Args:
+        mode: The mode.
+
+    Returns:
+        The ``gymnasium.vector.AutoresetMode``.
+
+    Raises:
+        CollectArgumentError: If ``mode`` names no mode.
+    """
+    if isinstance(mode, AutoresetMode):
+        return mode
+    key = str(mode).lower().replace("_", "").replace("-", "")
+    if key not in _AUTORESET_NAMES:
+        msg = (
+            f"Unknown autoreset mode {mode!r}: use next_step, same_step or disabled "
+            "(or an AutoresetMode)."
+        )
+        raise CollectArgumentError(msg)
+    return _AUTORESET_NAMES[key]
+
+
+def load_policy(spec: str) -> Policy:
+    """Import the policy named ``"module:callable"`` (``"module:obj.attr"`` works too).
+
+    The callable is used as is: ``policy(observations) -> actions`` for the whole
+    batch, once per vector step.
+
+    Args:
+        spec: ``"package.module:function"``.
+
+    Returns:
+        The callable.
+
+    Raises:
+        CollectArgumentError: If ``spec`` is malformed, the module cannot be
+            imported, the attribute is missing or it is not callable.
+    """
+    policy: Policy = load_callable(spec, what="policy", option="--policy")
+    return policy
+
+
+def load_callable(spec: str, *, what: str, option: str) -> Callable[..., Any]:
+    """Import the callable named ``"module:attr"`` (or ``"module:obj.attr"``).
+
+    The current directory is searched first, as ``python -m`` does.
+
+    Args:
+        spec: ``"package.module:function"``.
+        what: What the callable is, for messages (``"policy"``).
+        option: The command-line option that named it, for messages.
+
+    Returns:
+        The callable.
+
+    Raises:
+        CollectArgumentError: If ``spec`` is malformed, the module cannot be
+            imported, the attribute is missing or it is not callable.
+    """
+    module_name, colon, attribute = spec.partition(":")
+    if not colon or not module_name or not attribute:
+        msg = f"{option} must look like 'module:callable', got {spec!r}."
+        raise CollectArgumentError(msg)
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)  # `--policy mymod:act` finds ./mymod.py, as python -m
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as error:
+        msg = (
+            f"Cannot import the {what} module {module_name!r} of {spec!r}: {error}. "
+            f"It is looked up in the current directory ({here}) and on sys.path: "
+            "run from the directory holding it, or set PYTHONPATH."
+        )
+        raise CollectArgumentError(msg) from error
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError as error:
+            msg = f"Cannot load the {what} {spec!r}: {target!r} has no {part!r}."
+            raise CollectArgumentError(msg) from error
+    if not callable(target):
+        msg = f"The {what} {spec!r} is not callable: {target!r}."
+        raise CollectArgumentError(msg)
+    loaded: Callable[..., Any] = target
+    return loaded
+
+
+def _describe_policy(policy: Policy | str | None) -> str:
+    if policy is None:
+        return "random actions"
+    if isinstance(policy, str):
+        return f"policy {policy}"
+    module = getattr(policy, "__module__", None)
+    name = getattr(policy, "__qualname__", None)
+    return f"policy {module}:{name}" if module and name else f"policy {policy!r}"
+
+
+class CollectSaveError(VecPoolError, OSError):
+    """The collection ran but its file could not be written (exit status 2).
+
+    Attributes:
+        pool: The pool collected, to save elsewhere (``pool.save(other_path)``).
+    """
+
+    pool: ReplayPool | None = None
+
+
+def _check_space(path: Path | None, pool: ReplayPool, env_steps: int) -> None:
+    """Fail before collecting if the file cannot fit on its disk.
+
+    The file holds at most ``min(env_steps, capacity)`` transitions (a save writes
+    only the filled rows), plus a little for the archive.
+    """
+    if path is None:
+        return
+    rows = pool.num_envs * (pool.capacity + 1)
+    per_transition = pool.nbytes / max(rows, 1)
+    needed = int(per_transition * min(env_steps, pool.num_envs * pool.capacity))
+    needed += 2**20
+    try:
+        free = shutil.disk_usage(path.parent).free
+    except OSError:
+        return  # cannot tell: the save reports a failure clearly anyway
+    if free < needed:
+        msg = (
+            f"Not enough free space for {str(path)!r}: the pool may need about "
+            f"{format_bytes(needed)}, and {str(path.parent)!r} has "
+            f"{format_bytes(free)} free. Free some space, write elsewhere (--out), or "
+            "collect fewer steps."
+        )
+        raise CollectArgumentError(msg)
+
+
+def _check_out(out: str | os.PathLike[str] | None) -> Path | None:
+    """Fail before collecting, not after, if ``out`` cannot be written."""
+    if out is None:
+        return None
+    path = Path(out)
+    if path.is_dir():
+        msg = f"The output {str(path)!r} is a directory; name a file, e.g. pool.npz."
+        raise CollectArgumentError(msg)
+    parent = path.parent
+    if not parent.is_dir():
+        msg = f"The output directory {str(parent)!r} does not exist."
+        raise CollectArgumentError(msg)
+    if not os.access(parent, os.W_OK):
+        msg = f"The output directory {str(parent)!r} is not writable."
+        raise CollectArgumentError(msg)
+    return path
+
+
+class _EpisodeTracker:
+    """Per-env running returns and lengths, counting only real transitions.
+
+    Not transitions: ``NEXT_STEP``'s reset steps, and the rows marked
+    ``infos["worker_restarted"]``, whose cut episode is dropped (never reported).
+    """
+
+    def __init__(self, num_envs: int, mode: AutoresetMode) -> None:
+        self.num_envs = num_envs
+        self.boundaries = AutoresetTracker(num_envs, mode)
+        self.returns = np.zeros(num_envs, np.float64)
+        self.lengths = np.zeros(num_envs, np.int64)
+        self.done = np.zeros(num_envs, np.bool_)
+        self.transitions = 0
+        self.vector_steps = 0
+        self.started: float | None = None  # when stepping began
+        self.ends: list[int] = []
+        self.episode_returns: list[float] = []
+        self.episode_lengths: list[int] = []
+
+    def record(
+        self,
+        rewards: npt.NDArray[Any],
+        terminations: npt.NDArray[Any],
+        truncations: npt.NDArray[Any],
+        infos: dict[str, Any],
+    ) -> npt.NDArray[np.bool_] | None:
+        """Add one vector step; return the mask of envs that need a reset, if any.
+
+        Those are the envs whose episode ended or was cut by a worker restart;
+        only the episodes that ended are reported.
+        """
+        self.vector_steps += 1
+        done = np.logical_or(terminations, truncations, out=self.done)
+        valid = self.boundaries.valid()
+        cut = restarted_rows(infos)
+        if cut is not None:  # a replaced worker's rows: no transition, episode cut
+            valid = ~cut if valid is None else valid & ~cut
+            self.returns[cut] = 0.0
+            self.lengths[cut] = 0
+        if valid is not None:
+            # these envs only reset on this step: not transitions (docs/replay-pool.md)
+            np.add(self.returns, rewards, out=self.returns, where=valid)
+            self.lengths += valid
+            self.transitions += int(np.count_nonzero(valid))
+            ended = done & valid
+        else:
+            self.returns += rewards
+            self.lengths += 1
+            self.transitions += self.num_envs
+            ended = done
+        self.boundaries.after_step(done)
+        if not done.any():
+            return None
+        env_steps = self.vector_steps * self.num_envs
+        for index in np.flatnonzero(ended).tolist():
+            self.ends.append(env_steps)
+            self.episode_returns.append(float(self.returns[index]))
+            self.episode_lengths.append(int(self.lengths[index]))
+        self.returns[ended] = 0.0
+        self.lengths[ended] = 0
+        done_copy: npt.NDArray[np.bool_] = done.copy()
+        return done_copy
+
+    def stepping_seconds(self) -> float:
+        """Seconds since stepping began (0 if it has not)."""
+        return 0.0 if self.started is None else time.perf_counter() - self.started
+
+    def recent_mean_return(self) -> float:
+        return _mean(self.episode_returns[-RECENT_EPISODES:])
+
+
+class _CollectProgress:
+    """Progress of a collection: a redrawn line on a terminal, else plain lines.
+
+    Plain lines come every 10% of the run (at most one per 2 s, at least one per
+    30 s) and at the end.
+    """
+
+    def __init__(self, stream: TextIO | None, total_steps: int, num_envs: int) -> None:
+        self.display = Progress(enabled=stream is not None, stream=stream)
+        self.total = total_steps
+        self.num_envs = num_envs
+        self.shown = time.perf_counter()
+        self.shown_tenth = 0
+
+    def update(self, tracker: _EpisodeTracker) -> None:
+        if not self.display.enabled:
+            return
+        vector_steps = tracker.vector_steps
+        now = time.perf_counter()
+        since = now - self.shown
+        if self.display.overwrite:
+            if since < TERMINAL_REFRESH_SECONDS and vector_steps < self.total:
+                return
+        else:
+            tenth = 10 * vector_steps // self.total
+            due = tenth > self.shown_tenth and since >= LOG_LINE_SECONDS
+            if not (due or since >= LOG_LINE_MAX_SECONDS or vector_steps == self.total):
+                return
+            self.shown_tenth = tenth
+        self.shown = now
+        if self.display.overwrite:  # tqdm's meter, fitted to the terminal
+            self.display.count(
+                vector_steps * self.num_envs,
+                self.total * self.num_envs,
+                extra=f"{len(tracker.episode_returns):,} episodes, return "
+                f"{tracker.recent_mean_return():.1f}",
+                elapsed=tracker.stepping_seconds(),
+            )
+        else:
+            self.display.update(self._text(tracker))
+
+    def _text(self, tracker: _EpisodeTracker) -> str:
+        env_steps = tracker.vector_steps * self.num_envs
+        total = self.total * self.num_envs
+        fraction = tracker.vector_steps / self.total
+        seconds = tracker.stepping_seconds()
+        rate = env_steps / max(seconds, 1e-9)
+        episodes = len(tracker.episode_returns)
+        mean_return = tracker.recent_mean_return()
+        return (
+            f"collect: {env_steps:,}/{total:,} env steps ({fraction:.0%}), "
+            f"{rate:,.0f} env-steps/s, {episodes:,} episodes, mean return "
+            f"{mean_return:.2f} (last {RECENT_EPISODES}), {seconds:.1f} s"
+        )
+
+    def close(self) -> None:
+        if self.display.enabled and self.display.overwrite and self.display.pending:
+            self.display.stream.write("\n")  # keep the last line on screen
+            self.display.stream.flush()
+
+
+class _StopOnSigint:
+    """Turn the first ``SIGINT`` into a request to stop after the current step.
+
+    A second ``SIGINT`` raises ``KeyboardInterrupt`` at once (a step that hangs),
+    unless :attr:`deferring` (while closing and saving, which must finish). Only the
+    main thread can set signal handlers; elsewhere this does nothing, and Ctrl-C
+    raises ``KeyboardInterrupt`` as usual.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.deferring = False
+        self._previous: Any = None
+        self._installed = False
+
+    def _handle(self, _signum: int, _frame: FrameType | None) -> None:
+        if self.requested and not self.deferring:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __enter__(self) -> _StopOnSigint:
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN  # nohup, &
+        ):
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._installed:
+            previous = self._previous
+            signal.signal(
+                signal.SIGINT,
+                signal.default_int_handler if previous is None else previous,
+            )
+
+
+def _start(
+    env_id: str,
+    num_envs: int,
+    vector_kwargs: dict[str, Any],
+    pool_args: tuple[int, int | None, int | None, int | None, bool],
+    seed: int | None,
+    store_next_obs: bool,
+) -> tuple[ReplayPoolWrapper, int]:
+    """Start the workers and wrap them with the pool.
+
+    Returns:
+        The wrapped vector env and its number of worker processes.
+
+    Raises:
+        CollectArgumentError: On an unknown env id or an invalid pool argument.
+    """
+    try:
+        vector_env = make_vec(env_id, num_envs, vector_kwargs=vector_kwargs)
+    except (gym.error.Error, ValueError) as error:
+        raise CollectArgumentError(str(error)) from error
+    pool_size, window_size, clearing_freq, window_size_, random_routing = pool_args
+    try:
+        wrapper = ReplayPoolWrapper(
+            vector_env,
+            pool_size,
+            window_size,
+            clearing_freq,
+            window_size_,
+            random_routing,
+            seed,
+            store_next_obs,
+        )
+    except ValueError as error:
+        vector_env.close()
+        raise CollectArgumentError(str(error)) from error
+    return wrapper, vector_env.num_workers
+
+
+def _step(
+    envs: ReplayPoolWrapper,
+    planned: int,
+    seed: int | None,
+    policy: Policy | None,
+    tracker: _EpisodeTracker,
+    display: _CollectProgress,
+    stop: _StopOnSigint,
+) -> None:
+    """Reset, then step until ``planned`` vector steps or a stop request."""
+    obs, _ = envs.reset(seed=seed)
+    if seed is not None:
+        envs.action_space.seed(seed)
+    disabled = envs.autoreset_mode is AutoresetMode.DISABLED
+    tracker.started = time.perf_counter()
+    while tracker.vector_steps < planned and not stop.requested:
+        actions = envs.action_space.sample() if policy is None else policy(obs)
+        result = envs.env.step(actions)  # a second Ctrl-C may cut this short ...
+        stop.deferring = True  # ... but never the recording into the pool
+        try:
+            envs.record_step(actions, result)
+        finally:
+            stop.deferring = False
+        obs, rewards, terminations, truncations, infos = result
+        ended = tracker.record(rewards, terminations, truncations, infos)
+        if ended is not None and disabled:
+            obs, _ = envs.reset(options={"reset_mask": ended})
+        display.update(tracker)
+
+
+def collect(
+    env_id: str = DEFAULT_ENV_ID,
+    *,
+    num_envs: int,
+    steps: int,
+    pool_size: int,
+    out: str | os.PathLike[str] | None,
+    window_size: int | None = None,
+    clearing_freq: int | None = None,
+    window_size_: int | None = None,
+    random_routing: bool = False,
+    autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+    seed: int | None = None,
+    policy: Policy | str | None = None,
+    num_workers: int | None = None,
+    on_worker_crash: str = "raise",
+    store_next_obs: bool = True,
+    progress: bool | TextIO = False,
+    log: Callable[[str], None] | None = None,
+    minari: str | None = None,
+) -> CollectResult:
+    """Step ``num_envs`` copies of ``env_id`` and save every transition to a pool.
+
+    ``steps`` counts **env steps** (like RL libraries' ``total_timesteps``), rounded
+    up to whole vector steps: ``ceil(steps / num_envs)`` vector steps of
+    ``num_envs`` env steps each. Under ``NEXT_STEP`` autoreset, the step after an
+    episode ends only resets that env: it is an env step but not a transition. Under
+    ``DISABLED``, the envs whose episode ended are reset with
+    ``reset(options={"reset_mask": ...})`` after each step.
+
+    Ctrl-C (``SIGINT``, in the main thread) stops after the current step: the
+    workers are closed, what was collected is saved and the result has
+    ``interrupted=True``. A second Ctrl-C stops a step that hangs.
+
+    Example:
+        >>> import vecpool.sampling.collect
+        >>> result = vecpool.sampling.collect.collect(
+        ...     "CartPole-v1", num_envs=2, steps=100, pool_size=100, out=None, seed=0
+        ... )
+        >>> result.env_steps, result.kept <= result.capacity == 100
+        (100, True)
+        >>> result.episodes == result.pool.episode_stats.count
+        True
+
+    Args:
+        env_id: A registered Gymnasium env id.
+        num_envs: Number of sub-environments (and of sub-pools).
+        steps: Env steps to take in total (rounded up to whole vector steps).
+        pool_size: Total capacity of the pool; each sub-pool holds
+            ``ceil(pool_size / num_envs)``.
+        out: File to write the pool to (``.npz``, atomically, with
+            :meth:`ReplayPool.save`); ``None`` writes nothing.
+        window_size: See :class:`vecpool.ReplayPool`.
+        clearing_freq: See :class:`vecpool.ReplayPool` (set with ``window_size_``).
+        window_size_: See :class:`vecpool.ReplayPool` (set with ``clearing_freq``).
+        random_routing: The pool's ``random`` option: route transitions to
+            sub-pools with probability ``~ 1/(len + 1)``.
+        autoreset_mode: ``next_step``, ``same_step`` or ``disabled`` (any case, or
+            the enum or its value).
+        seed: Seeds the resets, the random actions and the pool's generator.
+        policy: ``policy(observations) -> actions`` for the batch, or its
+            ``"module:callable"`` name; ``None`` samples random actions.
+        num_workers: Worker processes (default: vecpool's choice).
+        on_worker_crash: ``"restart"`` replaces a dead worker and goes on (its
+            envs' cut episodes are not recorded; docs/reliability.md); ``"raise"``
+            stops the collection with the error.
+        store_next_obs: See :class:`vecpool.ReplayPool`.
+        progress: ``True`` shows progress on standard error, a stream shows it
+            there: a redrawn line on a terminal, plain lines otherwise.
+        log: Receives the start line; default: this module's logger (INFO).
+        minari: Also write the complete episodes as this Minari dataset id
+            (``pip install "vecpool[minari]"``; see
+            :func:`vecpool.replay.minari.to_minari`).
+
+    Returns:
+        The figures of the collection and the pool.
+
+    Raises:
+        CollectArgumentError: On an invalid argument or combination (the message
+            says which), an unknown env id, or a policy that cannot be loaded.
+    """
+    wall_start = time.perf_counter()
+    mode = parse_autoreset_mode(autoreset_mode)
+    num_envs = check_int("num_envs", num_envs, 1, error=CollectArgumentError)
+    steps = check_int("steps", steps, 1, error=CollectArgumentError)
+    pool_size = check_int("pool_size", pool_size, 1, error=CollectArgumentError)
+    policy_fn = load_policy(policy) if isinstance(policy, str) else policy
+    path = _check_out(out)
+    planned = math.ceil(steps / num_envs)
+    stream: TextIO | None
+    if progress is True:
+        stream = sys.stderr
+    elif progress is False:
+        stream = None
+    else:
+        stream = progress
+    say = log if log is not None else logger.info
+
+    with _StopOnSigint() as stop:  # before the workers start: no unguarded window
+        envs, num_workers = _start(
+            env_id,
+            num_envs,
+            {
+                "autoreset_mode": mode,
+                "num_workers": num_workers,
+                "on_worker_crash": on_worker_crash,
+            },
+            (pool_size, window_size, clearing_freq, window_size_, random_routing),
+            seed,
+            store_next_obs,
+        )
+        pool = envs.pool
+        try:
+            _check_space(path, pool, planned * num_envs)
+        except CollectArgumentError:
+            envs.close()
+            raise
+        tracker = _EpisodeTracker(num_envs, mode)
+        display: _CollectProgress | None = None
+        hard_stop = False
+        try:
+            say(
+                f"collecting {env_id}: {planned * num_envs:,} env steps = {planned:,} "
+                f"vector steps x {num_envs} envs on {num_workers} workers, autoreset "
+                f"{mode.value}, "
+                f"{_describe_policy(policy)}, "
+                f"{'unseeded' if seed is None else f'seed {seed}'}; pool of "
+                f"{num_envs * pool.capacity:,} transitions "
+                f"({num_envs} sub-pools x {pool.capacity:,})"
+            )
+            display = _CollectProgress(stream, planned, num_envs)
+            _step(envs, planned, seed, policy_fn, tracker, display, stop)
+        except KeyboardInterrupt:  # a second Ctrl-C: the step was cut short
+            hard_stop = True
+        finally:
+            seconds = tracker.stepping_seconds()
+            stop.deferring = True  # closing and saving must finish
+            if display is not None:
+                display.close()
+            # a step cut short leaves a call pending: end the workers at once
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                envs.close(terminate=hard_stop)
+        vector_steps = tracker.vector_steps
+        interrupted = hard_stop or (stop.requested and vector_steps < planned)
+        file_size: int | None = None
+        if path is not None:
+            try:
+                path = pool.save(path)
+            except OSError as error:  # a full disk, a directory gone read-only
+                msg = (
+                    f"Cannot write {str(path)!r}: {error}. Nothing was written (a "
+                    "previous file there is unchanged)."
+                )
+                failure = CollectSaveError(msg)
+                failure.pool = pool
+                raise failure from error
+            file_size = path.stat().st_size
+        exported = None
+        if minari is not None:
+            from vecpool.replay.minari import to_minari
+
+            dataset, left_out = to_minari(pool, minari, env=env_id)
+            exported = (minari, int(dataset.total_episodes), left_out)
+    return CollectResult(
+        env_id=env_id,
+        num_envs=num_envs,
+        num_workers=num_workers,
+        autoreset_mode=mode,
+        planned_env_steps=planned * num_envs,
+        vector_steps=vector_steps,
+        transitions=tracker.transitions,
+        kept=len(pool),
+        capacity=num_envs * pool.capacity,
+        episode_ends=tuple(tracker.ends),
+        episode_returns=tuple(tracker.episode_returns),
+        episode_lengths=tuple(tracker.episode_lengths),
+        seconds=seconds,
+        wall_seconds=time.perf_counter() - wall_start,
+        path=path,
+        file_size=file_size,
+        interrupted=interrupted,
+        pool=pool,
+        minari=exported,
+    )
+
+
+def plot_collection(result: CollectResult, path: str | os.PathLike[str]) -> None:
+    """Draw the episode returns over env steps and the fill of each sub-pool.
+
+    Panel 1: each episode's return at the env step it ended (dots) and their moving
+    average over :data:`RECENT_EPISODES` episodes. Panel 2: transitions in each
+    sub-pool against the sub-pool capacity. Uses matplotlib's object-oriented API
+    (no pyplot, no global backend).
+
+    Args:
+        result: What :func:`collect` returned.
+        path: Output image (PNG).
+
+    Raises:
+        ImportError: If matplotlib is missing (install ``vecpool[plot]``).
+    """
+    require_matplotlib()
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(11.0, 4.2), layout="constrained")
+    returns_ax, fill_ax = figure.subplots(1, 2, width_ratios=(2, 1))
+    ends = np.asarray(result.episode_ends, np.float64)
+    returns = np.asarray(result.episode_returns, np.float64)
+    if returns.size:
+        returns_ax.scatter(ends, returns, s=4, alpha=0.3, label="episode return")
+        window = min(RECENT_EPISODES, returns.size)
+        sums = np.cumsum(np.concatenate([[0.0], returns]))
+        moving = (sums[window:] - sums[:-window]) / window
+        returns_ax.plot(
+            ends[window - 1 :], moving, color="C1", label=f"mean of last {window}"
+        )
+        returns_ax.legend(fontsize="small")
+    else:
+        returns_ax.text(0.5, 0.5, "no episode ended", ha="center", va="center")
+    returns_ax.set_xlabel("env steps")
+    returns_ax.set_ylabel("episode return")
+    returns_ax.set_title(f"{result.env_id}: {result.episodes:,} episodes")
+    returns_ax.grid(visible=True, alpha=0.3)
+
+    lengths = result.pool.lengths
+    fill_ax.bar(np.arange(lengths.size), lengths, color="C2")
+    fill_ax.axhline(
+        result.pool.capacity,
+        color="k",
+        linestyle="--",
+        linewidth=1,
+        label=f"capacity {result.pool.capacity:,}",
+    )
+    fill_ax.set_ylim(0, result.pool.capacity * 1.15)
+    fill_ax.legend(fontsize="small", loc="upper right")
+    fill_ax.set_xlabel("sub-pool (env)")
+    fill_ax.set_ylabel("transitions")
+    fill_ax.set_title(f"sub-pool fill: {result.kept:,} / {result.capacity:,}")
+    title = f"vecpool collect: {result.env_steps:,} env steps"
+    if result.interrupted:
+        title += " (interrupted)"
+    figure.suptitle(title, fontsize="medium")
+    figure.savefig(path, dpi=120)
