@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium.error
 
 __all__ = [
     "AlreadyPendingCallError",
     "ClosedEnvironmentError",
+    "CollectArgumentError",
+    "CollectSaveError",
     "ConcurrentUseError",
     "CustomSpaceError",
+    "ForcedInterrupt",
     "NoAsyncCallError",
+    "OutOfStepError",
+    "ReferenceFailedError",
     "RemoteTraceback",
     "VecPoolError",
     "VecPoolWarning",
+    "VectorEnvCheckError",
     "WorkerCrashedError",
 ]
 
@@ -104,3 +112,61 @@ class RemoteTraceback(Exception):
     def __str__(self) -> str:
         """Show the remote traceback verbatim."""
         return f'\n"""\n{self.traceback_text}"""'
+
+
+class OutOfStepError(VecPoolError):
+    """A transfer to or from a worker was cut off half-way (a second Ctrl-C).
+
+    The pipe can no longer be trusted: the next call raises this, naming the worker;
+    ``close()`` and a new vector env are the fix.
+    """
+
+
+class ForcedInterrupt(KeyboardInterrupt):
+    """A second Ctrl-C that broke off a held section (its transfer may be cut).
+
+    A ``KeyboardInterrupt``, so ``except KeyboardInterrupt`` still catches it.
+    """
+
+
+class CollectArgumentError(VecPoolError, ValueError):
+    """An argument of ``vecpool.sampling.collect.collect`` is invalid.
+
+    ``vecpool collect`` then exits with status 2.
+    """
+
+
+class CollectSaveError(VecPoolError, OSError):
+    """The collection ran but its file could not be written (exit status 2).
+
+    Attributes:
+        pool: The :class:`~vecpool.ReplayPool` collected, to save elsewhere
+            (``pool.save(other_path)``), or ``None``.
+    """
+
+    pool: Any = None
+
+
+class VectorEnvCheckError(VecPoolError, AssertionError):
+    """A vector env failed :func:`vecpool.check_vector_env`.
+
+    Attributes:
+        report: The full :class:`~vecpool.CheckReport`.
+    """
+
+    def __init__(self, report: Any) -> None:
+        """Keep ``report``; the message is its text."""
+        super().__init__(str(report))
+        self.report = report
+
+    def __reduce__(self) -> tuple[type, tuple[Any]]:
+        """Pickle with the report."""
+        return (type(self), (self.report,))
+
+
+class ReferenceFailedError(VecPoolError):
+    """The checker's reference env raised (internal to ``vecpool.check``).
+
+    The trajectory stops there and the env under test is not blamed; the report
+    lists the reference's error and says NOT FINISHED.
+    """

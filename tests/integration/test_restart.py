@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import vecpool
-from vecpool._engine.restart import derive_seed
+from vecpool._util.seeding import derive_seed
 from vecpool.testing import DeliberateError, IncarnationEnv, SlowEnv, WorkerKiller
 
 MODES = ["NextStep", "SameStep", "Disabled"]
@@ -484,7 +484,9 @@ def _check_pool(pool, real_rows):
     t = pool.get_pool()
     obs, nxt = t.obs, t.next_obs
     assert int(pool.received.sum()) == real_rows
-    assert len(pool) == real_rows  # (the pool is large enough to keep them all)
+    # each sub-pool keeps its newest 40,000 (a slow machine steps longer to see
+    # its 8 kills, and may overflow one)
+    assert len(pool) == int(np.minimum(pool.received, 40_000).sum())
     np.testing.assert_array_equal(nxt[:, 0], obs[:, 0])
     np.testing.assert_array_equal(nxt[:, PID], obs[:, PID])  # never across a cut
     np.testing.assert_array_equal(nxt[:, 2], obs[:, 2] + 1)

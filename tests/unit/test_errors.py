@@ -24,6 +24,12 @@ INSTANCES: dict[str, Any] = {
         'Traceback (most recent call last):\n  File "x.py", line 1, in explode\n'
     ),
     "VecPoolWarning": errors.VecPoolWarning("misuse"),
+    "OutOfStepError": errors.OutOfStepError("worker 0 is out of step"),
+    "ForcedInterrupt": errors.ForcedInterrupt(),
+    "CollectArgumentError": errors.CollectArgumentError("--steps must be > 0"),
+    "CollectSaveError": errors.CollectSaveError("disk full"),
+    "VectorEnvCheckError": errors.VectorEnvCheckError("check report text"),
+    "ReferenceFailedError": errors.ReferenceFailedError("the reference raised"),
 }
 
 ATTRIBUTES = {
@@ -31,6 +37,7 @@ ATTRIBUTES = {
     "NoAsyncCallError": ("name",),
     "WorkerCrashedError": ("worker", "env_indices", "exitcode"),
     "RemoteTraceback": ("traceback_text",),
+    "VectorEnvCheckError": ("report",),
 }
 
 DROP_IN = {
@@ -70,6 +77,43 @@ def test_drop_in_errors_subclass_both_hierarchies(name):
     assert issubclass(cls, DROP_IN[name])
     with pytest.raises(DROP_IN[name]):
         raise INSTANCES[name]
+
+
+def test_every_error_class_of_the_package_lives_in_errors():
+    import ast
+    from pathlib import Path
+
+    package = Path(errors.__file__).parent
+    elsewhere = []
+    for path in sorted(package.rglob("*.py")):
+        if (
+            path.name == "errors.py"
+            or path.parent.name == "vecpool"
+            and path.name == "testing.py"
+        ):
+            continue  # testing.py holds deliberate test errors of envs
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.ClassDef)
+                and not node.name.startswith("_")
+                and any(
+                    getattr(base, "id", getattr(base, "attr", "")).endswith(
+                        ("Error", "Exception", "Interrupt", "Warning")
+                    )
+                    for base in node.bases
+                )
+            ):
+                elsewhere.append(f"{path.relative_to(package)}:{node.name}")
+    # (a private class never leaves its module: files.py turns _BadFile into the
+    # ValueError load() documents)
+    assert elsewhere == []
+
+
+def test_interrupts_and_drop_in_errors_are_caught_as_their_parents():
+    assert issubclass(errors.ForcedInterrupt, KeyboardInterrupt)
+    assert issubclass(errors.CollectArgumentError, ValueError)
+    assert issubclass(errors.CollectSaveError, OSError)
+    assert issubclass(errors.VectorEnvCheckError, AssertionError)
 
 
 def test_worker_crashed_error_attributes():

@@ -2,7 +2,7 @@
 
 ``send(actions, env_ids)`` steps some envs without waiting; ``recv()`` returns the
 first ``batch_size`` envs to finish. Each worker that hosts some of the ids gets one
-command; its reply number (see :class:`vecpool._engine.group.WorkerHandle`) maps back
+command; its reply number (see :class:`vecpool._engine.numbering.ReplyNumbers`) maps back
 to the ids it stepped, so replies are matched to batches exactly, even after a
 timeout or a Ctrl-C.
 """
@@ -17,8 +17,11 @@ import numpy as np
 import numpy.typing as npt
 
 from vecpool._engine.buffers import StepBuffers, merge_infos
-from vecpool._engine.group import WorkerGroup, raise_env_errors
+from vecpool._engine.env_errors import raise_env_errors
+from vecpool._engine.group import WorkerGroup
 from vecpool._engine.guards import HELD
+from vecpool._engine.handle import WorkerHandle
+from vecpool._engine.restart import LastObservations
 from vecpool.errors import AlreadyPendingCallError, NoAsyncCallError
 
 __all__ = ["Batches"]
@@ -41,13 +44,18 @@ class Batches:
         group: WorkerGroup,
         buffers: StepBuffers,
         owner: str,
+        last_obs: LastObservations | None = None,
     ) -> None:
-        """Bookkeeping for ``num_envs`` envs over ``group``."""
+        """Bookkeeping for ``num_envs`` envs over ``group``.
+
+        ``last_obs``: in restart mode, the observations a replacement starts from.
+        """
         self.num_envs = num_envs
         self.batch_size = batch_size
         self.group = group
         self.buffers = buffers
         self.owner = owner
+        self.last_obs = last_obs
         self.in_flight = np.zeros(num_envs, dtype=np.bool_)
         self.flying = 0  # in_flight.sum(), kept as an int (the loops test it)
         self.ready: deque[int] = deque()
@@ -150,8 +158,7 @@ class Batches:
                 handle_actions = (
                     None if per_env is None else [per_env[i] for i in order[lo:hi]]
                 )
-                if not handle.batches:
-                    handle.answers.clear()  # answers of the last plain call
+                handle.numbers.start_batch()  # drops the last plain call's answers
                 try:
                     number = handle.send_step_some(local, handle_actions)
                 except OSError:
@@ -162,8 +169,7 @@ class Batches:
                         "send",
                         lambda new: new.send_step_some(local, handle_actions),  # noqa: B023
                     )
-                handle.expected.append(number)
-                handle.batches[number] = chosen
+                handle.numbers.expect_batch(number, chosen)
                 self.in_flight[chosen] = True
                 self.flying += hi - lo
                 lo = hi
@@ -190,9 +196,7 @@ class Batches:
             raise NoAsyncCallError(msg, "recv")
         deadline = None if timeout is None else time.monotonic() + timeout
         while len(self.ready) < self.batch_size and self.flying:
-            busy = [
-                h for h in self.group.handles if h.expected or (h.answers and h.batches)
-            ]
+            busy = self._busy()
             self.group.wait("recv", timeout, busy, any_answer=True, deadline=deadline)
             self._absorb(busy)
         with HELD:
@@ -220,29 +224,24 @@ class Batches:
         """Wait until no env is in flight; finished envs wait in :attr:`ready`."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.flying:
-            busy = [
-                h for h in self.group.handles if h.expected or (h.answers and h.batches)
-            ]
+            busy = self._busy()
             self.group.wait("recv", timeout, busy, any_answer=True, deadline=deadline)
             self._absorb(busy)
 
-    def _busy(self) -> list[Any]:
+    def _busy(self) -> list[WorkerHandle]:
         """Workers with batches in flight, or answered and not yet absorbed."""
-        return [
-            handle
-            for handle in self.group.handles
-            if handle.expected or (handle.answers and handle.batches)
-        ]
+        return [handle for handle in self.group.handles if handle.numbers.has_batches]
 
-    def _absorb(self, handles: list[Any]) -> None:
+    def _absorb(self, handles: list[WorkerHandle]) -> None:
         """Move answered batches to :attr:`ready`; raise the first env error."""
         for handle in handles:
-            while handle.answers:
+            while handle.numbers.answers:
                 with HELD:
-                    number, reply = handle.answers.popleft()
-                    if number not in handle.batches:
-                        continue  # the answer to a plain call made before the batch
-                    done = handle.batches.pop(number)
+                    # answers to a plain call made before the batch are dropped
+                    popped = handle.numbers.pop_batch()
+                    if popped is None:
+                        continue
+                    done, reply = popped
                     self.in_flight[done] = False
                     self.flying -= len(done)
                     failed: set[int] = set()
@@ -256,12 +255,12 @@ class Batches:
                                 self.ready_infos[index] = info
                     # the envs that stepped fine still come back from a later `recv`
                     self.ready.extend(index for index in done if index not in failed)
-                    if self.group.restarter is not None:
-                        self._restart_rows(done)
+                    if self.last_obs is not None:
+                        self._restart_rows(done, self.last_obs)
                 if failed:
                     raise_env_errors([reply], self.owner)
 
-    def _restart_rows(self, done: list[int]) -> None:
+    def _restart_rows(self, done: list[int], last_obs: LastObservations) -> None:
         """Restart mode: cut rows show the newest obs; keep a copy of the batch's.
 
         A replacement starts from the observations kept when it started; a row
@@ -269,8 +268,6 @@ class Batches:
         parent's copy (its obs, or its ``final_obs`` in SAME_STEP). Then the
         batch's observations are kept: what the next replacement starts from.
         """
-        assert self.group.restarter is not None  # restart mode only
-        last_obs = self.group.restarter.last_obs
         for index in done:
             info = self.ready_infos.get(index)
             if info is None or not info.get("worker_restarted"):

@@ -32,7 +32,7 @@ from gymnasium.vector.utils import (
     write_to_shared_memory,
 )
 
-from vecpool._engine.group import raise_env_errors
+from vecpool._engine.env_errors import raise_env_errors
 from vecpool._util.spaces import (
     copy_tree,
     flatten_batch,

@@ -16,7 +16,8 @@ from gymnasium import Space
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from vecpool._engine.buffers import StepBuffers, merge_infos
-from vecpool._engine.group import WorkerGroup, raise_env_errors
+from vecpool._engine.env_errors import raise_env_errors
+from vecpool._engine.group import WorkerGroup
 from vecpool._engine.guards import HELD
 from vecpool._util.checks import check_int, is_int
 from vecpool._wire.messages import Command, Reply

@@ -30,16 +30,12 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from vecpool.errors import ConcurrentUseError
+from vecpool.errors import ConcurrentUseError, ForcedInterrupt
 
-__all__ = ["HELD", "ForcedInterrupt", "exclusive", "held", "install", "uninstall"]
+__all__ = ["HELD", "exclusive", "held", "install", "uninstall"]
 
 _MAIN = threading.main_thread().ident
 _state = {"depth": 0, "pending": 0, "users": 0}
-
-
-class ForcedInterrupt(KeyboardInterrupt):
-    """A second Ctrl-C that broke off a held section (its transfer may be cut)."""
 
 
 def _deferring_handler(signum: int, frame: FrameType | None) -> None:

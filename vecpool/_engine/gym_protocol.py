@@ -3,6 +3,7 @@
 A custom ``worker`` keeps Gymnasium's one-env-per-process, pickled-pipe protocol;
 this handle translates it into vecpool's numbered :class:`~vecpool._wire.messages.Reply`
 objects so the one wait loop in :mod:`vecpool._engine.group` serves it too.
+Started by :mod:`vecpool._engine.startup`.
 """
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
-from vecpool._engine.group import WorkerHandle
+from vecpool._engine.handle import WorkerHandle
 from vecpool._wire.messages import STEP, Reply
 from vecpool._wire.remote_errors import ErrorRecord
 
-__all__ = ["GymWorkerHandle"]
+__all__ = ["GymProtocolHandle"]
 
 
-class GymWorkerHandle(WorkerHandle):
+class GymProtocolHandle(WorkerHandle):
     """Handle of a worker that speaks Gymnasium's protocol (a custom ``worker=``)."""
 
     def __init__(
@@ -41,11 +42,10 @@ class GymWorkerHandle(WorkerHandle):
         try:
             self.conn.send(message)  # inside held(), as every send
         except KeyboardInterrupt:
-            self._cut_off()
+            self.cut_off()
             raise
         self.kinds.append(kind)
-        self.sent += 1
-        return self.sent
+        return self.numbers.sent_one()
 
     def send_step(
         self,
@@ -102,11 +102,10 @@ class GymWorkerHandle(WorkerHandle):
         try:
             data, success = self.conn.recv()  # inside held(), as every receive
         except KeyboardInterrupt:
-            self._cut_off()
+            self.cut_off()
             raise
         kind = self.kinds.popleft() if self.kinds else "none"
-        self.received = number = self.received + 1
-        return self._keep(number, self._translate(kind, data, success))
+        return self.numbers.absorb(self._translate(kind, data, success))
 
     def _translate(self, kind: str, data: Any, success: bool) -> Reply | None:
         index = self.env_indices[0]

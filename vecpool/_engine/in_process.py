@@ -2,7 +2,7 @@
 
 On few cores, cheap envs step faster in the parent than behind a pipe: a process
 switch costs more than a CartPole step. With ``num_workers=0`` the one "worker" is a
-:class:`LocalHandle` whose channel runs each command at once, through the same
+:class:`InProcessHandle` whose channel runs each command at once, through the same
 :func:`vecpool._worker.host.serve` a worker process uses, on the same buffers: results,
 errors, autoreset, ``send``/``recv`` and env states are those of the process engine
 (hence Gymnasium's), and :meth:`WorkerGroup.wait` finds the answer already there.
@@ -19,11 +19,11 @@ import os
 from collections import deque
 from typing import Any
 
-from vecpool._engine.group import WorkerHandle
+from vecpool._engine.handle import WorkerHandle
 from vecpool._wire.messages import WorkerConfig
 from vecpool._worker.host import open_host, serve
 
-__all__ = ["LocalHandle"]
+__all__ = ["InProcessHandle"]
 
 
 class _Quiet:
@@ -130,7 +130,7 @@ class _LocalProcess:
         self._sentinel.close()
 
 
-class LocalHandle(WorkerHandle):
+class InProcessHandle(WorkerHandle):
     """The handle of the in-process "worker": every env, stepped in the parent.
 
     Args:
@@ -151,17 +151,16 @@ class LocalHandle(WorkerHandle):
         )
         self.channel = channel  # type: ignore[assignment]
         # like a worker process, it answers its start-up space check unasked
-        self.sent += 1
-        self.expected.append(self.sent)
+        self.numbers.expect_also(self.numbers.sent_one())
 
     def poll(self) -> bool:
         """Whether an answer is queued."""
         return self.channel.has_message()
 
-    def _write(self, data: bytes) -> int:
+    def write(self, data: bytes) -> int:
         """Run the command at once (its answer is queued for the wait)."""
         try:
-            return super()._write(data)
+            return super().write(data)
         except KeyboardInterrupt:
             # no transfer was cut (there is no pipe): the envs were, and the next
             # call says so, as for a dead worker (the channel refuses it)

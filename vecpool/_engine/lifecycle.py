@@ -13,12 +13,13 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from vecpool._engine.group import STARTING_WORKERS
-
 __all__ = ["LIVE_ENVS", "kill_groups", "reap", "shutdown"]
 
 LIVE_ENVS: weakref.WeakSet[Any] = weakref.WeakSet()
 """Every vecpool.AsyncVectorEnv not yet closed."""
+
+STARTING_WORKERS = [0]
+"""Above 0 while vecpool itself forks its workers (the fork hook skips those)."""
 
 
 @atexit.register

@@ -2,7 +2,8 @@
 
 With ``AsyncVectorEnv(..., on_worker_crash="restart")``, a worker found dead in a
 wait is replaced by a fresh process hosting the same envs (see
-:meth:`vecpool._engine.group.WorkerGroup.replace`). This module holds what the
+:meth:`Restarter.replace`, which the group's wait loop calls through its
+:class:`~vecpool._engine.group.Restarting` hook). This module holds what the
 parent keeps for that:
 
 * :class:`RestartPolicy`: whether a crash may be answered by a restart
@@ -17,7 +18,7 @@ parent keeps for that:
 
 The rows themselves are made by the replacement worker (:mod:`vecpool._worker.host`): its
 envs start marked "restarted", and the first step of each returns the row the
-contract describes (DESIGN.md, "Worker restart").
+contract describes (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -27,29 +28,29 @@ import copy
 import os
 import signal
 import warnings
-from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from gymnasium import Space
 from gymnasium.vector.utils import batch_space, iterate
 
+from vecpool._engine.env_errors import raise_env_errors
+from vecpool._engine.group import WorkerGroup
 from vecpool._engine.guards import HELD
+from vecpool._engine.handle import WorkerHandle
+from vecpool._engine.startup import Starter
+from vecpool._util.seeding import derive_seed
 from vecpool._util.spaces import flatten_batch, is_native, leaves, make_reader
 from vecpool._wire.messages import STEP_SOME, RestartStart
 from vecpool.errors import VecPoolWarning, WorkerCrashedError
-
-if TYPE_CHECKING:
-    from vecpool._engine.group import WorkerGroup, WorkerHandle
 
 __all__ = [
     "CRASH_POLICIES",
     "LastObservations",
     "RestartPolicy",
     "Restarter",
-    "derive_seed",
 ]
 
 CRASH_POLICIES = ("raise", "restart")
@@ -62,20 +63,6 @@ NEVER_RESTARTED = ("__init__", "close")
 STARTUP_DEATHS = 10
 """Replacements of one worker in a row that may die before they start (killed
 by the same OOM killer, say) before the crash raises."""
-
-
-def derive_seed(seed: int, incarnation: int) -> int:
-    """The seed of an env's ``incarnation``-th replacement, given its last seed.
-
-    Args:
-        seed: The seed last given to the env (a non-negative int).
-        incarnation: 1 for the first replacement, 2 for the next...
-
-    Returns:
-        A seed in ``[0, 2**32)``, a pure function of both arguments.
-    """
-    state = np.random.SeedSequence([seed, incarnation]).generate_state(1, np.uint32)
-    return int(state[0])
 
 
 class RestartPolicy:
@@ -196,6 +183,7 @@ class Restarter:
         self.lost: WorkerCrashedError | None = None
         self.startup_deaths = [0] * len(policy.restarts)
         self.closing = False
+        self.starter: Starter | None = None  # set when the workers are started
 
     def allows(self, handle: WorkerHandle, what: str) -> bool:
         """Whether a crash of ``handle``'s worker in ``what`` may be restarted."""
@@ -241,7 +229,7 @@ class Restarter:
             while old.poll():  # its last words: replies written before it died
                 old.receive()
         exitcode = _bury(old)
-        self.give_back_permit(group, old)
+        self.give_back_permit(old)
         self.policy.restarts[index] += 1
         if what == "restart":
             self.startup_deaths[index] += 1
@@ -249,22 +237,18 @@ class Restarter:
             last_obs=self.last_obs.rows(envs),
             seeds=self.policy.start_seeds(index, envs),
         )
+        assert self.starter is not None  # set once the workers started
         with HELD:
-            new = group.spawn(index, envs, start)
-            group.put(new)
             # numbers go on from the old pipe's: answers already read keep theirs
-            new.sent = new.received = old.sent
-            new.sent += 1  # the start-up check, sent unasked
-            new.expected.append(new.sent)
+            new = self.starter.spawn(group, index, envs, start, old.numbers.sent)
+            group.put(new)
         group.wait("restart", None, [new])
         new = group.handles[index]  # a replacement of the replacement, maybe
         self.startup_deaths[index] = 0
         first = new.answer()
         if first is not None and first.errors:
-            from vecpool._engine.group import raise_env_errors
-
             group.broken = WorkerCrashedError(
-                f"{_died(old, what)}, and its replacement could not start: an env "
+                f"{old.died(what)}, and its replacement could not start: an env "
                 "constructor raised (above). Call `close()` and create a new vector "
                 "env.",
                 index,
@@ -274,17 +258,16 @@ class Restarter:
             raise_env_errors([first], self.owner)
         self._warn(old, what)
         with HELD:
-            answered = {number for number, _ in old.answers}
-            new.answers = deque(old.answers)
-            new.batches = {n: ids for n, ids in old.batches.items() if n in answered}
-            if reissue and old.expected:
+            new.numbers.take_over(old.numbers)
+            if reissue and old.numbers.waiting:
                 self._reissue(group, old, new, what)
         return new
 
-    @staticmethod
-    def give_back_permit(group: WorkerGroup, dead: WorkerHandle) -> None:
+    def give_back_permit(self, dead: WorkerHandle) -> None:
         """Release the ``max_concurrency`` permit a dead worker died holding."""
-        _, _, _, _, semaphore, holding = group.started
+        if self.starter is None:
+            return
+        semaphore, holding = self.starter.semaphore, self.starter.holding
         if dead.process.exitcode is None:
             return  # its pipe broke, yet it lives: it may still release it itself
         if holding is not None and holding[dead.index]:
@@ -296,7 +279,7 @@ class Restarter:
         """Note the error a call that cannot be re-sent raises after the restart."""
         if what not in RESENT and self.lost is None:
             self.lost = WorkerCrashedError(
-                f"{_died(old, what)}; it was restarted, but the result of `{what}` "
+                f"{old.died(what)}; it was restarted, but the result of `{what}` "
                 "is lost: call it again.",
                 old.index,
                 tuple(old.env_indices),
@@ -311,15 +294,13 @@ class Restarter:
         if what not in RESENT:
             self.lose_result(old, what)
             return
-        if old.batches:  # `send` batches: each one still owed, in order
+        if old.numbers.batches:  # `send` batches: each one still owed, in order
             start = old.env_indices.start
-            for number, ids in sorted(old.batches.items()):
-                if number in new.batches:
-                    continue  # answered before the crash
+            for _, ids in old.numbers.owed_batches():
                 local = np.asarray([i - start for i in ids], np.uint16).tobytes()
-                again = self._resend(group, new, STEP_SOME + local)
-                new.expected.append(again)
-                new.batches[again] = ids
+                new.numbers.expect_batch(
+                    self._resend(group, new, STEP_SOME + local), ids
+                )
             return
         new.expect(self._resend(group, new, old.last_sent))  # the same bytes again
 
@@ -331,34 +312,24 @@ class Restarter:
         owed, so its own replacement is sent the command again.
         """
         try:
-            return new._write(data)
+            return new.write(data)
         except OSError:
             new.last_sent = data
-            new.sent += 1
             if new not in group.dead:
                 group.dead.append(new)
-            return new.sent
+            return new.numbers.sent_one()
 
     def _warn(self, old: WorkerHandle, what: str) -> None:
         count = self.policy.restarts[old.index]
         limit = self.policy.max_restarts
         of = "" if limit is None else f" of {limit}"
         warnings.warn(
-            f"{_died(old, what)}; restarted it (restart {count}{of}). Its envs start "
+            f"{old.died(what)}; restarted it (restart {count}{of}). Its envs start "
             "over: their rows of this call are marked "
             "`infos['worker_restarted']`.",
             VecPoolWarning,
             stacklevel=2,
         )
-
-
-def _died(handle: WorkerHandle, what: str) -> str:
-    from vecpool._engine.group import describe_exit
-
-    return (
-        f"Worker {handle.index} (hosting {handle.hosted()}) died with "
-        f"{describe_exit(handle.process.exitcode)} while running `{what}`"
-    )
 
 
 def _bury(handle: WorkerHandle) -> int | None:

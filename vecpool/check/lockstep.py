@@ -21,6 +21,7 @@ from vecpool.check.rules import (
     observation_breach,
     step_array_breach,
 )
+from vecpool.errors import ReferenceFailedError
 
 __all__ = ["ALL_INFOS", "Lockstep", "Op", "Outcome", "call_env", "mode_check_name"]
 
@@ -139,10 +140,6 @@ def call_env(env: Any, op: Op, options: dict[str, Any] | None) -> Outcome:
         return Outcome(tuple(env.reset(seed=op.seed, options=options)))
     except Exception as error:  # noqa: BLE001 - the env's error is a finding, not ours
         return Outcome(error=error, trace=traceback.format_exc())
-
-
-class ReferenceFailedError(Exception):
-    """The reference raised: the trajectory stops, the env under test is not blamed."""
 
 
 Recorder = Callable[..., None]

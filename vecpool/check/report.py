@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from vecpool.errors import VecPoolError
+from vecpool.errors import VectorEnvCheckError
 
 __all__ = [
     "CHECKS",
@@ -63,23 +63,6 @@ CHECKS: dict[str, str] = {
     "api.use_after_close": "step()/reset() after close() raise",
 }
 """Every check by name, with what it asserts (``skip`` takes these names or groups)."""
-
-
-class VectorEnvCheckError(VecPoolError, AssertionError):
-    """A vector env failed :func:`vecpool.check_vector_env`.
-
-    Attributes:
-        report: The full :class:`CheckReport`.
-    """
-
-    def __init__(self, report: CheckReport) -> None:
-        """Keep ``report``; the message is its text."""
-        super().__init__(str(report))
-        self.report = report
-
-    def __reduce__(self) -> tuple[type, tuple[CheckReport]]:
-        """Pickle with the report."""
-        return (type(self), (self.report,))
 
 
 @dataclasses.dataclass

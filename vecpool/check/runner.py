@@ -21,11 +21,11 @@ from vecpool.check.lockstep import (
     Lockstep,
     Op,
     Outcome,
-    ReferenceFailedError,
     call_env,
 )
 from vecpool.check.report import CHECKS, CheckFailure, CheckReport, resolve_skip
 from vecpool.check.rules import space_batching_breach
+from vecpool.errors import ReferenceFailedError
 
 __all__ = ["DEFAULT_IGNORED_INFO_KEYS", "DEFAULT_NUM_STEPS", "check_vector_env"]
 

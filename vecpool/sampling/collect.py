@@ -31,7 +31,7 @@ from gymnasium.vector import AutoresetMode
 
 from vecpool._util.checks import check_int, require_matplotlib
 from vecpool._util.progress import Progress
-from vecpool.errors import VecPoolError
+from vecpool.errors import CollectArgumentError, CollectSaveError
 from vecpool.replay.boundaries import AutoresetTracker, restarted_rows
 from vecpool.replay.pool import ReplayPool
 from vecpool.replay.wrapper import ReplayPoolWrapper
@@ -70,10 +70,6 @@ _AUTORESET_NAMES = {
     "samestep": AutoresetMode.SAME_STEP,
     "disabled": AutoresetMode.DISABLED,
 }
-
-
-class CollectArgumentError(VecPoolError, ValueError):
-    """An argument of :func:`collect` is invalid (``vecpool collect`` exits with 2)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -302,16 +298,6 @@ def _describe_policy(policy: Policy | str | None) -> str:
     module = getattr(policy, "__module__", None)
     name = getattr(policy, "__qualname__", None)
     return f"policy {module}:{name}" if module and name else f"policy {policy!r}"
-
-
-class CollectSaveError(VecPoolError, OSError):
-    """The collection ran but its file could not be written (exit status 2).
-
-    Attributes:
-        pool: The pool collected, to save elsewhere (``pool.save(other_path)``).
-    """
-
-    pool: ReplayPool | None = None
 
 
 def _check_space(path: Path | None, pool: ReplayPool, env_steps: int) -> None:

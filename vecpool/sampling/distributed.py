@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from vecpool._engine.restart import derive_seed
+from vecpool._util.seeding import derive_seed
 from vecpool.errors import WorkerCrashedError
 from vecpool.replay.pool import ReplayPool
 from vecpool.sampling.sampler import EpisodeRecord, SampleBatch, Sampler
@@ -197,8 +197,8 @@ class RaySampler:
         **sampler_kwargs: Any,
     ) -> None:
         """Start the actors (they build their envs in the background)."""
-        from vecpool._engine.group import split
         from vecpool._util.checks import check_int
+        from vecpool._util.slices import split
 
         env_fns = list(env_fns)
         self.num_envs = len(env_fns)

@@ -26,16 +26,13 @@ from gymnasium.vector.utils import batch_space
 from vecpool._engine import guards as _guards
 from vecpool._engine.batches import Batches
 from vecpool._engine.buffers import StepBuffers
+from vecpool._engine.env_errors import raise_env_errors
 from vecpool._engine.env_states import EnvStates
-from vecpool._engine.group import (
-    SpinPolicy,
-    StartSpec,
-    WorkerGroup,
-    raise_env_errors,
-)
+from vecpool._engine.group import WorkerGroup
 from vecpool._engine.guards import HELD, exclusive
 from vecpool._engine.lifecycle import LIVE_ENVS, kill_groups, reap, shutdown
 from vecpool._engine.restart import LastObservations, Restarter, RestartPolicy
+from vecpool._engine.startup import Starter, StartSpec
 from vecpool._util.checks import (
     available_cpus,
     check_batch_size,
@@ -49,6 +46,7 @@ from vecpool._util.checks import (
 )
 from vecpool._util.spaces import observation_spaces
 from vecpool._wire.messages import Reply
+from vecpool._wire.spin import SpinPolicy
 from vecpool.errors import (
     AlreadyPendingCallError,
     ClosedEnvironmentError,
@@ -255,18 +253,12 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             ctx=ctx,
         )
         owner = type(self).__name__
-        self._batches = (
-            None
-            if self.batch_size is None
-            else Batches(
-                self.num_envs, self.batch_size, self._group, self._buffers, owner
-            )
-        )
         self._env_states = EnvStates(
             self._group, self._buffers, self.single_observation_space, owner
         )
+        self._restarter: Restarter | None = None
         if self.on_worker_crash == "restart":
-            self._group.restarter = Restarter(
+            self._restarter = Restarter(
                 RestartPolicy(self.num_workers, self.num_envs, self.max_restarts),
                 LastObservations(
                     self.single_observation_space,
@@ -275,6 +267,19 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 ),
                 owner,
             )
+            self._group.restarter = self._restarter
+        self._batches = (
+            None
+            if self.batch_size is None
+            else Batches(
+                self.num_envs,
+                self.batch_size,
+                self._group,
+                self._buffers,
+                owner,
+                None if self._restarter is None else self._restarter.last_obs,
+            )
+        )
         LIVE_ENVS.add(self)
         self._holds_sigint = _guards.install()
         try:
@@ -291,7 +296,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             self, shutdown, self.processes, self.parent_pipes, self.worker is None
         )
         self.error_queue = ctx.Queue() if self.worker is not None else None
-        self._group.start(
+        starter = Starter(
             StartSpec(
                 env_fns=self.env_fns,
                 num_workers=self.num_workers,
@@ -310,6 +315,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             self.processes,
             self.parent_pipes,
         )
+        if self._restarter is not None:
+            self._restarter.starter = starter
+        starter.start(self._group)
         self._group.check_spaces(
             self.observation_mode,
             self.single_observation_space,
@@ -397,8 +405,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         if options is not None and "reset_mask" in options:
             options = dict(options)  # never mutate the caller's dict
             flags = check_reset_mask(options.pop("reset_mask"), self.num_envs)
-        if self._group.restarter is not None:
-            self._group.restarter.policy.note_seeds(seeds)
+        if self._restarter is not None:
+            self._restarter.policy.note_seeds(seeds)
         with HELD:
             buffer = self._buffers.choose_obs_buffer()
             self._group.send_all(
@@ -438,8 +446,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             self._group.handles, replies, type(self).__name__
         )
         observations = self._buffers.read_observations()
-        if self._group.restarter is not None:
-            self._group.restarter.last_obs.record(observations)
+        if self._restarter is not None:
+            self._restarter.last_obs.record(observations)
         return observations, infos
 
     # -- step --------------------------------------------------------------------------
@@ -526,8 +534,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._state = AsyncState.DEFAULT
         infos = buffers.merge_replies(self._group.handles, replies, type(self).__name__)
         observations = buffers.read_observations()
-        if self._group.restarter is not None:
-            self._group.restarter.last_obs.record(observations)
+        if self._restarter is not None:
+            self._restarter.last_obs.record(observations)
         return (
             observations,
             buffers.rewards.copy(),
@@ -822,7 +830,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     @property
     def restarts(self) -> tuple[int, ...]:
         """Restarts of each worker so far (``on_worker_crash="restart"``)."""
-        restarter = self._group.restarter
+        restarter = self._restarter
         return (
             tuple(restarter.policy.restarts) if restarter else (0,) * self.num_workers
         )
@@ -860,8 +868,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             terminate: If ``True``, terminate the workers at once.
         """
         LIVE_ENVS.discard(self)
-        if self._group.restarter is not None:
-            self._group.restarter.closing = True  # another thread must not restart
+        if self._restarter is not None:
+            self._restarter.closing = True  # another thread must not restart
         if getattr(self, "_holds_sigint", False):
             self._holds_sigint = False
             _guards.uninstall()
@@ -959,9 +967,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             self._state = AsyncState.DEFAULT
             group.drop_pending()
             raise
-        return [
-            handle.answers[0][1] if handle.answers else None for handle in group.handles
-        ]
+        return [handle.answer() for handle in group.handles]
 
 
 _STEP_ASYNC = AsyncVectorEnv.step_async

@@ -1,0 +1,224 @@
+"""The parent's handle on one worker: the base every kind of worker shares.
+
+A handle sends numbered commands and reads numbered replies (its
+:class:`~vecpool._engine.numbering.ReplyNumbers`), over a
+:class:`~vecpool._wire.channel.Channel`. The kinds, one file each:
+
+* :class:`vecpool._engine.process.ProcessHandle`: a vecpool worker process;
+* :class:`vecpool._engine.in_process.InProcessHandle`: ``num_workers=0``;
+* :class:`vecpool._engine.gym_protocol.GymProtocolHandle`: a Gymnasium ``worker=``.
+
+The group (:mod:`vecpool._engine.group`) waits on them all through this interface
+and never needs to know which kind it holds. A transfer and its count happen
+inside a :func:`vecpool._engine.guards.held` section the caller opens, so a
+Ctrl-C never comes between the two.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import signal
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from vecpool._engine.numbering import ReplyNumbers
+from vecpool._wire.channel import Channel
+from vecpool._wire.messages import STEP, STEP_SOME, Command, Reply
+
+__all__ = ["WorkerHandle", "describe_exit"]
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """Words for a process exit code (naming the signal of a negative one).
+
+    Args:
+        exitcode: ``Process.exitcode``.
+
+    Returns:
+        E.g. ``"exit code -9 (SIGKILL)"``.
+    """
+    if exitcode is None:
+        return "an unknown exit code"
+    if exitcode < 0:
+        try:
+            return f"exit code {exitcode} ({signal.Signals(-exitcode).name})"
+        except ValueError:
+            return f"exit code {exitcode}"
+    return f"exit code {exitcode}"
+
+
+class WorkerHandle:
+    """The parent's handle on one worker: numbered commands and replies.
+
+    Attributes:
+        index: Worker index.
+        env_indices: The global indices of the envs it hosts.
+        process: The process (or a stand-in with the same methods).
+        conn: The parent's end of its pipe.
+        channel: The framing over ``conn``.
+        sentinel: The process sentinel the wait loop watches.
+        numbers: The numbering of its commands and replies.
+        out_of_step: Whether a transfer was cut off half-way (a second Ctrl-C).
+        on_cut: Called when a transfer is cut off (the group then checks pipes).
+        last_sent: The last command's bytes (re-sent to a replacement on a restart).
+    """
+
+    def __init__(
+        self,
+        index: int,
+        env_indices: range,
+        process: multiprocessing.process.BaseProcess,
+        conn: Connection,
+        numbers: ReplyNumbers | None = None,
+    ) -> None:
+        """Wrap a started worker."""
+        self.index = index
+        self.env_indices = env_indices
+        self.process = process
+        self.conn = conn
+        self.channel = Channel(conn.fileno())
+        self.sentinel: int = process.sentinel
+        self.numbers = numbers if numbers is not None else ReplyNumbers()
+        self.out_of_step = False
+        self.on_cut: Callable[[], None] | None = None
+        self.last_sent = b""
+
+    # -- sending ---------------------------------------------------------------------
+
+    def send_step(
+        self, actions: list[Any] | None, buffer: int = 0, message: bytes = STEP
+    ) -> int:
+        """Step every hosted env; actions in shared memory when ``actions`` is None."""
+        if actions is None:
+            return self.write(message)
+        return self.send(Command.STEP, (actions, None, buffer))
+
+    def send_step_some(self, local: list[int], actions: list[Any] | None) -> int:
+        """Step the hosted envs ``local`` (a ``send`` batch)."""
+        if actions is None:
+            return self.write(STEP_SOME + np.asarray(local, np.uint16).tobytes())
+        return self.send(Command.STEP, (actions, local, 0))
+
+    def send_reset(
+        self,
+        seeds: list[Any],
+        options: dict[str, Any] | None,
+        flags: list[bool],
+        buffer: int = 0,
+    ) -> int:
+        """Reset the hosted envs whose flag is set."""
+        return self.send(Command.RESET, (seeds, options, flags, buffer))
+
+    def send_call(
+        self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> int:
+        """Call a method (or read an attribute) of every hosted env."""
+        return self.send(Command.CALL, (name, args, kwargs))
+
+    def send_set_attr(self, name: str, values: list[Any]) -> int:
+        """Set an attribute of every hosted env (one value each)."""
+        return self.send(Command.SET_ATTR, (name, values))
+
+    def send_close(self) -> int:
+        """Close the hosted envs and end the worker."""
+        return self.send(Command.CLOSE, None)
+
+    def send_check_spaces(
+        self,
+        data: tuple[Any, Any, Any],  # noqa: ARG002 - Gymnasium-protocol workers use it
+    ) -> int | None:
+        """Ask for the start-up space check (vecpool workers send it unasked)."""
+        return None
+
+    def send(self, command: Command, payload: Any) -> int:
+        """Pickle and send a command; return its number."""
+        try:
+            data = pickle.dumps((command, payload), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - e.g. a lambda in `call` arguments
+            data = bytes(
+                cloudpickle.dumps((command, payload), protocol=pickle.HIGHEST_PROTOCOL)
+            )
+        return self.write(data)
+
+    def write(self, data: bytes) -> int:
+        """Write one framed command; return its number.
+
+        Raises:
+            OSError: If the pipe is broken (the worker died).
+        """
+        # callers hold Ctrl-C back (held()): the write and its count go together
+        try:
+            self.channel.send(data)
+        except KeyboardInterrupt:  # cut off mid-transfer (held() defers the 1st)
+            self.cut_off()
+            raise
+        self.last_sent = data
+        return self.numbers.sent_one()
+
+    def cut_off(self) -> None:
+        """A transfer was cut off half-way: this pipe can no longer be trusted."""
+        self.out_of_step = True
+        if self.on_cut is not None:
+            self.on_cut()
+
+    # -- receiving -------------------------------------------------------------------
+
+    def has_message(self) -> bool:
+        """Whether a whole reply is already buffered (no system call)."""
+        return self.channel.has_message()
+
+    def poll(self) -> bool:
+        """Whether a reply (or EOF) can be read now."""
+        return self.channel.has_message() or self.conn.poll()
+
+    def expect(self, number: int) -> None:
+        """Wait, in the group's next wait, for reply ``number`` alone."""
+        self.numbers.expect(number)
+
+    def receive(self) -> bool:
+        """Read one reply; keep it if expected. Return whether it was expected.
+
+        Raises:
+            EOFError: If the worker closed its pipe.
+            OSError: If the pipe broke.
+        """
+        # called inside held(): the read and its count go together
+        try:
+            data = self.channel.recv()
+        except KeyboardInterrupt:  # cut off mid-transfer (held() defers the 1st)
+            self.cut_off()
+            raise
+        return self.numbers.absorb(pickle.loads(data) if data else None)
+
+    def answer(self) -> Reply | None:
+        """The answer to the call that just completed (kept until the next call)."""
+        reply: Reply | None = self.numbers.answer()
+        return reply
+
+    # -- words -----------------------------------------------------------------------
+
+    def hosted(self) -> str:
+        """The envs it hosts, as a message names them (``envs 0-3``)."""
+        envs = self.env_indices
+        if len(envs) == 1:
+            return f"env {envs.start}"
+        return f"envs {envs.start}-{envs.stop - 1}"
+
+    def died(self, what: str) -> str:
+        """``Worker i (hosting envs a-b) died with exit code c while running `what```."""
+        return (
+            f"Worker {self.index} (hosting {self.hosted()}) died with "
+            f"{describe_exit(self.process.exitcode)} while running `{what}`"
+        )
+
+    def death(self, what: str) -> str:
+        """The message of the :class:`~vecpool.errors.WorkerCrashedError` it raises."""
+        return (
+            f"{self.died(what)}. Its sub-environments are lost: call `close()` and "
+            "create a new vector env."
+        )

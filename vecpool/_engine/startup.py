@@ -1,0 +1,252 @@
+"""Starting the workers of one vector env: one handle per slice of envs.
+
+:class:`Starter` starts every worker at construction (:meth:`Starter.start`) and,
+with ``on_worker_crash="restart"``, each replacement (:meth:`Starter.spawn`). The
+kind of handle follows from the settings: a vecpool worker process
+(:class:`~vecpool._engine.process.ProcessHandle`), a Gymnasium ``worker=``
+(:class:`~vecpool._engine.gym_protocol.GymProtocolHandle`), or no process at all
+(``num_workers=0``: :class:`~vecpool._engine.in_process.InProcessHandle`).
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+from gymnasium import Env, Space
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import CloudpickleWrapper, clear_mpi_env_vars
+
+from vecpool._engine.buffers import StepBuffers
+from vecpool._engine.group import WorkerGroup
+from vecpool._engine.gym_protocol import GymProtocolHandle
+from vecpool._engine.handle import WorkerHandle
+from vecpool._engine.in_process import InProcessHandle
+from vecpool._engine.lifecycle import STARTING_WORKERS
+from vecpool._engine.process import ProcessHandle
+from vecpool._util.slices import split
+from vecpool._wire.messages import ObsTransport, RestartStart, WorkerConfig
+from vecpool._worker.loop import run_worker
+
+__all__ = ["EnvFns", "StartSpec", "Starter"]
+
+
+class EnvFns:
+    """Picklable (by cloudpickle) list of env constructors for one worker."""
+
+    def __init__(self, env_fns: list[Callable[[], Env[Any, Any]]]) -> None:
+        """Keep ``env_fns``."""
+        self.env_fns = env_fns
+
+    def __call__(self) -> list[Callable[[], Env[Any, Any]]]:
+        """The constructors."""
+        return self.env_fns
+
+    def __getstate__(self) -> bytes:
+        """Cloudpickle the constructors (lambdas and local functions included)."""
+        return bytes(cloudpickle.dumps(self.env_fns))
+
+    def __setstate__(self, state: bytes) -> None:
+        """Unpickle the constructors."""
+        self.env_fns = pickle.loads(state)
+
+
+@dataclass
+class StartSpec:
+    """What the workers of one vector env are started with.
+
+    Attributes:
+        env_fns: The env constructors, one per env.
+        num_workers: Number of worker processes.
+        custom_worker: A Gymnasium-protocol worker function, or ``None``.
+        daemon: Whether the workers are daemonic.
+        name: The vector env's class name (processes are named after it).
+        buffers: The step buffers (shared block and layout).
+        autoreset_mode: The autoreset mode.
+        observation_mode: ``"same"``, ``"different"`` or a space tuple.
+        observation_space: Single observation space.
+        action_space: Single action space.
+        max_concurrency: At most this many envs step at once, or ``None``.
+        error_queue: Gymnasium's error queue (custom workers only).
+    """
+
+    env_fns: Sequence[Callable[[], Env[Any, Any]]]
+    num_workers: int
+    custom_worker: Callable[..., None] | None
+    daemon: bool
+    name: str
+    buffers: StepBuffers
+    autoreset_mode: AutoresetMode
+    observation_mode: Any
+    observation_space: Space[Any]
+    action_space: Space[Any]
+    max_concurrency: int | None
+    error_queue: Any
+
+
+class Starter:
+    """Starts the workers of one vector env, and later their replacements.
+
+    Attributes:
+        spec: What to start.
+        semaphore: The ``max_concurrency`` semaphore shared by the workers, or
+            ``None``.
+        holding: With a semaphore and vecpool workers, one shared byte per worker,
+            set while it holds a permit (so the permit of a worker that died
+            holding it can be given back).
+    """
+
+    def __init__(
+        self,
+        spec: StartSpec,
+        ctx: Any,
+        processes: list[Any],
+        parent_pipes: list[Any],
+    ) -> None:
+        """Prepare to start ``spec``'s workers.
+
+        Args:
+            spec: What to start.
+            ctx: The ``multiprocessing`` context.
+            processes: Filled with the processes as they start (for the finalizer);
+                a replacement takes its predecessor's place.
+            parent_pipes: Filled with the parent's pipe ends likewise (and the
+                in-process handle, closed with them on every way out).
+        """
+        self.spec = spec
+        self.ctx = ctx
+        self.processes = processes
+        self.parent_pipes = parent_pipes
+        custom = spec.custom_worker
+        self.semaphore: Any = None
+        if spec.max_concurrency is not None and (
+            custom is not None or spec.max_concurrency < spec.num_workers
+        ):
+            self.semaphore = ctx.BoundedSemaphore(spec.max_concurrency)
+        self.holding: Any = (
+            ctx.RawArray("b", spec.num_workers)
+            if self.semaphore is not None and custom is None and spec.num_workers
+            else None
+        )
+
+    def start(self, group: WorkerGroup) -> None:
+        """Start one worker per slice of envs (none with ``num_workers=0``).
+
+        Args:
+            group: Receives the handles, in order.
+        """
+        spec = self.spec
+        num_envs = len(spec.env_fns)
+        if spec.num_workers == 0:
+            handle = InProcessHandle(self._config(group, 0, range(num_envs)))
+            self.parent_pipes.append(handle)  # closed with the pipes
+            group.add(handle)
+            return
+        for index, env_indices in enumerate(split(num_envs, spec.num_workers)):
+            group.add(self.spawn(group, index, env_indices))
+
+    def spawn(
+        self,
+        group: WorkerGroup,
+        index: int,
+        env_indices: range,
+        restart: RestartStart | None = None,
+        after: int = 0,
+    ) -> WorkerHandle:
+        """Start worker ``index`` hosting ``env_indices`` and return its handle.
+
+        Its process and pipe go at position ``index`` of the lists given to the
+        constructor (appended at start-up, replaced on a restart).
+
+        Args:
+            group: The group (its spin policy configures the worker).
+            index: Worker index.
+            env_indices: The envs it hosts.
+            restart: How a replacement's envs start.
+            after: Commands sent to the worker it replaces (its numbers go on).
+        """
+        spec = self.spec
+        custom = spec.custom_worker
+        buffers = spec.buffers
+        with clear_mpi_env_vars():
+            parent_conn, child_conn = self.ctx.Pipe()
+            if custom is not None:
+                args: tuple[Any, ...] = (
+                    index,
+                    CloudpickleWrapper(spec.env_fns[index]),
+                    child_conn,
+                    parent_conn,
+                    buffers.gym_obs_memory,
+                    spec.error_queue,
+                    spec.autoreset_mode,
+                    self.semaphore,
+                )
+                target = custom
+            else:
+                config = self._config(group, index, env_indices, restart=restart)
+                args, target = (child_conn, parent_conn, config), run_worker
+            process = self.ctx.Process(
+                target=target, name=f"Worker<{spec.name}>-{index}", args=args
+            )
+            process.daemon = spec.daemon
+            if index < len(self.processes):  # a replacement
+                self.processes[index] = process
+                self.parent_pipes[index] = parent_conn
+            else:
+                self.processes.append(process)
+                self.parent_pipes.append(parent_conn)
+            STARTING_WORKERS[0] += 1
+            try:
+                process.start()
+            finally:
+                STARTING_WORKERS[0] -= 1
+                child_conn.close()
+        if custom is not None:
+            return GymProtocolHandle(
+                index,
+                env_indices,
+                process,
+                parent_conn,
+                spec.error_queue,
+                buffers.transport is ObsTransport.PIPE,
+            )
+        return ProcessHandle(index, env_indices, process, parent_conn, after)
+
+    def _config(
+        self,
+        group: WorkerGroup,
+        index: int,
+        env_indices: range,
+        restart: RestartStart | None = None,
+    ) -> WorkerConfig:
+        """The configuration of the worker hosting ``env_indices``."""
+        spec = self.spec
+        buffers = spec.buffers
+        waiting: dict[str, Any] = {}
+        if spec.num_workers:  # a worker process: its semaphore and spin settings
+            waiting = {
+                "semaphore": self.semaphore,
+                "holding": self.holding,
+                "restart": restart,
+                "spin": group.spin.worker_spin,
+                "spin_yield": group.spin.spin_yield,
+                "spin_max_gap": group.spin.worker_max_gap,
+            }
+        return WorkerConfig(
+            index=index,
+            start=env_indices.start,
+            env_fns=EnvFns([spec.env_fns[i] for i in env_indices]),
+            block=buffers.block,
+            layout=buffers.layout,
+            action_space=spec.action_space,
+            observation_space=spec.observation_space,
+            obs_transport=buffers.transport,
+            gym_obs_memory=buffers.gym_obs_memory,
+            autoreset_mode=spec.autoreset_mode,
+            observation_mode=spec.observation_mode,
+            check_spaces=(spec.observation_space, spec.action_space),
+            **waiting,
+        )
