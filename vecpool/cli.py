@@ -20,8 +20,9 @@ import gymnasium as gym
 import numpy as np
 import numpy.typing as npt
 
-import vecpool
 from vecpool import bench
+from vecpool._version import __version__
+from vecpool.vector.async_env import AsyncVectorEnv
 
 __all__ = ["build_parser", "main"]
 
@@ -172,7 +173,7 @@ def _demo(args: argparse.Namespace) -> int:
     factories: list[tuple[str, Callable[[], gym.vector.VectorEnv[Any, Any, Any]]]] = [
         (
             "vecpool.AsyncVectorEnv",
-            lambda: vecpool.AsyncVectorEnv(
+            lambda: AsyncVectorEnv(
                 env_fns, context=args.context, num_workers=args.num_workers
             ),
         ),
@@ -187,7 +188,7 @@ def _demo(args: argparse.Namespace) -> int:
             1,
             (
                 "vecpool.AsyncVectorEnv(num_workers=0)",
-                lambda: vecpool.AsyncVectorEnv(env_fns, num_workers=0),
+                lambda: AsyncVectorEnv(env_fns, num_workers=0),
             ),
         )
     runs: list[_Run] = []
@@ -761,7 +762,7 @@ def build_parser() -> argparse.ArgumentParser:
         "gymnasium.vector.AsyncVectorEnv.",
     )
     parser.add_argument(
-        "--version", action="version", version=f"%(prog)s {vecpool.__version__}"
+        "--version", action="version", version=f"%(prog)s {__version__}"
     )
     subparsers = parser.add_subparsers(
         title="commands", dest="command", required=True, metavar="COMMAND"

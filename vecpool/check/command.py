@@ -11,8 +11,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from vecpool._util.loading import load_callable
 from vecpool.check.report import CHECKS, resolve_skip
 from vecpool.check.runner import DEFAULT_NUM_STEPS, check_vector_env
+from vecpool.vector.make import make_vec
 
 __all__ = ["add_check_parser"]
 
@@ -146,8 +148,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _load(spec: str, what: str, option: str) -> Callable[..., Any]:
-    from vecpool.sampling.collect import load_callable
-
     return load_callable(spec, what=what, option=option)
 
 
@@ -195,8 +195,6 @@ def _factory(args: argparse.Namespace) -> Callable[[], Any]:
     if backend != "sync":
         vector_kwargs["shared_memory"] = args.shared_memory
     if backend == "vecpool":
-        from vecpool.vector.make import make_vec
-
         return lambda: make_vec(target, num_envs, vector_kwargs=vector_kwargs)
     return lambda: gym.make_vec(
         target, num_envs, vectorization_mode=backend, vector_kwargs=vector_kwargs

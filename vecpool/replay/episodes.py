@@ -12,15 +12,40 @@ cut by a jump, the episode still running at the tail.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from vecpool._util.spaces import flatten_batch, make_views
-from vecpool.replay.pool import ReplayPool
 
-__all__ = ["Episode", "complete_episodes"]
+__all__ = ["Episode", "RecordedPool", "complete_episodes"]
+
+
+class RecordedPool(Protocol):
+    """What episodes are read from (:class:`~vecpool.ReplayPool` is one).
+
+    A protocol, so this module and the Minari export read a pool without
+    importing it (the pool imports them for :meth:`ReplayPool.to_minari`).
+    """
+
+    random: bool
+    observation_space: Any
+    action_space: Any
+
+    @property
+    def lengths(self) -> npt.NDArray[np.int64]:
+        """Transitions each sub-pool holds."""
+        ...
+
+    @property
+    def received(self) -> npt.NDArray[np.int64]:
+        """Transitions each sub-pool has received, kept or not."""
+        ...
+
+    def get_pool(self) -> Any:
+        """Every transition held, sub-pools in env order, oldest first."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -49,7 +74,7 @@ class Episode:
         return int(self.rewards.size)
 
 
-def complete_episodes(pool: ReplayPool) -> tuple[list[Episode], int]:
+def complete_episodes(pool: RecordedPool) -> tuple[list[Episode], int]:
     """The complete episodes of every sub-pool, and how many partial ones were left.
 
     Example:
@@ -125,7 +150,7 @@ def _same(
 
 
 def _episode(
-    pool: ReplayPool,
+    pool: RecordedPool,
     env: int,
     rows: npt.NDArray[np.int64],
     leaves: tuple[list[npt.NDArray[Any]], ...],

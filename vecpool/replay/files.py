@@ -9,8 +9,8 @@ that header, so a truncated, corrupted, forged or other-version file raises one
 code. Files of format 2 (vecpool 0.1) kept the spaces as a pickle: they load only
 with ``trusted=True``.
 
-This module is the replay pool's own persistence room: it reads and writes the
-pool's private fields, as ``pool.py`` does.
+It never imports the pool: it works on any :class:`StoredPool`, through the
+pool's public state (:meth:`ReplayPool.state_dict`, :meth:`ReplayPool.load_state_dict`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ import math
 import os
 import pickle
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -30,14 +31,53 @@ from gymnasium import spaces
 from vecpool._util.files import write_atomically
 from vecpool._util.spaces import leaves
 
-if TYPE_CHECKING:
-    from vecpool.replay.pool import ReplayPool
+__all__ = [
+    "COUNTERS",
+    "FORMAT",
+    "StoredPool",
+    "per_row",
+    "read",
+    "space_from_dict",
+    "space_to_dict",
+    "write",
+]
 
-__all__ = ["FORMAT", "read", "space_from_dict", "space_to_dict", "write"]
+
+class StoredPool(Protocol):
+    """What a pool file is written from and read into (:class:`ReplayPool` is one)."""
+
+    num_envs: int
+    pool_size: int
+    window_size: int | None
+    clearing_freq: int | None
+    window_size_: int | None
+    random: bool
+    store_next_obs: bool
+    capacity: int
+    observation_space: spaces.Space[Any]
+    action_space: spaces.Space[Any]
+    generator_state: dict[str, Any]
+
+    def state_dict(self) -> dict[str, npt.NDArray[Any]]:
+        """Every array of the pool, by its name in a pool file."""
+        ...
+
+    def load_state_dict(
+        self, state: dict[str, npt.NDArray[Any]], *, compact: bool
+    ) -> None:
+        """Take the (checked) arrays of a file."""
+        ...
+
+    def filled_rows(
+        self, length: npt.NDArray[np.int64], end: npt.NDArray[np.int64] | None
+    ) -> npt.NDArray[np.int64]:
+        """The rows of every sub-pool, oldest to newest."""
+        ...
+
 
 FORMAT = "vecpool.ReplayPool/3"  # 3: JSON header, no pickle
 _PICKLED_FORMAT = "vecpool.ReplayPool/2"
-_COUNTERS = (
+COUNTERS = (
     "reward",
     "terminated",
     "truncated",
@@ -180,7 +220,7 @@ def _short(data: Any) -> str:
 
 
 def write(
-    pool: ReplayPool, path: str | os.PathLike[str], *, compress: bool = False
+    pool: StoredPool, path: str | os.PathLike[str], *, compress: bool = False
 ) -> Path:
     """Write ``pool`` to ``path`` atomically (see :meth:`ReplayPool.save`).
 
@@ -195,61 +235,41 @@ def write(
     Returns:
         The path written.
     """
-    state = pool._state()
-    rows = _filled_rows(pool, state["length"], state.pop("end"))
+    state = pool.state_dict()
+    rows = pool.filled_rows(state["length"], state.pop("end"))
     for name in list(state):
-        if _per_row(name):
+        if per_row(name):
             state[name] = state[name][rows]
     header = {
         "format": FORMAT,
         **{name: getattr(pool, name) for name in _ARGUMENTS},
         "observation_space": space_to_dict(pool.observation_space),
         "action_space": space_to_dict(pool.action_space),
-        "rng": pool._rng.bit_generator.state,
+        "rng": pool.generator_state,
     }
     arrays = {"config": np.frombuffer(json.dumps(header).encode(), np.uint8), **state}
     savez: Any = np.savez_compressed if compress else np.savez  # stubs refuse **
     return write_atomically(Path(path), lambda handle: savez(handle, **arrays))
 
 
-def _per_row(name: str) -> bool:
+def per_row(name: str) -> bool:
     """Whether a state array has one entry per row of the pool (vs per env)."""
     return name in ("reward", "terminated", "truncated", "own_next") or (
         name.split("_")[0] in ("obs", "action") or name.startswith("next_obs_")
     )
 
 
-def _filled_rows(
-    pool: ReplayPool,
-    length: npt.NDArray[np.int64],
-    end: npt.NDArray[np.int64] | None,
-) -> npt.NDArray[np.int64]:
-    """The rows of every sub-pool, oldest to newest, sub-pool after sub-pool.
-
-    With ``end=None``, the rows a loaded pool puts them in: slots ``0..length-1``.
-    """
-    num_envs = pool.num_envs
-    env = np.repeat(np.arange(num_envs, dtype=np.int64), length)
-    offset = np.arange(env.size, dtype=np.int64) - np.repeat(
-        np.cumsum(length) - length, length
-    )
-    slot = (
-        offset
-        if end is None
-        else (end[env] - length[env] + offset) % (pool.capacity + 1)
-    )
-    rows: npt.NDArray[np.int64] = env + slot * num_envs
-    return rows
-
-
 # -- reading ---------------------------------------------------------------------------
 
 
-def read(cls: type[ReplayPool], path: str | os.PathLike[str], trusted: bool) -> Any:
+def read(
+    cls: Callable[..., StoredPool], path: str | os.PathLike[str], trusted: bool
+) -> Any:
     """Read a pool file, checking every field (see :meth:`ReplayPool.load`).
 
     Args:
-        cls: The pool class to build.
+        cls: The pool class (or any callable building a :class:`StoredPool` from
+            ``(observation_space, action_space, **settings)``).
         path: The file.
         trusted: Allow the pickled spaces of a format-2 file.
 
@@ -295,7 +315,7 @@ def read(cls: type[ReplayPool], path: str | os.PathLike[str], trusted: bool) -> 
             msg = f"its header holds no valid pool arguments: {exc}"
             raise _BadFile(msg) from exc
         try:
-            pool._rng.bit_generator.state = rng
+            pool.generator_state = rng
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             msg = f"its generator state is not valid: {exc!r}"
             raise _BadFile(msg) from exc
@@ -470,7 +490,7 @@ def _array(data: dict[str, npt.NDArray[Any]], name: str) -> npt.NDArray[Any]:
 
 
 def _restore(
-    pool: ReplayPool, data: dict[str, npt.NDArray[Any]], compact: bool
+    pool: StoredPool, data: dict[str, npt.NDArray[Any]], compact: bool
 ) -> None:
     """Copy the file's arrays into ``pool``, each checked against the fresh one.
 
@@ -478,7 +498,7 @@ def _restore(
     go to slots ``0..length-1`` (the ring starts over; what the pool holds, returns
     and samples is unchanged). A format-2 file holds every row as it lay.
     """
-    fresh = pool._state()
+    fresh = pool.state_dict()
     if compact:
         fresh.pop("end")
     # the store of kept next observations grows; its free list with it
@@ -494,7 +514,7 @@ def _restore(
             )
             raise _BadFile(msg)
         expected = like.shape
-        if compact and _per_row(name):
+        if compact and per_row(name):
             expected = (rows, *like.shape[1:])
         if name in growable:
             same = array.shape[1:] == like.shape[1:]
@@ -507,32 +527,10 @@ def _restore(
     if compact:
         loaded["end"] = loaded["length"].copy()
     _check_counters(pool, loaded)
-    targets = _filled_rows(pool, loaded["length"], None) if compact else slice(None)
-    for name in _COUNTERS:
-        if compact and _per_row(name):
-            getattr(pool, f"_{name}")[targets] = loaded[name]
-        else:
-            setattr(pool, f"_{name}", loaded[name])
-    groups = ["obs", "action"]
-    groups += ["next_obs"] if pool.store_next_obs else ["tail", "extra"]
-    for group in groups:
-        arrays = getattr(pool, f"_{group}")
-        for index in range(len(arrays)):
-            array = loaded[f"{group}_{index}"]
-            if compact and _per_row(f"{group}_{index}"):
-                arrays[index][targets] = array
-            else:
-                arrays[index] = array
-    if not pool.store_next_obs:
-        if compact:
-            pool._own_next[targets] = loaded["own_next"]
-        else:
-            pool._own_next = loaded["own_next"]
-        pool._free = loaded["free"].tolist()
-    pool._row = pool._base + loaded["end"] * pool.num_envs
+    pool.load_state_dict(loaded, compact=compact)
 
 
-def _check_counters(pool: ReplayPool, data: dict[str, npt.NDArray[Any]]) -> None:
+def _check_counters(pool: StoredPool, data: dict[str, npt.NDArray[Any]]) -> None:
     """Refuse counters that would make the pool read rows it never wrote."""
 
     def refuse(name: str, rule: str) -> None:
@@ -558,7 +556,10 @@ def _check_counters(pool: ReplayPool, data: dict[str, npt.NDArray[Any]]) -> None
     if pool.store_next_obs:
         return
     extra = data["extra_0"].shape[0] if "extra_0" in data else 0
-    if any(data[f"extra_{i}"].shape[0] != extra for i in range(len(pool._extra))):
+    if any(
+        data[f"extra_{i}"].shape[0] != extra
+        for i in range(sum(name.startswith("extra_") for name in data))
+    ):
         refuse("extra_*", "one size for every leaf")
     own, free = data["own_next"], data["free"]
     used = own[own >= 0]

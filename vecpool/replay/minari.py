@@ -13,8 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from vecpool.replay.episodes import Episode, complete_episodes
-from vecpool.replay.pool import ReplayPool
+from vecpool.replay.episodes import Episode, RecordedPool, complete_episodes
 
 __all__ = ["to_minari"]
 
@@ -39,7 +38,7 @@ def _lists(batch: Any) -> Any:
 
 
 def to_minari(
-    pool: ReplayPool, dataset_id: str, *, env: Any = None, **kwargs: Any
+    pool: RecordedPool, dataset_id: str, *, env: Any = None, **kwargs: Any
 ) -> tuple[Any, int]:
     """Write the pool's complete episodes as the Minari dataset ``dataset_id``.
 

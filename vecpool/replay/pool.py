@@ -29,6 +29,8 @@ from vecpool._util.spaces import (
     make_views,
 )
 from vecpool.replay import files as pool_files
+from vecpool.replay.files import COUNTERS, per_row
+from vecpool.replay.minari import to_minari
 
 __all__ = ["EpisodeStats", "ReplayPool", "Transitions"]
 
@@ -871,8 +873,82 @@ class ReplayPool:
 
     # -- persistence -------------------------------------------------------------------
 
-    def _state(self) -> dict[str, npt.NDArray[Any]]:
-        """Every array of the pool, by its name in a pool file (vecpool.replay.files)."""
+    def filled_rows(
+        self,
+        length: npt.NDArray[np.int64],
+        end: npt.NDArray[np.int64] | None,
+    ) -> npt.NDArray[np.int64]:
+        """The rows of every sub-pool, oldest to newest, sub-pool after sub-pool.
+
+        With ``end=None``, the rows a loaded pool puts them in: slots ``0..length-1``.
+        """
+        num_envs = self.num_envs
+        env = np.repeat(np.arange(num_envs, dtype=np.int64), length)
+        offset = np.arange(env.size, dtype=np.int64) - np.repeat(
+            np.cumsum(length) - length, length
+        )
+        slot = (
+            offset
+            if end is None
+            else (end[env] - length[env] + offset) % (self.capacity + 1)
+        )
+        rows: npt.NDArray[np.int64] = env + slot * num_envs
+        return rows
+
+    def load_state_dict(
+        self, state: dict[str, npt.NDArray[Any]], *, compact: bool = False
+    ) -> None:
+        """Take every array of :meth:`state_dict` (as read from a pool file).
+
+        The arrays must have the shapes and dtypes of this pool's own state (the
+        file reader checks them). ``compact`` state (a saved file) holds each
+        sub-pool's filled rows, oldest first: they go to slots ``0..length-1`` (the
+        ring starts over; what the pool holds, returns and samples is unchanged).
+
+        Args:
+            state: The arrays, by name.
+            compact: Whether the per-row arrays hold only the filled rows.
+        """
+        targets = self.filled_rows(state["length"], None) if compact else slice(None)
+        for name in COUNTERS:
+            if compact and per_row(name):
+                getattr(self, f"_{name}")[targets] = state[name]
+            else:
+                setattr(self, f"_{name}", state[name])
+        groups = ["obs", "action"]
+        groups += ["next_obs"] if self.store_next_obs else ["tail", "extra"]
+        for group in groups:
+            arrays = getattr(self, f"_{group}")
+            for index in range(len(arrays)):
+                array = state[f"{group}_{index}"]
+                if compact and per_row(f"{group}_{index}"):
+                    arrays[index][targets] = array
+                else:
+                    arrays[index] = array
+        if not self.store_next_obs:
+            if compact:
+                self._own_next[targets] = state["own_next"]
+            else:
+                self._own_next = state["own_next"]
+            self._free = state["free"].tolist()
+        self._row = self._base + state["end"] * self.num_envs
+
+    @property
+    def generator_state(self) -> dict[str, Any]:
+        """The state of the pool's random generator (``random`` routing, sampling)."""
+        return dict(self._rng.bit_generator.state)
+
+    @generator_state.setter
+    def generator_state(self, state: dict[str, Any]) -> None:
+        self._rng.bit_generator.state = state
+
+    def state_dict(self) -> dict[str, npt.NDArray[Any]]:
+        """Every array of the pool, by its name in a pool file (see files.py).
+
+        Returns:
+            The live arrays (not copies): counters, the per-row storage of each
+            observation and action leaf, and the kept next observations.
+        """
         self._sync()
         state: dict[str, npt.NDArray[Any]] = {
             "reward": self._reward,
@@ -927,8 +1003,6 @@ class ReplayPool:
         Returns:
             The ``MinariDataset`` and the number of partial episodes left out.
         """
-        from vecpool.replay.minari import to_minari
-
         return to_minari(self, dataset_id, **kwargs)
 
     @classmethod

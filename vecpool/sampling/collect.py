@@ -9,7 +9,6 @@ cleanly on Ctrl-C and writes the pool with :meth:`vecpool.ReplayPool.save`.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import logging
 import math
 import os
@@ -30,6 +29,7 @@ import numpy.typing as npt
 from gymnasium.vector import AutoresetMode
 
 from vecpool._util.checks import check_int, require_matplotlib
+from vecpool._util.loading import load_callable
 from vecpool._util.progress import Progress
 from vecpool.errors import CollectArgumentError, CollectSaveError
 from vecpool.replay.boundaries import AutoresetTracker, restarted_rows
@@ -44,7 +44,6 @@ __all__ = [
     "CollectSaveError",
     "collect",
     "format_bytes",
-    "load_callable",
     "load_policy",
     "parse_autoreset_mode",
     "plot_collection",
@@ -240,54 +239,11 @@ def load_policy(spec: str) -> Policy:
         CollectArgumentError: If ``spec`` is malformed, the module cannot be
             imported, the attribute is missing or it is not callable.
     """
-    policy: Policy = load_callable(spec, what="policy", option="--policy")
-    return policy
-
-
-def load_callable(spec: str, *, what: str, option: str) -> Callable[..., Any]:
-    """Import the callable named ``"module:attr"`` (or ``"module:obj.attr"``).
-
-    The current directory is searched first, as ``python -m`` does.
-
-    Args:
-        spec: ``"package.module:function"``.
-        what: What the callable is, for messages (``"policy"``).
-        option: The command-line option that named it, for messages.
-
-    Returns:
-        The callable.
-
-    Raises:
-        CollectArgumentError: If ``spec`` is malformed, the module cannot be
-            imported, the attribute is missing or it is not callable.
-    """
-    module_name, colon, attribute = spec.partition(":")
-    if not colon or not module_name or not attribute:
-        msg = f"{option} must look like 'module:callable', got {spec!r}."
-        raise CollectArgumentError(msg)
-    here = os.getcwd()
-    if here not in sys.path and "" not in sys.path:
-        sys.path.insert(0, here)  # `--policy mymod:act` finds ./mymod.py, as python -m
     try:
-        target: Any = importlib.import_module(module_name)
-    except ImportError as error:
-        msg = (
-            f"Cannot import the {what} module {module_name!r} of {spec!r}: {error}. "
-            f"It is looked up in the current directory ({here}) and on sys.path: "
-            "run from the directory holding it, or set PYTHONPATH."
-        )
-        raise CollectArgumentError(msg) from error
-    for part in attribute.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError as error:
-            msg = f"Cannot load the {what} {spec!r}: {target!r} has no {part!r}."
-            raise CollectArgumentError(msg) from error
-    if not callable(target):
-        msg = f"The {what} {spec!r} is not callable: {target!r}."
-        raise CollectArgumentError(msg)
-    loaded: Callable[..., Any] = target
-    return loaded
+        policy: Policy = load_callable(spec, what="policy", option="--policy")
+    except ValueError as error:
+        raise CollectArgumentError(str(error)) from error
+    return policy
 
 
 def _describe_policy(policy: Policy | str | None) -> str:

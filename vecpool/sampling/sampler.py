@@ -15,7 +15,7 @@ import dataclasses
 import enum
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -28,14 +28,49 @@ from vecpool._util.spaces import flatten_batch, is_native, leaves, make_views
 from vecpool.errors import VecPoolWarning
 from vecpool.replay.boundaries import AutoresetTracker, restarted_rows
 from vecpool.replay.pool import ReplayPool
-from vecpool.vector.async_env import AsyncVectorEnv
 
-__all__ = ["EpisodeRecord", "Policy", "SampleBatch", "Sampler"]
+__all__ = [
+    "BatchedEnv",
+    "EpisodeRecord",
+    "Policy",
+    "SampleBatch",
+    "Sampler",
+    "sends_batches",
+]
 
 Policy = Callable[[Any], Any]
 """A policy: observation batch -> action batch, or -> ``(actions, agent_info)``."""
 
 _RESERVED_KEYS = ("return", "return_", "length", "env_index", "info")
+
+
+class BatchedEnv(Protocol):
+    """The capability the alternating sampler needs: EnvPool-style ``send``/``recv``.
+
+    :class:`vecpool.AsyncVectorEnv` created with ``batch_size=k`` has it. Only the
+    env's own class counts (see :func:`sends_batches`): a wrapper that forwards
+    attributes would let ``send``/``recv`` bypass what it wraps.
+    """
+
+    batch_size: int | None
+
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Start stepping the envs ``env_ids`` with ``actions``."""
+        ...
+
+    def recv(self, timeout: float | None = None) -> tuple[Any, ...]:
+        """The first ``batch_size`` envs to finish, with ``infos["env_id"]``."""
+        ...
+
+
+def sends_batches(env: Any) -> bool:
+    """Whether ``env`` itself offers ``send``/``recv`` batches (a ``batch_size``)."""
+    kind = type(env)
+    return (
+        callable(getattr(kind, "send", None))
+        and callable(getattr(kind, "recv", None))
+        and isinstance(getattr(env, "batch_size", None), int)
+    )
 
 
 class _Draw(enum.IntEnum):
@@ -351,7 +386,7 @@ class Sampler:
 
         self._obs_space: spaces.Space[Any] = env.single_observation_space
         self._action_space: spaces.Space[Any] = env.single_action_space
-        self._alternate = isinstance(env, AsyncVectorEnv) and env.batch_size is not None
+        self._alternate = sends_batches(env)
         # a batch of Tuple(X, Dict) actions looks like (actions, agent_info)
         action_space = self._action_space
         self._ambiguous_output = (
@@ -649,8 +684,7 @@ class Sampler:
 
     def _sample_alternating(self, episodes: list[EpisodeRecord]) -> None:
         """Sample with ``send``/``recv`` on a vecpool env with ``batch_size``."""
-        env = self.env
-        assert isinstance(env, AsyncVectorEnv)
+        env: BatchedEnv = self.env  # type: ignore[assignment]  # sends_batches(env)
         assert env.batch_size is not None
         group = env.batch_size
         steps = self.batch_T
@@ -695,7 +729,7 @@ class Sampler:
 
     def _dispatch(
         self,
-        env: AsyncVectorEnv,
+        env: BatchedEnv,
         group: int,
         row: npt.NDArray[np.int64],
         in_flight: npt.NDArray[np.bool_],

@@ -176,7 +176,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 :class:`vecpool.WorkerCrashedError` and the vector env is unusable.
                 ``"restart"``: it is replaced by a fresh process hosting the same
                 envs, and the call that saw the crash returns their rows marked
-                ``infos["worker_restarted"]`` (DESIGN.md, "Worker restart").
+                ``infos["worker_restarted"]`` (docs/reliability.md).
             max_restarts: Restarts allowed per worker (``None``: no limit); past
                 it, a crash raises.
 
