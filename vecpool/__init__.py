@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from vecpool.check import CheckReport, check_vector_env
     from vecpool.replay.classic import Pool
     from vecpool.replay.pool import EpisodeStats, ReplayPool, Transitions
+    from vecpool.replay.settings import PoolSettings
     from vecpool.replay.wrapper import ReplayPoolWrapper
     from vecpool.sampling.sampler import EpisodeRecord, SampleBatch, Sampler
     from vecpool.vector.async_env import AsyncState, AsyncVectorEnv
@@ -44,6 +45,7 @@ _LAZY = {
     "EpisodeRecord": "vecpool.sampling.sampler",
     "EpisodeStats": "vecpool.replay.pool",
     "Pool": "vecpool.replay.classic",
+    "PoolSettings": "vecpool.replay.settings",
     "ReplayPool": "vecpool.replay.pool",
     "ReplayPoolWrapper": "vecpool.replay.wrapper",
     "SampleBatch": "vecpool.sampling.sampler",
@@ -66,6 +68,7 @@ __all__ = [
     "EpisodeRecord",
     "EpisodeStats",
     "Pool",
+    "PoolSettings",
     "ReplayPool",
     "ReplayPoolWrapper",
     "SampleBatch",

@@ -275,7 +275,7 @@ def _pickled_format_file(pool: vecpool.ReplayPool, path: Path) -> Path:
     members = {
         "config": np.frombuffer(json.dumps(config).encode(), np.uint8),
         "objects": np.frombuffer(blob, np.uint8),
-        **pool._state(),
+        **pool.state_dict(),
     }
     return _write_archive(path, members)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
@@ -12,6 +13,7 @@ from gymnasium import Env
 
 from vecpool._util.progress import Progress
 from vecpool.replay.pool import ReplayPool
+from vecpool.replay.settings import PoolSettings
 from vecpool.replay.wrapper import ReplayPoolWrapper
 from vecpool.vector.async_env import AsyncVectorEnv
 
@@ -74,15 +76,10 @@ class Pool:
         self.seed = seed
         vector_env = AsyncVectorEnv(env_fns, num_workers=processes)
         try:
-            self.envs = ReplayPoolWrapper(
-                vector_env,
-                pool_size,
-                window_size,
-                clearing_freq,
-                window_size_,
-                random,
-                seed,
+            settings = PoolSettings(
+                pool_size, window_size, clearing_freq, window_size_, random, seed
             )
+            self.envs = ReplayPoolWrapper(vector_env, **dataclasses.asdict(settings))
         except BaseException:
             vector_env.close()
             raise

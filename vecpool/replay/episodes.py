@@ -80,6 +80,7 @@ def complete_episodes(pool: RecordedPool) -> tuple[list[Episode], int]:
     Example:
         >>> import numpy as np
         >>> from gymnasium import spaces
+        >>> from vecpool import ReplayPool
         >>> pool = ReplayPool(spaces.Box(0, 9, (1,)), spaces.Discrete(2), 1, 10)
         >>> for t, end in enumerate([False, True, False]):
         ...     pool.add(np.array([[t]], np.float32), np.array([0]),

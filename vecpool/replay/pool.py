@@ -10,6 +10,7 @@ envs.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from pathlib import Path
@@ -31,6 +32,7 @@ from vecpool._util.spaces import (
 from vecpool.replay import files as pool_files
 from vecpool.replay.files import COUNTERS, per_row
 from vecpool.replay.minari import to_minari
+from vecpool.replay.settings import PoolSettings
 
 __all__ = ["EpisodeStats", "ReplayPool", "Transitions"]
 
@@ -124,29 +126,23 @@ class ReplayPool:
     ) -> None:
         """Validate the arguments and preallocate the storage."""
         self.num_envs = check_int("num_envs", num_envs, 1)
-        self.pool_size = check_int("pool_size", pool_size, 1)
-        self.capacity = math.ceil(self.pool_size / self.num_envs)
-        self.window_size = (
-            None
-            if window_size is None
-            else check_int("window_size", window_size, 1, self.capacity)
-        )
-        if (clearing_freq is None) != (window_size_ is None):
-            msg = (
-                "`clearing_freq` and `window_size_` go together: set both or neither, "
-                f"got clearing_freq={clearing_freq!r}, window_size_={window_size_!r}."
-            )
-            raise ValueError(msg)
-        self.clearing_freq = (
-            None
-            if clearing_freq is None
-            else check_int("clearing_freq", clearing_freq, 1)
-        )
-        self.window_size_ = (
-            None if window_size_ is None else check_int("window_size_", window_size_, 1)
-        )
-        self.random = bool(random)
-        self.store_next_obs = bool(store_next_obs)
+        settings = PoolSettings(
+            pool_size,
+            window_size,
+            clearing_freq,
+            window_size_,
+            random,
+            seed,
+            store_next_obs,
+        ).checked(self.num_envs)
+        self.settings = settings
+        self.pool_size = settings.pool_size
+        self.capacity = settings.capacity(self.num_envs)
+        self.window_size = settings.window_size
+        self.clearing_freq = settings.clearing_freq
+        self.window_size_ = settings.window_size_
+        self.random = settings.random
+        self.store_next_obs = settings.store_next_obs
         for name, space in (
             ("observation_space", observation_space),
             ("action_space", action_space),
@@ -229,6 +225,29 @@ class ReplayPool:
         """Number of transitions in each sub-pool (a copy)."""
         self._sync()
         return self._length.copy()
+
+    @classmethod
+    def from_settings(
+        cls,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        num_envs: int,
+        settings: PoolSettings,
+    ) -> ReplayPool:
+        """A pool of ``num_envs`` sub-pools kept as ``settings`` say.
+
+        Raises:
+            ValueError: As the constructor.
+        """
+        return cls(
+            observation_space,
+            action_space,
+            num_envs,
+            **{
+                field.name: getattr(settings, field.name)
+                for field in dataclasses.fields(settings)
+            },
+        )
 
     @property
     def received(self) -> npt.NDArray[np.int64]:

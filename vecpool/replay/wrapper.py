@@ -13,6 +13,7 @@ from vecpool._util.spaces import NATIVE_LEAVES, flatten_batch, leaves, make_writ
 from vecpool.errors import VecPoolWarning
 from vecpool.replay.boundaries import AutoresetTracker, restarted_rows
 from vecpool.replay.pool import ReplayPool, Transitions
+from vecpool.replay.settings import PoolSettings
 
 __all__ = ["ReplayPoolWrapper", "restarted_rows"]
 
@@ -100,17 +101,19 @@ class ReplayPoolWrapper(_VectorWrapper):
             )
             mode = AutoresetMode.NEXT_STEP
         self.autoreset_mode = AutoresetMode(mode)
-        self.pool = ReplayPool(
+        self.pool = ReplayPool.from_settings(
             env.single_observation_space,
             env.single_action_space,
             env.num_envs,
-            pool_size,
-            window_size,
-            clearing_freq,
-            window_size_,
-            random,
-            seed,
-            store_next_obs,
+            PoolSettings(
+                pool_size,
+                window_size,
+                clearing_freq,
+                window_size_,
+                random,
+                seed,
+                store_next_obs,
+            ),
         )
         space = env.single_observation_space
         n = env.num_envs

@@ -34,6 +34,7 @@ from vecpool._util.progress import Progress
 from vecpool.errors import CollectArgumentError, CollectSaveError
 from vecpool.replay.boundaries import AutoresetTracker, restarted_rows
 from vecpool.replay.pool import ReplayPool
+from vecpool.replay.settings import PoolSettings
 from vecpool.replay.wrapper import ReplayPoolWrapper
 from vecpool.vector.make import make_vec
 
@@ -480,9 +481,7 @@ def _start(
     env_id: str,
     num_envs: int,
     vector_kwargs: dict[str, Any],
-    pool_args: tuple[int, int | None, int | None, int | None, bool],
-    seed: int | None,
-    store_next_obs: bool,
+    settings: PoolSettings,
 ) -> tuple[ReplayPoolWrapper, int]:
     """Start the workers and wrap them with the pool.
 
@@ -496,18 +495,8 @@ def _start(
         vector_env = make_vec(env_id, num_envs, vector_kwargs=vector_kwargs)
     except (gym.error.Error, ValueError) as error:
         raise CollectArgumentError(str(error)) from error
-    pool_size, window_size, clearing_freq, window_size_, random_routing = pool_args
     try:
-        wrapper = ReplayPoolWrapper(
-            vector_env,
-            pool_size,
-            window_size,
-            clearing_freq,
-            window_size_,
-            random_routing,
-            seed,
-            store_next_obs,
-        )
+        wrapper = ReplayPoolWrapper(vector_env, **dataclasses.asdict(settings))
     except ValueError as error:
         vector_env.close()
         raise CollectArgumentError(str(error)) from error
@@ -651,9 +640,15 @@ def collect(
                 "num_workers": num_workers,
                 "on_worker_crash": on_worker_crash,
             },
-            (pool_size, window_size, clearing_freq, window_size_, random_routing),
-            seed,
-            store_next_obs,
+            PoolSettings(
+                pool_size,
+                window_size,
+                clearing_freq,
+                window_size_,
+                random=random_routing,
+                seed=seed,
+                store_next_obs=store_next_obs,
+            ),
         )
         pool = envs.pool
         try:
