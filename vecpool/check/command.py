@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from vecpool._util.arguments import Subparsers
 from vecpool._util.loading import load_callable
 from vecpool.check.report import CHECKS, resolve_skip
 from vecpool.check.runner import DEFAULT_NUM_STEPS, check_vector_env
@@ -25,7 +26,7 @@ _FACTORY = re.compile(r"^[\w.]+:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
 
 def add_check_parser(
-    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    subparsers: Subparsers[argparse.ArgumentParser],
 ) -> None:
     """Register the ``check`` command."""
     parser = subparsers.add_parser(

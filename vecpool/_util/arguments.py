@@ -1,0 +1,60 @@
+"""Command-line argument types shared by the sub-commands (argparse ``type=``)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+__all__ = ["Handler", "Subparsers", "agent_ms", "num_workers_arg", "positive_int"]
+
+Handler = Callable[[argparse.Namespace], int]
+"""What a sub-command runs: parsed arguments -> exit status."""
+
+Subparsers = argparse._SubParsersAction  # the type ``add_subparsers`` returns
+
+
+def num_workers_arg(text: str) -> int:
+    """Parse ``--num-workers``: an integer >= 0 (0 runs the envs in-process).
+
+    Raises:
+        argparse.ArgumentTypeError: If ``text`` is not an integer >= 0.
+    """
+    if text.strip() == "0":
+        return 0
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        msg = f"expected an integer >= 0 (0: envs in this process), got {text!r}"
+        raise argparse.ArgumentTypeError(msg) from None
+
+
+def agent_ms(text: str) -> float:
+    """Parse ``--agent``: milliseconds between 0 and 1000.
+
+    Raises:
+        argparse.ArgumentTypeError: Otherwise.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1000.0:
+        msg = f"expected milliseconds between 0 and 1000, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def positive_int(text: str) -> int:
+    """Parse a command-line integer that must be at least 1.
+
+    Raises:
+        argparse.ArgumentTypeError: If ``text`` is not an integer >= 1.
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        msg = f"expected an integer >= 1, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value

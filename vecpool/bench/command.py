@@ -1,0 +1,283 @@
+"""``vecpool bench`` (and ``bench tune``, ``bench pool``): the benchmark's command line."""
+
+# Printing results is this module's job, so the print rule is off for the whole file:
+# ruff: noqa: T201
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from vecpool import bench
+from vecpool._util.arguments import (
+    Handler,
+    Subparsers,
+    agent_ms,
+    positive_int,
+)
+from vecpool.bench import pool as pool_bench
+from vecpool.bench.tune import autotune
+
+__all__ = ["BENCH_MODES", "add_bench_parser"]
+
+BENCH_MODES = ("tune", "pool")
+"""``vecpool bench MODE``: the other benchmarks, spelled as sub-commands."""
+
+
+def _bench_settings(args: argparse.Namespace) -> bench.BenchSettings:
+    """Build the benchmark settings from the ``bench`` command's arguments.
+
+    Raises:
+        ValueError: On an invalid combination (e.g. fewer than 3 rounds).
+    """
+    quick: bool = args.quick
+    seconds: float | None = args.seconds
+    memory: bool | None = args.memory
+    return bench.BenchSettings(
+        workloads=tuple(args.workloads),
+        num_envs=tuple(args.num_envs),
+        backends=tuple(args.backends),
+        rounds=args.rounds,
+        seed=args.seed,
+        seconds=seconds
+        if seconds is not None
+        else (bench.QUICK_SECONDS if quick else bench.DEFAULT_SECONDS),
+        steps=args.steps,
+        warmup_seconds=(
+            bench.QUICK_WARMUP_SECONDS if quick else bench.DEFAULT_WARMUP_SECONDS
+        ),
+        quick=quick,
+        memory=(not quick) if memory is None else memory,
+        agent_ms=args.agent,
+    )
+
+
+def _bench_tune(args: argparse.Namespace, settings: bench.BenchSettings) -> int:
+    """Run ``bench --tune``: :func:`vecpool.bench.tune.autotune` per workload and size."""
+    machine = bench.machine_info()
+    print("\n".join(machine.lines()))
+    seconds = settings.seconds if args.seconds is not None or settings.quick else 0.5
+    results = []
+    for name in settings.workloads:
+        workload = bench.resolve_workload(name)
+        for num_envs in settings.num_envs:
+            print()
+            result = autotune(
+                workload.env_fn,
+                num_envs,
+                seconds=seconds,
+                rounds=settings.rounds,
+                verbose=not args.quiet,
+                seed=settings.seed,
+                agent_ms=settings.agent_ms,
+            )
+            if args.quiet:
+                print("\n".join(result.format_table()))
+            results.append({"workload": workload.name, **result.to_dict()})
+    if args.json is not None:
+        bench.write_json(
+            {
+                "machine": dataclasses.asdict(machine),
+                "settings": dataclasses.asdict(settings),
+                "tune": results,
+            },
+            args.json,
+        )
+    return 0
+
+
+def _bench_pool(args: argparse.Namespace) -> int:
+    """Run ``bench --pool``: the replay pool's add/sample/wrapper/memory figures."""
+    machine = bench.machine_info()
+    print("\n".join(machine.lines()))
+    quick = bool(args.quick)
+    rounds = max(bench.MIN_ROUNDS, args.rounds or bench.MIN_ROUNDS)
+    seconds = args.seconds or (0.05 if quick else 0.5)
+    report = pool_bench.run_pool_benchmark(
+        seconds=seconds, rounds=rounds, seed=args.seed
+    )
+    print()
+    print("\n".join(pool_bench.format_pool_report(report)))
+    if args.json is not None:
+        bench.write_json(
+            {"machine": dataclasses.asdict(machine), "pool": report.to_dict()},
+            args.json,
+        )
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    """Run the ``bench`` command.
+
+    Returns:
+        0 on success, 2 on invalid arguments or a missing optional dependency.
+    """
+    try:
+        if args.tune and args.pool:
+            msg = (
+                "`tune` and `pool` are separate benchmarks: run `vecpool bench tune` "
+                "and `vecpool bench pool` one after the other."
+            )
+            raise ValueError(msg)
+        if args.plot is not None and (args.tune or args.pool):
+            mode = "tune" if args.tune else "pool"
+            msg = (
+                f"--plot draws the backend comparison; `vecpool bench {mode}` makes "
+                "no plot (use --json for its figures)."
+            )
+            raise ValueError(msg)
+        settings = _bench_settings(args)
+        for name in settings.workloads:
+            bench.resolve_workload(name)
+        if args.plot is not None:
+            bench.require_matplotlib()
+    except (ValueError, ImportError) as error:
+        print(f"vecpool bench: error: {error}", file=sys.stderr)
+        return 2
+    if args.tune:
+        return _bench_tune(args, settings)
+    if args.pool:
+        return _bench_pool(args)
+
+    machine = bench.machine_info()
+    print("\n".join(machine.lines()))
+
+    def show(groups: list[bench.GroupResult]) -> None:
+        print()
+        print("\n".join(bench.format_group_table(groups)), flush=True)
+
+    report = bench.run_benchmark(
+        settings, progress=bench.Progress(enabled=not args.quiet), on_workload=show
+    )
+    if report.memory is not None:
+        print()
+        print("\n".join(bench.format_memory(report.memory)))
+    if args.json is not None:
+        bench.write_json(report.to_dict(), args.json)
+        print(f"\nwrote {args.json}")
+    if args.plot is not None:
+        bench.write_plot(report, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def add_bench_parser(
+    subparsers: Subparsers[argparse.ArgumentParser],
+) -> None:
+    """Register the ``bench`` command."""
+    parser = subparsers.add_parser(
+        "bench",
+        help="benchmark vecpool against Gymnasium's vector envs",
+        usage="%(prog)s [tune | pool] [options]",
+        description=(
+            "`vecpool bench`: compare the backends. `vecpool bench tune`: run "
+            "vecpool.autotune on each workload and size. `vecpool bench pool`: the "
+            "replay pool's add/sample/wrapper/memory figures. "
+            "Measure env-steps per second of each backend (a raw one-env loop, "
+            "Gymnasium's SyncVectorEnv and AsyncVectorEnv, vecpool with default "
+            "settings, vecpool async batches, and EnvPool if installed) on each "
+            "workload and number of envs, with the same pre-drawn random actions. "
+            "Rounds are interleaved; figures are medians, with their ratios to "
+            "Gymnasium's AsyncVectorEnv and SyncVectorEnv and to the physical limit "
+            "(the raw loop's figure times the available CPUs)."
+        ),
+    )
+    parser.add_argument(
+        "--workloads",
+        nargs="+",
+        default=list(bench.DEFAULT_WORKLOADS),
+        metavar="WORKLOAD",
+        help="cartpole, busy (a 200 us CPU-bound step), bigobs (84x84x4 uint8 "
+        "observations), biginfo (a 1 MiB array in every info: the pipes), atari "
+        "(ALE/Pong-v5 with AtariPreprocessing and 4 stacked frames; needs "
+        "vecpool[bench]) or any registered Gymnasium env id "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--num-envs",
+        nargs="+",
+        type=positive_int,
+        default=list(bench.DEFAULT_NUM_ENVS),
+        metavar="N",
+        help="numbers of sub-environments (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--backends",
+        nargs="+",
+        choices=list(bench.BACKENDS),
+        default=list(bench.BACKENDS),
+        metavar="BACKEND",
+        help="backends to run, from %(choices)s (default: all; envpool only where "
+        "installed, on cartpole)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=bench.MIN_ROUNDS,
+        help="interleaved rounds, at least 3 unless --quick (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="reset and action seed (default: 0)"
+    )
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help=f"target seconds per backend run (default: {bench.DEFAULT_SECONDS}, "
+        f"{bench.QUICK_SECONDS} with --quick; 0.5 with --tune)",
+    )
+    budget.add_argument(
+        "--steps",
+        type=positive_int,
+        default=None,
+        help="fixed vector steps per backend run instead of --seconds",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a tiny run for tests and CI smoke checks (no memory measurement)",
+    )
+    parser.add_argument(
+        "--memory",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=f"measure the memory of {bench.MEMORY_NUM_ENVS} x "
+        f"{bench.MEMORY_ENV_ID} (default: on, off with --quick)",
+    )
+    parser.add_argument(
+        "--agent",
+        type=agent_ms,
+        default=None,
+        metavar="MS",
+        help="agent in the loop: before every step, compute a numpy MLP policy on "
+        "the observations, costing about MS milliseconds on n of them (BLAS "
+        "threads, as torch uses); vecpool-batch runs it on each received batch. "
+        "The raw loop stays the env alone (its own step cost)",
+    )
+    parser.add_argument(
+        "--tune",
+        action="store_true",
+        help="run vecpool.autotune on each workload and num_envs instead of the "
+        "comparison",
+    )
+    parser.add_argument(
+        "--pool",
+        action="store_true",
+        help="benchmark the replay pool instead: ReplayPool.add and sample "
+        "throughput, the ReplayPoolWrapper's cost on vecpool's step, and memory "
+        "(uses --rounds, --seconds (default 0.5), --seed and --json; no plot)",
+    )
+    parser.add_argument("--json", metavar="PATH", help="write every figure as JSON")
+    parser.add_argument(
+        "--plot",
+        metavar="PATH.png",
+        help="plot env-steps/s against num_envs (needs vecpool[plot])",
+    )
+    parser.add_argument(
+        "--quiet", action="store_true", help="no progress display on stderr"
+    )
+    handler: Handler = _bench
+    parser.set_defaults(handler=handler)

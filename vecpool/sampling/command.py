@@ -1,0 +1,225 @@
+"""``vecpool collect``: the main job's command line (see docs/collecting.md)."""
+
+# Printing results is this module's job, so the print rule is off for the whole file:
+# ruff: noqa: T201
+
+from __future__ import annotations
+
+import argparse
+import functools
+import signal
+import sys
+import threading
+
+from vecpool._util.arguments import (
+    Handler,
+    Subparsers,
+    num_workers_arg,
+    positive_int,
+)
+from vecpool._util.checks import require_matplotlib
+from vecpool.sampling import collect
+
+__all__ = ["add_collect_parser"]
+
+
+def _collect(args: argparse.Namespace) -> int:
+    """Run the ``collect`` command.
+
+    Returns:
+        0 on success, 130 if interrupted by Ctrl-C (what was collected is saved),
+        2 on invalid arguments, a policy that cannot be loaded or a missing
+        optional dependency.
+    """
+    steps: int = args.steps
+    pool_size: int | None = args.pool_size
+    try:
+        if args.plot is not None:
+            require_matplotlib()
+        result = collect.collect(
+            args.env_id,
+            num_envs=args.num_envs,
+            steps=steps,
+            pool_size=steps if pool_size is None else pool_size,
+            out=args.out,
+            window_size=args.window_size,
+            clearing_freq=args.clearing_freq,
+            window_size_=args.window_size_,
+            random_routing=args.random_routing,
+            autoreset_mode=args.autoreset_mode,
+            seed=args.seed,
+            policy=args.policy,
+            num_workers=args.num_workers,
+            on_worker_crash=args.on_worker_crash,
+            store_next_obs=args.store_next_obs,
+            minari=args.minari,
+            progress=not args.quiet,
+            log=functools.partial(print, flush=True),
+        )
+    except (
+        collect.CollectArgumentError,
+        collect.CollectSaveError,
+        ImportError,
+    ) as error:
+        print(f"vecpool collect: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # Ctrl-C before stepping began: nothing to save
+        _ignore_ctrl_c()
+        print("vecpool collect: interrupted before collecting", file=sys.stderr)
+        return 130
+    if result.interrupted:
+        _ignore_ctrl_c()  # saved; what is left is printing and exiting with 130
+    print("\n".join(result.summary_lines()))
+    if args.plot is not None:
+        collect.plot_collection(result, args.plot)
+        print(f"wrote {args.plot}")
+    return 130 if result.interrupted else 0
+
+
+def _ignore_ctrl_c() -> None:
+    """Let no later Ctrl-C turn a clean exit 130 into death by SIGINT.
+
+    A Ctrl-C repeated in quick succession can reach Python only after the
+    collection returned (CPython runs signal handlers in the main thread, between
+    bytecodes); by then the collection is saved and the command is exiting.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def add_collect_parser(
+    subparsers: Subparsers[argparse.ArgumentParser],
+) -> None:
+    """Register the ``collect`` command."""
+    parser = subparsers.add_parser(
+        "collect",
+        help="step an env with a policy and save every transition to a replay pool",
+        description=(
+            "Step NUM_ENVS copies of ENV_ID in vecpool worker processes with random "
+            "actions (or --policy), record every real transition in a "
+            "vecpool.ReplayPool, and save it with ReplayPool.save (load it with "
+            "vecpool.ReplayPool.load). --steps counts env steps, rounded up to whole "
+            "vector steps of NUM_ENVS env steps. Ctrl-C stops cleanly: the workers "
+            "are closed, what was collected is saved and the exit code is 130."
+        ),
+    )
+    parser.add_argument(
+        "env_id",
+        nargs="?",
+        default=collect.DEFAULT_ENV_ID,
+        metavar="ENV_ID",
+        help="a registered Gymnasium env id (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--num-envs",
+        type=positive_int,
+        default=8,
+        help="sub-environments, one sub-pool each (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=positive_int,
+        default=100_000,
+        help="total env steps, rounded up to whole vector steps (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--pool-size",
+        type=positive_int,
+        default=None,
+        help="total pool capacity, split evenly over the sub-pools (default: "
+        "--steps, so nothing is dropped)",
+    )
+    parser.add_argument(
+        "--window-size",
+        type=positive_int,
+        default=None,
+        help="on overflow keep a sub-pool's newest WINDOW_SIZE transitions "
+        "(default: drop the oldest one)",
+    )
+    parser.add_argument(
+        "--clearing-freq",
+        type=positive_int,
+        default=None,
+        help="every CLEARING_FREQ transitions a sub-pool receives, drop its "
+        "--clearing-size oldest (set both or neither)",
+    )
+    parser.add_argument(
+        "--clearing-size",
+        "--window-size_",  # the original Pool's keyword, still accepted
+        dest="window_size_",
+        type=positive_int,
+        default=None,
+        help="how many transitions --clearing-freq drops (the original Pool's "
+        "window_size_)",
+    )
+    parser.add_argument(
+        "--minari",
+        metavar="DATASET_ID",
+        default=None,
+        help="also write the complete episodes as this Minari dataset, e.g. "
+        "cartpole/random-v0 (needs vecpool[minari]; partial episodes are left out "
+        "and counted)",
+    )
+    parser.add_argument(
+        "--random-routing",
+        action="store_true",
+        help="route each transition to sub-pool j with probability ~ 1/(len_j + 1) "
+        "instead of its env's sub-pool",
+    )
+    parser.add_argument(
+        "--autoreset-mode",
+        default="next_step",
+        metavar="{next_step,same_step,disabled}",
+        help="the vector env's autoreset mode; disabled resets ended envs with "
+        "reset_mask (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seeds the resets, random actions and pool (default: unseeded)",
+    )
+    parser.add_argument(
+        "--policy",
+        metavar="MODULE:CALLABLE",
+        default=None,
+        help="policy(observations) -> actions, called once per vector step "
+        "(default: random actions)",
+    )
+    parser.add_argument(
+        "--num-workers",
+        type=num_workers_arg,
+        default=None,
+        help="worker processes; 0 steps the envs in this process "
+        "(default: vecpool's own choice)",
+    )
+    parser.add_argument(
+        "--on-worker-crash",
+        choices=("raise", "restart"),
+        default="raise",
+        help="restart: replace a worker that dies and go on (its cut episodes are "
+        "not recorded); raise (default): stop with the error",
+    )
+    parser.add_argument(
+        "--store-next-obs",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="store next_obs apart (--no-store-next-obs derives it from the next "
+        "row, halving memory for image observations)",
+    )
+    parser.add_argument(
+        "--out",
+        metavar="FILE",
+        default="pool.npz",
+        help="where to save the pool, written atomically (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--plot",
+        metavar="PATH.png",
+        help="draw the episode returns and the sub-pool fill (needs vecpool[plot])",
+    )
+    parser.add_argument(
+        "--quiet", action="store_true", help="no progress display on stderr"
+    )
+    handler: Handler = _collect
+    parser.set_defaults(handler=handler)
