@@ -1,4 +1,4 @@
-"""``vecpool collect`` and :func:`vecpool.sampling.collect.collect`, with real workers."""
+"""``vecpool collect`` and ``vecpool.sampling.collect.collect``, with real workers."""
 
 from __future__ import annotations
 

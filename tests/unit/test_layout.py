@@ -94,14 +94,14 @@ def layer_of(module: str) -> int:
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
-    found = []
-    for module, targets in sorted(graph.items()):
-        if module == "vecpool":
-            continue  # the package's lazy public names sit above every layer
-        for target in sorted(targets):
-            if target == "vecpool" or layer_of(target) > layer_of(module):
-                found.append(f"{module} -> {target}")
-    return found
+    # (the package's own __init__, its lazy public names, sits above every layer)
+    return [
+        f"{module} -> {target}"
+        for module, targets in sorted(graph.items())
+        if module != "vecpool"
+        for target in sorted(targets)
+        if target == "vecpool" or layer_of(target) > layer_of(module)
+    ]
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:

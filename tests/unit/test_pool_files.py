@@ -18,8 +18,8 @@ import pytest
 from gymnasium import spaces
 
 import vecpool
-from vecpool.replay import files as pool_files
 from vecpool._util.files import _HOST, STALE_AGE, remove_stale_temporaries
+from vecpool.replay import files as pool_files
 from vecpool.testing import assert_same_data
 
 SPACES: dict[str, spaces.Space[Any]] = {

@@ -1,10 +1,10 @@
 """EnvPool-style asynchronous batches: the bookkeeping of ``send`` and ``recv``.
 
-``send(actions, env_ids)`` steps some envs without waiting; ``recv()`` returns the
-first ``batch_size`` envs to finish. Each worker that hosts some of the ids gets one
-command; its reply number (see :class:`vecpool._engine.numbering.ReplyNumbers`) maps back
-to the ids it stepped, so replies are matched to batches exactly, even after a
-timeout or a Ctrl-C.
+``send(actions, env_ids)`` steps some envs without waiting; ``recv()`` returns the first
+``batch_size`` envs to finish. Each worker that hosts some of the ids gets one command;
+its reply number (see :class:`vecpool._engine.numbering.ReplyNumbers`) maps back to the
+ids it stepped, so replies are matched to batches exactly, even after a timeout or a
+Ctrl-C.
 """
 
 from __future__ import annotations

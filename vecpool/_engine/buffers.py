@@ -1,11 +1,11 @@
 """The parent's step buffers: action placement, observation rotation, reading replies.
 
 One :class:`StepBuffers` per vector env owns the shared block (see
-:mod:`vecpool._wire.shared_memory`) and its numpy views. Actions that are numpy arrays of
-the action space's exact shape and dtype are copied into shared memory; anything
-else Gymnasium accepts travels pickled, so each env receives exactly what Gymnasium
-would hand it. With ``copy=True``, observations rotate through several buffers
-instead of being copied: a step writes into a buffer nobody holds any more.
+:mod:`vecpool._wire.shared_memory`) and its numpy views. Actions that are numpy arrays
+of the action space's exact shape and dtype are copied into shared memory; anything else
+Gymnasium accepts travels pickled, so each env receives exactly what Gymnasium would
+hand it. With ``copy=True``, observations rotate through several buffers instead of
+being copied: a step writes into a buffer nobody holds any more.
 """
 
 from __future__ import annotations

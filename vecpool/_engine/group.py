@@ -9,8 +9,9 @@ replies before judging deaths, and drops stale replies (each handle's
 raises :class:`~vecpool.errors.WorkerCrashedError`, or, with
 ``on_worker_crash="restart"``, is handed to the group's :class:`Restarting` hook.
 
-The group holds handles of any kind through :class:`~vecpool._engine.handle.WorkerHandle`
-and never starts a process itself (:mod:`vecpool._engine.startup` does).
+The group holds handles of any kind through
+:class:`~vecpool._engine.handle.WorkerHandle` and never starts a process itself
+(:mod:`vecpool._engine.startup` does).
 """
 
 from __future__ import annotations
@@ -187,7 +188,7 @@ class WorkerGroup:
         Raises:
             WorkerCrashedError: If a worker's pipe is broken.
         """
-        # callers hold Ctrl-C back around this (held()) and their state change
+        # callers hold Ctrl-C back around this (``with HELD``) and their state change
         for handle in self.handles:
             try:
                 number = send(handle)
@@ -207,7 +208,7 @@ class WorkerGroup:
         Raises:
             WorkerCrashedError: If a worker's pipe is broken.
         """
-        for handle in self.handles:  # inside held(), as every send
+        for handle in self.handles:  # inside ``with HELD``, as every send
             try:
                 number = handle.write(message)
             except OSError:

@@ -9,7 +9,7 @@ return another step's rows. Swapping the SIGINT handler around each transfer cos
 about 10 microseconds, a tenth of a cheap vector step, so instead a deferring
 handler is installed once, while vecpool envs are alive, and only if SIGINT still has
 Python's default handler (a program with its own handler keeps it). Inside a
-:func:`held` section it records the signal; the section's end raises the
+``with HELD`` section it records the signal; the section's end raises the
 ``KeyboardInterrupt``. A second Ctrl-C inside the same section raises at once, so a
 transfer stuck on a hung worker can still be broken off (the caller then treats that
 pipe as out of step).
@@ -32,7 +32,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from vecpool.errors import ConcurrentUseError, ForcedInterrupt
 
-__all__ = ["HELD", "exclusive", "held", "install", "uninstall"]
+__all__ = ["HELD", "exclusive", "install", "uninstall"]
 
 _MAIN = threading.main_thread().ident
 _state = {"depth": 0, "pending": 0, "users": 0}
@@ -81,7 +81,7 @@ def uninstall() -> None:
 
 
 class _Held:
-    """Context manager for :func:`held` (one shared instance: no allocation)."""
+    """Context manager of :data:`HELD` (one shared instance: no allocation)."""
 
     __slots__ = ()
 
@@ -105,16 +105,7 @@ class _Held:
 
 
 HELD = _Held()
-"""The held section (``with HELD:``); :func:`held` returns it too."""
-
-
-def held() -> _Held:
-    """A section in which a Ctrl-C waits until the section ends.
-
-    Returns:
-        A reusable context manager.
-    """
-    return HELD
+"""The held section: ``with HELD:`` a Ctrl-C waits until the section ends."""
 
 
 _P = ParamSpec("_P")

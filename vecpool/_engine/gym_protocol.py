@@ -40,7 +40,7 @@ class GymProtocolHandle(WorkerHandle):
 
     def _send_gym(self, kind: str, message: tuple[str, Any]) -> int:
         try:
-            self.conn.send(message)  # inside held(), as every send
+            self.conn.send(message)  # inside ``with HELD``, as every send
         except KeyboardInterrupt:
             self.cut_off()
             raise
@@ -100,7 +100,7 @@ class GymProtocolHandle(WorkerHandle):
     def receive(self) -> bool:
         """Read one reply in Gymnasium's protocol (see :meth:`WorkerHandle.receive`)."""
         try:
-            data, success = self.conn.recv()  # inside held(), as every receive
+            data, success = self.conn.recv()  # inside ``with HELD``, as every receive
         except KeyboardInterrupt:
             self.cut_off()
             raise

@@ -10,7 +10,7 @@ A handle sends numbered commands and reads numbered replies (its
 
 The group (:mod:`vecpool._engine.group`) waits on them all through this interface
 and never needs to know which kind it holds. A transfer and its count happen
-inside a :func:`vecpool._engine.guards.held` section the caller opens, so a
+inside a :data:`vecpool._engine.guards.HELD` section the caller opens, so a
 Ctrl-C never comes between the two.
 """
 
@@ -151,10 +151,10 @@ class WorkerHandle:
         Raises:
             OSError: If the pipe is broken (the worker died).
         """
-        # callers hold Ctrl-C back (held()): the write and its count go together
+        # callers hold Ctrl-C back (``with HELD``): the write and its count go together
         try:
             self.channel.send(data)
-        except KeyboardInterrupt:  # cut off mid-transfer (held() defers the 1st)
+        except KeyboardInterrupt:  # cut off mid-transfer (HELD defers the 1st)
             self.cut_off()
             raise
         self.last_sent = data
@@ -187,10 +187,10 @@ class WorkerHandle:
             EOFError: If the worker closed its pipe.
             OSError: If the pipe broke.
         """
-        # called inside held(): the read and its count go together
+        # called inside ``with HELD``: the read and its count go together
         try:
             data = self.channel.recv()
-        except KeyboardInterrupt:  # cut off mid-transfer (held() defers the 1st)
+        except KeyboardInterrupt:  # cut off mid-transfer (HELD defers the 1st)
             self.cut_off()
             raise
         return self.numbers.absorb(pickle.loads(data) if data else None)
@@ -210,7 +210,7 @@ class WorkerHandle:
         return f"envs {envs.start}-{envs.stop - 1}"
 
     def died(self, what: str) -> str:
-        """``Worker i (hosting envs a-b) died with exit code c while running `what```."""
+        """Why it is gone: ``Worker i (hosting envs a-b) died with exit code c ...``."""
         return (
             f"Worker {self.index} (hosting {self.hosted()}) died with "
             f"{describe_exit(self.process.exitcode)} while running `{what}`"

@@ -12,7 +12,7 @@ Nothing else writes these counters: the handles, the group's wait loop, the
 ``send``/``recv`` batches and restart all go through the methods below, one per
 transition (send, expect, absorb, give up, replace). The callers keep a Ctrl-C
 from coming between a transfer and its transition
-(:func:`vecpool._engine.guards.held`).
+(:data:`vecpool._engine.guards.HELD`).
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ parent keeps for that:
   (SAME_STEP) in the row that marks the cut. It costs one copy of the observation
   batch per call, paid only in restart mode.
 
-The rows themselves are made by the replacement worker (:mod:`vecpool._worker.host`): its
-envs start marked "restarted", and the first step of each returns the row the
+The rows themselves are made by the replacement worker (:mod:`vecpool._worker.host`):
+its envs start marked "restarted", and the first step of each returns the row the
 contract describes (docs/reliability.md).
 """
 
@@ -201,13 +201,13 @@ class Restarter:
     ) -> WorkerHandle:
         """Start a replacement for ``old``'s dead worker and re-send its work.
 
-        The replacement hosts the same envs, built from the same constructors,
-        each starting from the observation last returned for it and marked
-        "restarted" (see :class:`vecpool._wire.messages.RestartStart`). With ``reissue``,
-        the commands ``old`` still owed replies to are sent again: a step, a reset
-        or ``send`` batches (their envs then answer with the rows that mark the
-        cut); for any other call, :attr:`lost` holds the error to raise once the
-        call's other workers have answered.
+        The replacement hosts the same envs, built from the same constructors, each
+        starting from the observation last returned for it and marked "restarted" (see
+        :class:`vecpool._wire.messages.RestartStart`). With ``reissue``, the commands
+        ``old`` still owed replies to are sent again: a step, a reset or ``send``
+        batches (their envs then answer with the rows that mark the cut); for any other
+        call, :attr:`lost` holds the error to raise once the call's other workers have
+        answered.
 
         Args:
             group: The group ``old`` belongs to.

@@ -1,4 +1,4 @@
-"""Seeds derived from seeds: what a restarted env or a restarted Ray actor starts from."""
+"""Seeds derived from seeds: what a restarted env or Ray actor starts from."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``vecpool bench`` (and ``bench tune``, ``bench pool``): the benchmark's command line."""
+"""``vecpool bench`` (also ``bench tune``, ``bench pool``): the command line."""
 
 # Printing results is this module's job, so the print rule is off for the whole file:
 # ruff: noqa: T201
@@ -54,7 +54,7 @@ def _bench_settings(args: argparse.Namespace) -> bench.BenchSettings:
 
 
 def _bench_tune(args: argparse.Namespace, settings: bench.BenchSettings) -> int:
-    """Run ``bench --tune``: :func:`vecpool.bench.tune.autotune` per workload and size."""
+    """Run ``bench --tune``: :func:`~vecpool.bench.tune.autotune` per workload, size."""
     machine = bench.machine_info()
     print("\n".join(machine.lines()))
     seconds = settings.seconds if args.seconds is not None or settings.quick else 0.5

@@ -1,4 +1,4 @@
-"""``vecpool demo``: vecpool against Gymnasium's vector envs on CartPole, same actions."""
+"""``vecpool demo``: vecpool against Gymnasium's vector envs on the same actions."""
 
 # Printing results is this module's job, so the print rule is off for the whole file:
 # ruff: noqa: T201

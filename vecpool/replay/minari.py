@@ -1,9 +1,10 @@
 """Minari datasets from a replay pool: :func:`to_minari`.
 
-Only complete episodes are written (see :func:`vecpool.replay.episodes.complete_episodes`):
-an offline-RL dataset of episodes has no room for the head of a sub-pool whose
-older transitions were dropped, nor for the episode still running at the tail.
-Observations and actions are stored losslessly (no JPEG encoding of images).
+Only complete episodes are written (see
+:func:`vecpool.replay.episodes.complete_episodes`): an offline-RL dataset of episodes
+has no room for the head of a sub-pool whose older transitions were dropped, nor for the
+episode still running at the tail. Observations and actions are stored losslessly (no
+JPEG encoding of images).
 """
 
 from __future__ import annotations

@@ -21,12 +21,13 @@ class PoolSettings:
     """How a replay pool keeps what it receives (docs/replay-pool.md).
 
     Example:
-        >>> PoolSettings(pool_size=10, window_size=4).checked(num_envs=2)
-        PoolSettings(pool_size=10, window_size=4, clearing_freq=None, window_size_=None, random=False, seed=None, store_next_obs=True)
+        >>> settings = PoolSettings(pool_size=10, window_size=4).checked(num_envs=2)
+        >>> settings.capacity(num_envs=2), settings.window_size, settings.random
+        (5, 4, False)
         >>> PoolSettings(pool_size=10, clearing_freq=5).checked(num_envs=2)
         Traceback (most recent call last):
         ...
-        ValueError: `clearing_freq` and `window_size_` go together: set both or neither, got clearing_freq=5, window_size_=None.
+        ValueError: `clearing_freq` and `window_size_` go together: set both ...
 
     Attributes:
         pool_size: Total capacity; each sub-pool holds ``ceil(pool_size / num_envs)``.

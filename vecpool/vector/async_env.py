@@ -1,8 +1,9 @@
 """Parent side of vecpool's vector env: :class:`AsyncVectorEnv`.
 
 The constructor, its checks and Gymnasium's state machine; public methods delegate to
-the engine's rooms (``worker_group``, ``buffers``, ``batches``, ``env_states``;
-``protocol`` is shared with the workers). See ``docs/architecture.md``.
+the parent's engine (:mod:`vecpool._engine`: the worker group and its wait loop,
+the step buffers, ``send``/``recv`` batches, env states), which never needs this
+class. See docs/architecture.md.
 """
 
 from __future__ import annotations
