@@ -141,7 +141,7 @@ class ReplyNumbers:
         """Go on from a dead worker's numbers (this replacement's pipe is new).
 
         Answers ``old`` already read keep their numbers (and their batches); its
-        unanswered commands are not carried over: :meth:`owed` lists what to
+        unanswered commands are not carried over: its :meth:`owed_batches` lists what to
         send again.
         """
         self.answers = deque(old.answers)
