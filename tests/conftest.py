@@ -174,7 +174,7 @@ class LeakChecker:
             if pid not in self.pids_before
         }
 
-    def assert_no_leaks(self, timeout: float = 5.0) -> None:
+    def assert_no_leaks(self, timeout: float = 10.0) -> None:
         """Wait up to ``timeout`` s for new processes and shm files to go away."""
         deadline = time.monotonic() + timeout
         while True:

@@ -149,7 +149,8 @@ def test_a_killed_actor_is_restarted_reseeded_and_nothing_is_duplicated(samplers
         thread = _killer(remote, 1, 0.1) if call in (2, 4) else None
         started = time.monotonic()
         batch, _ = remote.obtain_samples()
-        assert time.monotonic() - started < 15  # resumes within seconds
+        # resumes (a hang guard, not a speed claim)
+        assert time.monotonic() - started < 30
         if thread is not None:
             thread.join()
         accepted += int(batch.valid.sum())

@@ -195,7 +195,7 @@ def test_misuse_errors_match_the_process_engine():
                 lambda env=env: env.call("make_lock"),
                 lambda env=env: env.step_async(_zeros(2)),
                 lambda env=env: env.step_async(_zeros(2)),
-                lambda env=env: env.step_wait(timeout=5),
+                lambda env=env: env.step_wait(timeout=10),
                 lambda env=env: env.call("scaled", 2.0),
                 lambda env=env: env.np_random_seed,
             ]

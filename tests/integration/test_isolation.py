@@ -82,7 +82,9 @@ def test_actions_after_a_timeout_reach_the_right_envs(make_async):
     assert [len(actions) for actions in envs.get_attr("actions_received")] == [3, 3]
 
 
-def test_close_after_interrupt_in_step_wait_does_not_hang(make_async):
+def test_close_after_interrupt_in_step_wait_does_not_hang(make_async, monkeypatch):
+    # a long CLOSE_GRACE: waiting it out far exceeds the guard below
+    monkeypatch.setattr(vecpool.vector.async_env, "CLOSE_GRACE", 60.0)
     envs = make_async(_slow_fns(2), num_workers=2)
     envs.reset(seed=0)
 
@@ -100,7 +102,7 @@ def test_close_after_interrupt_in_step_wait_does_not_hang(make_async):
         signal.signal(signal.SIGALRM, previous)
     started = time.monotonic()
     envs.close()
-    assert time.monotonic() - started < 5.0
+    assert time.monotonic() - started < 10  # a hang guard, not a speed claim
     assert all(not process.is_alive() for process in envs.processes)
 
 

@@ -118,7 +118,7 @@ def _kill(env: vecpool.AsyncVectorEnv, worker: int) -> None:
     process = env.processes[worker]
     assert process.pid is not None
     os.kill(process.pid, signal.SIGKILL)
-    process.join(5.0)
+    process.join(10.0)
 
 
 def _kill_later(env: vecpool.AsyncVectorEnv, worker: int, delay: float) -> Any:
@@ -264,7 +264,7 @@ def _batches_under_kills(
         done, deadline = 0, time.monotonic() + 10
         while done < rounds or (k.kills < kills and time.monotonic() < deadline):
             done += 1
-            result = env.recv(timeout=4)
+            result = env.recv(timeout=10)  # a hang guard
             got = result[4]["env_id"].tolist()
             assert env.batch_size is not None
             assert 1 <= len(got) <= env.batch_size
@@ -275,7 +275,7 @@ def _batches_under_kills(
                 actions[i] = int(rng.integers(0, 2))
             env.send(np.array([actions[i] for i in got]), got)
         while env.pending_env_ids:  # drain
-            result = env.recv(timeout=4)
+            result = env.recv(timeout=10)  # a hang guard
             tracker.check(result[4]["env_id"].tolist(), actions, result)
         warned = sum("restarted it" in str(w.message) for w in record)
     return tracker, k, warned
@@ -346,9 +346,10 @@ def test_a_worker_found_dead_at_send_still_answers_its_in_flight_batch(make_asyn
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
         env.send(np.zeros(1, np.int64), [3])  # finds worker 1 dead
         got = set()
-        deadline = time.monotonic() + 8
+        deadline = time.monotonic() + 30
         while env.pending_env_ids and time.monotonic() < deadline:
-            _, _, _, truncated, infos = env.recv(timeout=2)  # TimeoutError: lost
+            # TimeoutError: lost (a hang guard, not a speed claim)
+            _, _, _, truncated, infos = env.recv(timeout=10)
             got.update(infos["env_id"].tolist())
             assert truncated.all()
     assert got == {2, 3}
@@ -367,7 +368,7 @@ def _ready_not_returned(make_async, shared_memory):
     for i in (0, 2, 3):  # one batch each
         env.send(np.zeros(1, np.int64), [i])
     time.sleep(0.3)  # all three answered: recv absorbs them, returns two
-    *_, infos = env.recv(timeout=5)
+    *_, infos = env.recv(timeout=10)  # a hang guard
     assert infos["env_id"].tolist() == [0, 2]
     assert env.pending_env_ids == [3]
     _kill(env, 1)  # hosts envs 2, 3
@@ -379,12 +380,12 @@ def test_the_cut_of_an_env_whose_row_waited_in_ready_is_its_last_obs(make_async)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
         env.send(np.zeros(1, np.int64), [2])  # restarts worker 1
-        obs, _, _, _, infos = env.recv(timeout=5)
+        obs, _, _, _, infos = env.recv(timeout=10)  # a hang guard
         assert infos["env_id"].tolist() == [3, 2]
         last3 = obs[0].copy()
         np.testing.assert_array_equal(last3[[0, 2]], [3, 1])  # its real step 1
         env.send(np.zeros(1, np.int64), [3])
-        obs, _, _, truncated, infos = env.recv(timeout=5)
+        obs, _, _, truncated, infos = env.recv(timeout=10)  # a hang guard
     assert infos["worker_restarted"].tolist() == [True]
     assert truncated.tolist() == [True]
     np.testing.assert_array_equal(obs[0], last3)  # NEXT_STEP: the last obs seen
@@ -395,7 +396,7 @@ def test_pipe_mode_a_ready_row_is_not_overwritten_by_a_replacement(make_async):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
         env.send(np.zeros(1, np.int64), [2])  # restarts worker 1
-        obs, rewards, _, truncated, infos = env.recv(timeout=5)
+        obs, rewards, _, truncated, infos = env.recv(timeout=10)  # a hang guard
     assert infos["env_id"].tolist() == [3, 2]
     assert truncated.tolist() == [False, True]
     assert rewards[0] == 1.0  # env 3's real first step ...
@@ -513,7 +514,12 @@ def test_a_kill_during_a_state_call_raises_and_the_env_stays_usable(make_async, 
     np.testing.assert_array_equal(obs[:2], last[:2])
 
 
-def test_a_kill_during_close_returns_promptly_and_leaks_nothing(leak_checker):
+def test_a_kill_during_close_returns_promptly_and_leaks_nothing(
+    leak_checker, monkeypatch
+):
+    # a long CLOSE_GRACE: a close() that ignored its timeout would far exceed the
+    # guard below
+    monkeypatch.setattr(vecpool.vector.async_env, "CLOSE_GRACE", 120.0)
     env = vecpool.AsyncVectorEnv(
         _fns(4, SlowCloseEnv), num_workers=2, on_worker_crash="restart"
     )
@@ -528,12 +534,18 @@ def test_a_kill_during_close_returns_promptly_and_leaks_nothing(leak_checker):
         warnings.simplefilter("ignore")
         env.close(timeout=3)
     timer.join()
-    assert time.monotonic() - start < 4
+    # a hang guard (10x the 3 s timeout), not a speed claim
+    assert time.monotonic() - start < 30
     assert env.restarts == (1, 0)  # close never restarts
     leak_checker.assert_no_leaks()
 
 
-def test_close_with_a_pending_step_and_a_dead_worker_leaks_nothing(leak_checker):
+def test_close_with_a_pending_step_and_a_dead_worker_leaks_nothing(
+    leak_checker, monkeypatch
+):
+    # a long CLOSE_GRACE: a close() that ignored its timeout would far exceed the
+    # guard below
+    monkeypatch.setattr(vecpool.vector.async_env, "CLOSE_GRACE", 120.0)
     env = vecpool.AsyncVectorEnv(
         _fns(4, BuildGate, step_delay=0.3), num_workers=2, on_worker_crash="restart"
     )
@@ -545,7 +557,8 @@ def test_close_with_a_pending_step_and_a_dead_worker_leaks_nothing(leak_checker)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         env.close(timeout=2)
-    assert time.monotonic() - start < 3
+    # a hang guard (10x the 2 s timeout), not a speed claim
+    assert time.monotonic() - start < 20
     leak_checker.assert_no_leaks()
 
 
@@ -565,12 +578,14 @@ def _slow_rebuild_env(make_async, tmp_path, slow):
 
 
 def test_close_is_prompt_when_the_replacement_builds_slowly(make_async, tmp_path):
-    env = _slow_rebuild_env(make_async, tmp_path, slow=1.5)
+    # a replacement would take 2 x 30 s to build: waiting for it far exceeds the
+    # guard below
+    env = _slow_rebuild_env(make_async, tmp_path, slow=30.0)
     start = time.monotonic()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         env.close(timeout=0.5)
-    assert time.monotonic() - start < 1.5
+    assert time.monotonic() - start < 10  # a hang guard, not a speed claim
 
 
 # ------------------------------------------------------------------ 4: timeouts
@@ -583,13 +598,14 @@ def test_close_is_prompt_when_the_replacement_builds_slowly(make_async, tmp_path
     "hangs hangs step_wait(timeout=...) for ever)",
 )
 def test_step_wait_timeout_holds_while_a_replacement_builds(make_async, tmp_path):
-    env = _slow_rebuild_env(make_async, tmp_path, slow=1.5)
+    # the replacement takes 2 x 6 s to build: waiting for it exceeds the guard below
+    env = _slow_rebuild_env(make_async, tmp_path, slow=6.0)
     start = time.monotonic()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
         with pytest.raises(multiprocessing.TimeoutError):
             env.step_wait(timeout=0.5)
-    assert time.monotonic() - start < 1.5
+    assert time.monotonic() - start < 10  # a hang guard, not a speed claim
 
 
 def test_a_kill_after_a_step_timeout_cuts_from_the_last_returned_obs(make_async):
@@ -669,7 +685,7 @@ def test_a_kill_after_a_recv_timeout_resends_the_in_flight_batches(make_async):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
         while env.pending_env_ids:
-            _, rewards, _, truncated, infos = env.recv(timeout=5)
+            _, rewards, _, truncated, infos = env.recv(timeout=10)  # a hang guard
             cut = infos.get("worker_restarted", np.zeros(len(rewards), bool))
             for row, index in enumerate(infos["env_id"].tolist()):
                 got[index] = (bool(truncated[row]), bool(cut[row]), rewards[row])
@@ -778,7 +794,7 @@ def test_a_permit_held_by_an_abandoned_dead_worker_comes_back(make_async):
     env.send(np.zeros((2, 1), np.float32), [0, 1])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
-        _, _, _, _, infos = env.recv(timeout=4)
+        _, _, _, _, infos = env.recv(timeout=10)  # a hang guard
     assert sorted(infos["env_id"].tolist()) == [0, 1]
 
 
@@ -853,7 +869,7 @@ def test_interpreter_exit_after_restarts_leaves_no_process_or_segment(tmp_path):
         for worker in (0, 1):
             p = env.processes[worker]
             os.kill(p.pid, signal.SIGKILL)
-            p.join(5)
+            p.join(10)
             env.step(np.zeros(4, np.int64))
         pids += [p.pid for p in env.processes]
         env.step_async(np.zeros(4, np.int64))
@@ -874,7 +890,7 @@ def test_interpreter_exit_after_restarts_leaves_no_process_or_segment(tmp_path):
     assert time.monotonic() - start < 20
     pids = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(set(pids)) == 4  # two originals, two replacements
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 10  # a hang guard, not a speed claim
     alive = pids
     while alive and time.monotonic() < deadline:
         alive = [pid for pid in pids if Path(f"/proc/{pid}").exists()]
