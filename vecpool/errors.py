@@ -151,7 +151,7 @@ class VectorEnvCheckError(VecPoolError, AssertionError):
     """A vector env failed :func:`vecpool.check_vector_env`.
 
     Attributes:
-        report: The full :class:`~vecpool.CheckReport`.
+        report: The full :class:`~vecpool.check.CheckReport`.
     """
 
     def __init__(self, report: Any) -> None:
