@@ -33,6 +33,7 @@ from vecpool._util.loading import load_callable
 from vecpool._util.progress import Progress
 from vecpool.errors import CollectArgumentError, CollectSaveError
 from vecpool.replay.boundaries import AutoresetTracker, restarted_rows
+from vecpool.replay.minari import to_minari
 from vecpool.replay.pool import ReplayPool
 from vecpool.replay.settings import PoolSettings
 from vecpool.replay.wrapper import ReplayPoolWrapper
@@ -699,8 +700,6 @@ def collect(
             file_size = path.stat().st_size
         exported = None
         if minari is not None:
-            from vecpool.replay.minari import to_minari
-
             dataset, left_out = to_minari(pool, minari, env=env_id)
             exported = (minari, int(dataset.total_episodes), left_out)
     return CollectResult(

@@ -26,10 +26,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from vecpool._util.checks import check_int
 from vecpool._util.seeding import derive_seed
+from vecpool._util.slices import split
 from vecpool.errors import WorkerCrashedError
 from vecpool.replay.pool import ReplayPool
 from vecpool.sampling.sampler import EpisodeRecord, SampleBatch, Sampler
+from vecpool.vector.async_env import AsyncVectorEnv
 
 __all__ = ["FAILURE_POLICIES", "RaySampler"]
 
@@ -79,8 +82,6 @@ class RolloutActor:
         sampler_kwargs: dict[str, Any],
     ) -> None:
         """Build the vector env and the sampler (seeded with ``seed``)."""
-        from vecpool.vector.async_env import AsyncVectorEnv
-
         self.env_fns, self.env_kwargs = list(env_fns), dict(env_kwargs)
         self.batch_T, self.sampler_kwargs = batch_T, dict(sampler_kwargs)
         self.policy = _resolve(policy)
@@ -97,8 +98,6 @@ class RolloutActor:
         """Start a new incarnation: fresh envs, a sampler seeded with ``seed``."""
         self.incarnation = incarnation
         self.env.close(terminate=True)
-        from vecpool.vector.async_env import AsyncVectorEnv
-
         self.env = AsyncVectorEnv(self.env_fns, **self.env_kwargs)
         self.sampler = self._sampler(seed)
         return incarnation
@@ -197,9 +196,6 @@ class RaySampler:
         **sampler_kwargs: Any,
     ) -> None:
         """Start the actors (they build their envs in the background)."""
-        from vecpool._util.checks import check_int
-        from vecpool._util.slices import split
-
         env_fns = list(env_fns)
         self.num_envs = len(env_fns)
         num_actors = check_int(
