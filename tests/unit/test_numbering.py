@@ -540,3 +540,35 @@ def test_random_walk_batches_pop_with_their_own_replies(seed):
         assert numbers.received == numbers.sent - len(pending)
     assert popped > 0
     assert dropped > 0
+
+
+def test_a_reply_that_fails_to_decode_still_takes_its_number():
+    # found in review: decoding before counting shifted every later reply by one
+    def explode(raw):
+        msg = f"cannot decode {raw!r}"
+        raise ValueError(msg)
+
+    numbers = ReplyNumbers()
+    numbers.expect(numbers.sent_one())
+    with pytest.raises(ValueError, match="cannot decode 'bad'"):
+        numbers.absorb("bad", explode)
+    assert numbers.received == 1
+    numbers.expect(numbers.sent_one())
+    assert numbers.absorb("next") is True
+    assert numbers.answer() == "next"
+
+
+def test_a_stale_reply_is_decoded_but_not_kept():
+    decoded = []
+
+    def decode(raw):
+        decoded.append(raw)
+        return raw
+
+    numbers = ReplyNumbers()
+    numbers.sent_one()  # its call gave up
+    numbers.expect(numbers.sent_one())
+    assert numbers.absorb("stale", decode) is False
+    assert numbers.absorb("fresh", decode) is True
+    assert decoded == ["stale", "fresh"]
+    assert numbers.answer() == "fresh"

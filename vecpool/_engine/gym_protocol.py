@@ -105,9 +105,10 @@ class GymProtocolHandle(WorkerHandle):
             self.cut_off()
             raise
         kind = self.kinds.popleft() if self.kinds else "none"
-        return self.numbers.absorb(self._translate(kind, data, success))
+        return self.numbers.absorb((kind, data, success), self._translate)
 
-    def _translate(self, kind: str, data: Any, success: bool) -> Reply | None:
+    def _translate(self, message: tuple[str, Any, bool]) -> Reply | None:
+        kind, data, success = message
         index = self.env_indices[0]
         if not success:
             env_index, exc_type, value, trace = self.error_queue.get()

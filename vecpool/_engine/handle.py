@@ -30,7 +30,15 @@ from vecpool._engine.numbering import ReplyNumbers
 from vecpool._wire.channel import Channel
 from vecpool._wire.messages import STEP, STEP_SOME, Command, Reply
 
-__all__ = ["WorkerHandle", "describe_exit"]
+__all__ = ["WorkerHandle", "decode_reply", "describe_exit"]
+
+
+def decode_reply(data: bytes | memoryview) -> Reply | None:
+    """A worker's reply from its bytes (empty: nothing to say)."""
+    if not data:
+        return None
+    reply: Reply = pickle.loads(data)
+    return reply
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -193,7 +201,7 @@ class WorkerHandle:
         except KeyboardInterrupt:  # cut off mid-transfer (HELD defers the 1st)
             self.cut_off()
             raise
-        return self.numbers.absorb(pickle.loads(data) if data else None)
+        return self.numbers.absorb(data, decode_reply)
 
     def answer(self) -> Reply | None:
         """The answer to the call that just completed (kept until the next call)."""

@@ -18,9 +18,14 @@ from coming between a transfer and its transition
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["ReplyNumbers"]
+
+
+def _as_is(raw: Any) -> Any:
+    return raw
 
 
 class ReplyNumbers:
@@ -92,14 +97,26 @@ class ReplyNumbers:
 
     # -- absorb ----------------------------------------------------------------------
 
-    def absorb(self, reply: Any) -> bool:
-        """A reply was read: number it, keep it if expected; return whether it was."""
+    def absorb(self, raw: Any, decode: Callable[[Any], Any] = _as_is) -> bool:
+        """A reply was read: number it, keep it if expected; return whether it was.
+
+        The reply is counted before ``decode(raw)`` runs, so a reply that fails to
+        decode (an info the parent cannot unpickle) still takes its number and the
+        error propagates: later replies keep theirs.
+
+        Args:
+            raw: The reply as read.
+            decode: Turns ``raw`` into the reply kept (e.g. unpickles it).
+        """
         self.received = number = self.received + 1
         expected = self.expected
         if expected and expected[0] == number:  # the hot path
             expected.popleft()
-            self.answers.append((number, reply))
+            self.answers.append((number, decode(raw)))
             return True
+        # decoded even when stale: decoding may consume state (a Gymnasium-protocol
+        # worker's error queue), and a stale reply's errors are read all the same
+        reply = decode(raw)
         while expected and expected[0] < number:  # never coming: drop
             expected.popleft()
         if not expected or expected[0] != number:

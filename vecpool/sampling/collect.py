@@ -241,10 +241,9 @@ def load_policy(spec: str) -> Policy:
         CollectArgumentError: If ``spec`` is malformed, the module cannot be
             imported, the attribute is missing or it is not callable.
     """
-    try:
-        policy: Policy = load_callable(spec, what="policy", option="--policy")
-    except ValueError as error:
-        raise CollectArgumentError(str(error)) from error
+    policy: Policy = load_callable(
+        spec, what="policy", option="--policy", error=CollectArgumentError
+    )
     return policy
 
 
