@@ -88,10 +88,30 @@ def test_recv_after_an_undecodable_reply_pairs_each_env_with_its_row(make_async)
     # info, never env 0's id on env 1's reply
     assert received == [(1, 101.0, 1)]
     assert errors == 1
-    env.send(np.zeros(1, np.int64), [1])
-    obs, _, _, _, infos = env.recv(timeout=10)
-    assert (infos["env_id"].tolist(), float(obs[0, 0]), infos["who"].tolist()) == (
-        [1],
-        102.0,
-        [1],
-    )
+    # env 0 left flight with its lost row: it can be sent again, and every env comes
+    # back with its own row (env 0 stepped twice: t=2)
+    env.send(np.zeros(2, np.int64), [0, 1])
+    rows = set()
+    for _ in range(2):
+        obs, _, _, _, infos = env.recv(timeout=10)  # a hang guard
+        (env_id,) = infos["env_id"].tolist()
+        rows.add((env_id, float(obs[0, 0]), int(infos["who"][0])))
+    assert rows == {(0, 2.0, 0), (1, 102.0, 1)}
+    env.reset(seed=0)  # nothing left in flight to wait for
+
+
+def test_reply_numbers_release_the_batch_of_an_undecodable_reply():
+    from vecpool._engine.numbering import ReplyNumbers
+
+    def explode(raw):
+        raise ZeroDivisionError(raw)
+
+    numbers = ReplyNumbers()
+    numbers.start_batch()
+    numbers.expect_batch(numbers.sent_one(), [0, 1])
+    numbers.expect_batch(numbers.sent_one(), [2])
+    with pytest.raises(ZeroDivisionError):
+        numbers.absorb("bad", explode)
+    assert numbers.lost_batches == [[0, 1]]
+    assert numbers.absorb("fine") is True
+    assert numbers.pop_batch() == ([2], "fine")

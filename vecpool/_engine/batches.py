@@ -197,8 +197,7 @@ class Batches:
         deadline = None if timeout is None else time.monotonic() + timeout
         while len(self.ready) < self.batch_size and self.flying:
             busy = self._busy()
-            self.group.wait("recv", timeout, busy, any_answer=True, deadline=deadline)
-            self._absorb(busy)
+            self._wait(timeout, busy, deadline)
         with HELD:
             count = min(self.batch_size, len(self.ready))
             ids = np.array([self.ready.popleft() for _ in range(count)], np.int64)
@@ -224,9 +223,28 @@ class Batches:
         """Wait until no env is in flight; finished envs wait in :attr:`ready`."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.flying:
-            busy = self._busy()
+            self._wait(timeout, self._busy(), deadline)
+
+    def _wait(
+        self, timeout: float | None, busy: list[WorkerHandle], deadline: float | None
+    ) -> None:
+        """Wait for an answer of ``busy`` and absorb what came.
+
+        A batch whose reply could not be decoded raised its error here: its envs
+        leave flight (their rows are lost, as an env error's), so no later call
+        waits for them.
+        """
+        try:
             self.group.wait("recv", timeout, busy, any_answer=True, deadline=deadline)
-            self._absorb(busy)
+        except BaseException:
+            with HELD:
+                for handle in [*busy, *self.group.handles]:  # (one may be replaced)
+                    while handle.numbers.lost_batches:
+                        lost = handle.numbers.lost_batches.pop()
+                        self.in_flight[lost] = False
+                        self.flying -= len(lost)
+            raise
+        self._absorb(busy)
 
     def _busy(self) -> list[WorkerHandle]:
         """Workers with batches in flight, or answered and not yet absorbed."""

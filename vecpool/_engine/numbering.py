@@ -52,9 +52,11 @@ class ReplyNumbers:
         expected: Numbers of the replies a pending call waits for, oldest first.
         answers: ``(number, reply)`` of expected replies that arrived, oldest first.
         batches: Env ids of each ``send`` batch in flight, by reply number.
+        lost_batches: Env ids of batches whose reply failed to decode (its error
+            was raised); the ``send``/``recv`` bookkeeping takes them out of flight.
     """
 
-    __slots__ = ("answers", "batches", "expected", "received", "sent")
+    __slots__ = ("answers", "batches", "expected", "lost_batches", "received", "sent")
 
     def __init__(self, sent: int = 0) -> None:
         """Start after ``sent`` commands, all answered."""
@@ -63,6 +65,7 @@ class ReplyNumbers:
         self.expected: deque[int] = deque()
         self.answers: deque[tuple[int, Any]] = deque()
         self.batches: dict[int, list[int]] = {}
+        self.lost_batches: list[list[int]] = []
 
     # -- send ------------------------------------------------------------------------
 
@@ -110,13 +113,19 @@ class ReplyNumbers:
         """
         self.received = number = self.received + 1
         expected = self.expected
-        if expected and expected[0] == number:  # the hot path
-            expected.popleft()
-            self.answers.append((number, decode(raw)))
-            return True
-        # decoded even when stale: decoding may consume state (a Gymnasium-protocol
-        # worker's error queue), and a stale reply's errors are read all the same
-        reply = decode(raw)
+        try:
+            if expected and expected[0] == number:  # the hot path
+                expected.popleft()
+                self.answers.append((number, decode(raw)))
+                return True
+            # decoded even when stale: decoding may consume state (a Gymnasium-
+            # protocol worker's error queue), and a stale reply's errors are read
+            reply = decode(raw)
+        except BaseException:
+            lost = self.batches.pop(number, None)
+            if lost is not None:  # its envs are no longer in flight: nothing comes
+                self.lost_batches.append(lost)
+            raise
         while expected and expected[0] < number:  # never coming: drop
             expected.popleft()
         if not expected or expected[0] != number:
@@ -151,6 +160,7 @@ class ReplyNumbers:
         self.expected.clear()
         self.answers.clear()
         self.batches.clear()
+        self.lost_batches.clear()
 
     # -- replace ---------------------------------------------------------------------
 
