@@ -30,16 +30,14 @@ class PoolSettings:
         ValueError: `clearing_freq` and `window_size_` go together: set both ...
 
     Attributes:
-        pool_size: Total capacity; each sub-pool holds ``ceil(pool_size / num_envs)``.
-        window_size: On overflow, keep only the most recent ``window_size``
-            transitions of the sub-pool (``1..capacity``); ``None`` drops the oldest.
-        clearing_freq: Every ``clearing_freq`` transitions a sub-pool receives ...
-        window_size_: ... drop its ``window_size_`` oldest transitions.
-        random: Route each transition to sub-pool ``j`` with probability
-            proportional to ``1 / (len_j + 1)`` instead of to its env's sub-pool.
-        seed: Seed of the routing and sampling generator.
-        store_next_obs: If ``False``, store each observation once and derive
-            ``next_obs`` from the following row wherever it equals it.
+        pool_size: Total capacity (each of ``num_envs`` sub-pools holds
+            :meth:`capacity`).
+        window_size: See :class:`~vecpool.ReplayPool`, whose arguments these are.
+        clearing_freq: See :class:`~vecpool.ReplayPool`.
+        window_size_: See :class:`~vecpool.ReplayPool`.
+        random: See :class:`~vecpool.ReplayPool`.
+        seed: See :class:`~vecpool.ReplayPool`.
+        store_next_obs: See :class:`~vecpool.ReplayPool`.
     """
 
     pool_size: int
