@@ -34,7 +34,25 @@ from typing import Any
 KEYS = ("env_steps_per_s", "parent_us_per_es", "workers_us_per_es", "total_us_per_es")
 
 
-def measure(workload: str, num_envs: int, seconds: float) -> dict[str, Any]:
+def _policy(kind: str, milliseconds: float) -> Any:
+    """What runs between steps: nothing, a CPU loop, or a GPU-like wait (no CPU)."""
+
+    def cpu() -> None:
+        end = time.perf_counter() + milliseconds / 1000
+        while time.perf_counter() < end:
+            pass
+
+    def sleep() -> None:
+        time.sleep(milliseconds / 1000)
+
+    if milliseconds <= 0:
+        return None
+    return cpu if kind == "cpu" else sleep
+
+
+def measure(
+    workload: str, num_envs: int, seconds: float, policy: str = "none:0"
+) -> dict[str, Any]:
     """One measurement in this process (run by the interpreter under test)."""
     import gymnasium as gym
 
@@ -50,12 +68,16 @@ def measure(workload: str, num_envs: int, seconds: float) -> dict[str, Any]:
     env.reset(seed=0)
     env.action_space.seed(0)
     actions = [env.action_space.sample() for _ in range(256)]
+    kind, _, milliseconds = policy.partition(":")
+    act = _policy(kind, float(milliseconds))
     for step in range(50):  # warm-up
         env.step(actions[step % 256])
     cpu, start = time.process_time(), time.perf_counter()
     steps = 0
     while time.perf_counter() - start < seconds:
         for _ in range(16):
+            if act is not None:
+                act()
             env.step(actions[steps % 256])
             steps += 1
     parent = time.process_time() - cpu
@@ -66,6 +88,7 @@ def measure(workload: str, num_envs: int, seconds: float) -> dict[str, Any]:
     env_steps = steps * num_envs
     return {
         "workload": workload,
+        "policy": policy,
         "num_envs": num_envs,
         "env_steps_per_s": env_steps / wall,
         "parent_us_per_es": 1e6 * parent / env_steps,
@@ -82,11 +105,17 @@ def main() -> int:
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=4.0)
-    parser.add_argument("--measure", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--policy",
+        default="none:0",
+        help="between steps: cpu:MS (a busy loop in the parent) or sleep:MS (a "
+        "GPU-like wait that uses no CPU); default none:0",
+    )
+    parser.add_argument("--measure", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
-        workload, num_envs, seconds = args.measure
-        print(json.dumps(measure(workload, int(num_envs), float(seconds))))
+        workload, num_envs, seconds, policy = args.measure
+        print(json.dumps(measure(workload, int(num_envs), float(seconds), policy)))
         return 0
     installs = dict(item.split("=", 1) for item in args.installs)
     if len(installs) < 2:
@@ -97,7 +126,7 @@ def main() -> int:
         for round_ in range(args.rounds):
             for name in names if round_ % 2 == 0 else names[::-1]:
                 command = [installs[name], __file__, "--measure", workload]
-                command += [str(args.num_envs), str(args.seconds)]
+                command += [str(args.num_envs), str(args.seconds), args.policy]
                 # run outside the checkout, so each install imports its own vecpool
                 out = subprocess.run(
                     command, capture_output=True, text=True, check=True, cwd="/"
@@ -106,7 +135,10 @@ def main() -> int:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     base = names[0]
-    print(f"\nmedian ratio to {base!r} over rounds (n={args.num_envs}):")
+    print(
+        f"\nmedian ratio to {base!r} over rounds (n={args.num_envs}, "
+        f"policy {args.policy}):"
+    )
     for workload in args.workloads:
         for name in names[1:]:
             ratios: dict[str, list[float]] = {key: [] for key in KEYS}

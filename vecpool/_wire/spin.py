@@ -133,19 +133,20 @@ class GapTracker:
 
     Example:
         >>> tracker = GapTracker(max_gap=0.001)
-        >>> tracker.spins()
-        True
+        >>> tracker.budget(0.002)  # no gap seen yet: spin the whole budget
+        0.002
         >>> for _ in range(30):
         ...     tracker.replied(now=0.0)
         ...     tracker.commanded(now=0.01)  # the parent computes 10 ms each time
-        >>> tracker.spins()
-        False
-        >>> for _ in range(31):  # blocked; the 32nd command is awaited spinning
-        ...     blocked = tracker.spins()
+        >>> tracker.budget(0.002)  # block: spinning would take the parent's CPU
+        0.0
+        >>> probes = [tracker.budget(0.002) for _ in range(31)]
+        >>> probes[-1]  # every 32nd command is awaited spinning, for max_gap only
+        0.001
         >>> tracker.replied(now=0.0)
-        >>> tracker.commanded(now=0.0001)  # the parent is fast again
-        >>> tracker.spins()
-        True
+        >>> tracker.commanded(now=0.0001)  # the probe saw the parent fast again
+        >>> tracker.budget(0.002)
+        0.002
 
     Args:
         max_gap: Spin while the smoothed gap stays below this (seconds).
@@ -166,16 +167,23 @@ class GapTracker:
         self._blocked = 0
         self._probing = False
 
-    def spins(self) -> bool:
-        """Whether to spin before blocking for the next command."""
+    def budget(self, spin: float) -> float:
+        """Seconds to spin before blocking for the next command (0: block at once).
+
+        The whole ``spin`` while the parent's gaps are short; none while they are
+        long, but every :attr:`PROBE_EVERY` commands a probe spins ``max_gap`` (not
+        the whole budget: a gap longer than ``max_gap`` keeps the worker blocked
+        anyway, so spinning longer would only burn the CPU the parent computes
+        with).
+        """
         if self.average < self.max_gap:
-            return True
+            return spin
         self._blocked += 1
         if self._blocked >= self.PROBE_EVERY:
             self._blocked = 0
             self._probing = True  # this gap is measured without a wake-up in it
-            return True
-        return False
+            return min(spin, self.max_gap)
+        return 0.0
 
     def replied(self, now: float) -> None:
         """A reply went out at ``now`` (``time.perf_counter()``)."""

@@ -66,13 +66,9 @@ def run_worker(
         clock = time.perf_counter
         running = True
         while running:
-            if (
-                spin > 0.0
-                and (gaps is None or gaps.spins())
-                and not channel.has_message()
-                and not poller.poll(0)
-            ):
-                spin_until_ready(poller, spin, spin_yield)
+            budget = spin if gaps is None or spin <= 0.0 else gaps.budget(spin)
+            if budget > 0.0 and not channel.has_message() and not poller.poll(0):
+                spin_until_ready(poller, budget, spin_yield)
             try:
                 data = channel.recv()
             except (EOFError, OSError):
