@@ -64,6 +64,7 @@ __all__ = [
     "DeliberateErrorWithArgs",
     "ExitingEnv",
     "IncarnationEnv",
+    "InfoKindsEnv",
     "MutatingOptionsVectorEnv",
     "RaisingEnv",
     "ShuffledObservationsVectorEnv",
@@ -591,6 +592,95 @@ class SlowEnv(gym.Env[npt.NDArray[np.float32], npt.NDArray[np.float32]]):
     def _observe(self) -> npt.NDArray[np.float32]:
         noise = self.np_random.uniform(-1.0, 1.0, size=2)
         return np.array([self.episode_steps, *noise], dtype=np.float32)
+
+
+class InfoKindsEnv(gym.Env[npt.NDArray[np.float32], np.int64]):
+    """Step infos of every kind a vector env must merge as Gymnasium does.
+
+    Infos are never empty for long and mix what shared memory can carry (Python and
+    numpy numbers, small numeric arrays) with what it cannot (strings, nested dicts,
+    ``np.bool_``, ``final_obs``), varying with the env's
+    ``index`` and the step ``t``: ``atari=True`` gives ALE's regular
+    ``{"lives", "episode_frame_number", "frame_number"}`` on every step instead.
+
+    Example:
+        >>> env = InfoKindsEnv(index=1)
+        >>> _ = env.reset(seed=0)
+        >>> sorted(env.step(0)[4])[:3]
+        ['c64', 'f32', 'flag']
+
+    Args:
+        index: The env's index (it changes the mix).
+        length: Steps per episode (plus ``index``).
+        atari: Return ALE-like infos only.
+    """
+
+    observation_space = spaces.Box(-1e6, 1e6, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, index: int = 0, length: int = 9, atari: bool = False) -> None:
+        """Build the env (no randomness but the reset seed's)."""
+        self.index, self.length, self.atari = index, length + index, atari
+        self.t = 0
+        self.frames = 0
+
+    def reset(
+        self,
+        *,
+        seed: int | None = None,
+        options: dict[str, Any] | None = None,  # noqa: ARG002 - Gymnasium's signature
+    ) -> tuple[npt.NDArray[np.float32], dict[str, Any]]:
+        """Start an episode; odd envs report their index."""
+        super().reset(seed=seed)
+        self.t = 0
+        info: dict[str, Any] = {"reset_index": self.index} if self.index % 2 else {}
+        return self._observe(), info
+
+    def step(self, action: np.int64) -> StepResult:
+        """Step; the info's mix follows ``index`` and ``t``."""
+        self.t += 1
+        self.frames += 4
+        t, index = self.t, self.index
+        if self.atari:
+            info: dict[str, Any] = {
+                "lives": 3 - (t // 4) % 3,
+                "episode_frame_number": 4 * t,
+                "frame_number": self.frames,
+            }
+        else:
+            info = self._mixed_info(t, index, int(action))
+        return self._observe(), float(t % 3), t >= self.length, False, info
+
+    def _mixed_info(self, t: int, index: int, action: int) -> dict[str, Any]:
+        if index == 0 and t % 6 == 2:
+            return {}
+        info: dict[str, Any] = {
+            "lives": 2.5 * t if index == 1 else 3 - t % 3,  # int, or float: cast
+            "frame": np.int64(4 * t),
+            "score": t / 3,
+            "flag": bool((t + action) % 2),
+            "f32": np.float32(t / 7),
+            "u64": np.uint64(2**64 - 1 - t),
+            "c64": np.complex64(t + 1j),
+            "vec": np.arange(3, dtype=np.float32) * t,
+            "mask": np.array([t % 2 == 0, True]),
+        }
+        if t % 5 == 0:
+            info["name"] = f"s{t}"  # an object: pickled
+        if t % 7 == 3:
+            info["episode"] = {"r": float(t), "l": t}  # nested: pickled
+        if index == 2 and t % 4 == 1:
+            info = dict(reversed(list(info.items())))  # another key order
+        if index == 3 and t % 3 == 0:
+            info["big"] = 2**62 + t  # a Python int near int64's limit
+        if index == 2 and t % 2:
+            info["np_bool"] = np.bool_(True)  # Gymnasium: an object array
+        if index == 3 and t % 4 == 2:
+            info["vec"] = np.arange(3, dtype=np.float64)  # another dtype: cast
+        return info
+
+    def _observe(self) -> npt.NDArray[np.float32]:
+        return np.array([self.index, self.t], dtype=np.float32)
 
 
 class IncarnationEnv(gym.Env[npt.NDArray[np.int64], np.int64]):

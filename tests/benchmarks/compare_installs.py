@@ -9,6 +9,10 @@ parent's reaped children after ``close()``. Rounds alternate the order of the
 installs; the summary is the median over rounds of each round's after/before ratio
 (pairs taken in the same round, so the machine's load cancels out).
 
+Workloads: ``cartpole``, ``infos`` (CartPole with ALE's lives and frame numbers in
+every info), ``atari`` (Pong, needs ``ale-py``); ``-block`` after one of them sets
+``wait_strategy="block"``.
+
 Usage::
 
     python tests/benchmarks/compare_installs.py before=/tmp/a/bin/python \\
@@ -59,10 +63,26 @@ def measure(
     import vecpool
     from vecpool.bench.workloads import make_atari
 
+    class AtariInfo(gym.Wrapper[Any, Any, Any, Any]):
+        """CartPole with ALE's step info (the same env for every install)."""
+
+        frames = 0
+
+        def step(self, action: Any) -> Any:
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            self.frames += 4
+            info = {**info, "lives": 3, "episode_frame_number": self.frames}
+            info["frame_number"] = self.frames
+            return obs, reward, terminated, truncated, info
+
     def cartpole() -> Any:
         return gym.make("CartPole-v1")
 
-    make = cartpole if workload.startswith("cartpole") else make_atari
+    def infos() -> Any:
+        return AtariInfo(gym.make("CartPole-v1"))
+
+    makers = {"cartpole": cartpole, "infos": infos, "atari": make_atari}
+    make = makers[workload.removesuffix("-block")]
     strategy = "block" if workload.endswith("-block") else "auto"
     env = vecpool.AsyncVectorEnv([make] * num_envs, wait_strategy=strategy)
     env.reset(seed=0)

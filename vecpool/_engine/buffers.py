@@ -11,6 +11,8 @@ being copied: a step writes into a buffer nobody holds any more.
 from __future__ import annotations
 
 import math
+import operator
+import pickle
 import sys
 import warnings
 from collections.abc import Sequence
@@ -43,6 +45,7 @@ from vecpool._util.spaces import (
     make_writer,
     take_rows,
 )
+from vecpool._wire.info_columns import InfoSchema, read_schema
 from vecpool._wire.messages import STEP, ObsTransport, Reply
 from vecpool._wire.shared_memory import Layout, SharedBlock, cut
 from vecpool.errors import CustomSpaceError, VecPoolWarning
@@ -56,6 +59,7 @@ OBS_BUFFERS_MAX_BYTES = 64 * 2**20
 OBS_BUFFERS_MIN_BYTES = 16 * 2**10
 """Smaller observation batches get one buffer, copied out: copying a few KiB costs
 less than the rotation's bookkeeping (cutting fresh views, reference counts)."""
+_NO_ENVS = np.zeros(0, np.intp)
 
 
 class _InfoMerger:
@@ -219,6 +223,12 @@ class StepBuffers:
         self.rewards = self.block.view(self.layout.rewards)
         self.terminations = self.block.view(self.layout.terminations)
         self.truncations = self.block.view(self.layout.truncations)
+        # step infos in shared memory (see vecpool/_wire/info_columns.py)
+        self.info_rows = self.block.view(self.layout.infos)
+        self.info_ids = self.block.view(self.layout.info_versions)
+        self.info_schema_areas = self.block.view(self.layout.info_schemas)
+        self._info_schemas: dict[int, InfoSchema] = {}  # by id
+        self._interned: dict[InfoSchema, InfoSchema] = {}
         self.env_obs: list[Any] = [None] * num_envs  # observations that came by pipe
         self.obs_index = self.obs_next = 0  # buffer of the latest / pending obs
         self._obs_fields: list[tuple[Any, ...]] = []
@@ -438,7 +448,12 @@ class StepBuffers:
                 self.truncations[index] = truncated
 
     def merge_replies(
-        self, handles: Sequence[Any], replies: list[Reply | None], owner: str
+        self,
+        handles: Sequence[Any],
+        replies: list[Reply | None],
+        owner: str,
+        *,
+        step: bool = False,
     ) -> dict[str, Any]:
         """Raise env errors, then store piped values and merge infos in env order.
 
@@ -446,11 +461,14 @@ class StepBuffers:
             handles: The worker handles, in order (for each one's first env).
             replies: Their answers (``None``: nothing to say).
             owner: The vector env's class name, for error notes.
+            step: Whether they answer a full step, whose infos may be in shared
+                memory (vecpool/_wire/info_columns.py).
 
         Returns:
-            The batched infos.
+            The batched infos, as Gymnasium merges them.
         """
-        if not any(replies):
+        columned = np.flatnonzero(self.info_ids) if step else _NO_ENVS
+        if not columned.size and not any(replies):
             return {}  # the hot path: nothing but "done" from every worker
         raise_env_errors(replies, owner)
         items: list[tuple[int, dict[str, Any]]] = []
@@ -458,7 +476,30 @@ class StepBuffers:
             if reply is not None:
                 self.apply_reply(handle.env_indices.start, reply)
                 items.extend(reply.infos or [])
+        if not columned.size:
+            return merge_infos(items, self.num_envs)
+        envs = columned.tolist()
+        schemas = [self._schema(int(self.info_ids[env]), env) for env in envs]
+        rows = self.info_rows[columned]
+        first = schemas[0]
+        if not items and all(schema is first for schema in schemas):
+            return first.merge(rows, columned, self.num_envs)
+        items.extend(
+            (env, schema.decode(row))
+            for env, schema, row in zip(envs, schemas, rows, strict=True)
+        )
+        items.sort(key=operator.itemgetter(0))  # env order, as Gymnasium merges
         return merge_infos(items, self.num_envs)
+
+    def _schema(self, schema_id: int, env: int) -> InfoSchema:
+        """The info schema ``schema_id`` (read from ``env``'s area when new)."""
+        schema = self._info_schemas.get(schema_id)
+        if schema is None:
+            loaded = pickle.loads(read_schema(self.info_schema_areas[env]))
+            # one object per content: envs with equal schemas merge as one
+            schema = self._interned.setdefault(loaded, loaded)
+            self._info_schemas[schema_id] = schema
+        return schema
 
     def read_observations(self) -> Any:
         """The observations of the call just finished, copied or not per ``copy``."""
@@ -525,4 +566,6 @@ class StepBuffers:
         self.rewards = self.rewards.copy()
         self.terminations = self.terminations.copy()
         self.truncations = self.truncations.copy()
+        self.info_ids = np.zeros_like(self.info_ids)  # no info left to read
+        self.info_rows = self.info_schema_areas = np.zeros((0, 0), np.uint8)
         self.block = None  # type: ignore[assignment]

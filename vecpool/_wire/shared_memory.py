@@ -21,6 +21,7 @@ import numpy as np
 from gymnasium import spaces
 
 from vecpool._util.spaces import leaves
+from vecpool._wire.info_columns import INFO_ROW_BYTES, INFO_SCHEMA_BYTES
 
 __all__ = ["Field", "Layout", "SharedBlock", "cut"]
 
@@ -52,6 +53,11 @@ class Layout:
         rewards: ``float64[n]``.
         terminations: ``bool[n]``.
         truncations: ``bool[n]``.
+        infos: ``uint8[n, INFO_ROW_BYTES]``: each env's step info values (see
+            :mod:`vecpool._wire.info_columns`).
+        info_versions: ``int64[n]``: the schema id of each env's info in ``infos``
+            on the last full step (0: none there).
+        info_schemas: ``uint8[n, INFO_SCHEMA_BYTES]``: each env's pickled schema.
         size: Total bytes.
     """
 
@@ -60,6 +66,9 @@ class Layout:
     rewards: Field
     terminations: Field
     truncations: Field
+    infos: Field
+    info_versions: Field
+    info_schemas: Field
     size: int
 
     @classmethod
@@ -101,7 +110,20 @@ class Layout:
         rewards = place(np.dtype(np.float64), ())
         terminations = place(np.dtype(np.bool_), ())
         truncations = place(np.dtype(np.bool_), ())
-        return cls(actions, observations, rewards, terminations, truncations, offset)
+        infos = place(np.dtype(np.uint8), (INFO_ROW_BYTES,))
+        info_versions = place(np.dtype(np.int64), ())
+        info_schemas = place(np.dtype(np.uint8), (INFO_SCHEMA_BYTES,))
+        return cls(
+            actions,
+            observations,
+            rewards,
+            terminations,
+            truncations,
+            infos,
+            info_versions,
+            info_schemas,
+            offset,
+        )
 
 
 class SharedBlock:

@@ -22,6 +22,12 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import write_to_shared_memory
 
 from vecpool._util.spaces import leaves, make_reader, make_writer
+from vecpool._wire.info_columns import (
+    INFO_ROW_BYTES,
+    InfoSchema,
+    new_schema_id,
+    write_schema,
+)
 from vecpool._wire.messages import (
     STEP,
     STEP_SOME,
@@ -76,6 +82,12 @@ class Host:
 
             self.write_obs = write_gym
         self.by_pipe = config.obs_transport is ObsTransport.PIPE
+        # step infos in shared memory (see vecpool/_wire/info_columns.py)
+        self.info_rows = block.view(layout.infos).data.cast("B")
+        self.info_ids = block.view(layout.info_versions)
+        self.info_schema_areas = block.view(layout.info_schemas)
+        self.info_schemas: list[InfoSchema | None] = [None] * len(envs)
+        self.info_schema_ids = [0] * len(envs)
         self.last_obs: list[Any] = [None] * len(envs)
         self.autoreset = [False] * len(envs)
         self.mode = config.autoreset_mode
@@ -143,6 +155,9 @@ class Host:
             self.truncations,
         )
         mode = self.mode
+        # a full step puts the infos it can in shared memory (a `send` batch's go
+        # pickled: its envs' rows are read later, one batch at a time)
+        info_ids = self.info_ids if subset is None else None
         self._acquire()
         envs = self.envs
         try:
@@ -151,6 +166,8 @@ class Host:
             ):
                 env = envs[local]
                 index = self.start + local
+                if info_ids is not None:
+                    info_ids[index] = 0
                 try:
                     if (
                         self.any_restarted
@@ -185,12 +202,37 @@ class Host:
                     terminations[index] = terminated
                     truncations[index] = truncated
                     if info:
-                        infos.append((index, info))
+                        if info_ids is not None and self._put_info(local, index, info):
+                            info_ids[index] = self.info_schema_ids[local]
+                        else:
+                            infos.append((index, info))
                 except Exception as exc:  # noqa: BLE001 - reported to the parent
                     errors.append(pack_error(index, exc))
         finally:
             self._release()
         return self._reply(infos, errors)
+
+    def _put_info(self, local: int, index: int, info: dict[Any, Any]) -> bool:
+        """Write a step's info into shared memory; ``False``: it goes pickled.
+
+        The env's schema is learned again when the info no longer fits it; a new
+        schema gets a new id and is pickled into the env's schema area.
+        """
+        row = self.info_rows
+        base = index * INFO_ROW_BYTES
+        schema = self.info_schemas[local]
+        if schema is not None and schema.write(info, row, base):
+            return True
+        learned = InfoSchema.learn(info)
+        if learned is None:
+            return False
+        if learned != schema:
+            area = self.info_schema_areas[index].data
+            if not write_schema(learned, area):
+                return False
+            self.info_schemas[local] = learned
+            self.info_schema_ids[local] = new_schema_id()
+        return learned.write(info, row, base)
 
     def reset(
         self,

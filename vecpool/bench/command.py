@@ -190,7 +190,8 @@ def add_bench_parser(
         default=list(bench.DEFAULT_WORKLOADS),
         metavar="WORKLOAD",
         help="cartpole, busy (a 200 us CPU-bound step), bigobs (84x84x4 uint8 "
-        "observations), biginfo (a 1 MiB array in every info: the pipes), atari "
+        "observations), infos (CartPole with ALE's lives and frame numbers in "
+        "every info), biginfo (a 1 MiB array in every info: the pipes), atari "
         "(ALE/Pong-v5 with AtariPreprocessing and 4 stacked frames; needs "
         "vecpool[bench]) or any registered Gymnasium env id "
         "(default: %(default)s)",

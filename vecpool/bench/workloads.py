@@ -154,6 +154,53 @@ class BigInfoEnv(gym.Env[npt.NDArray[np.float32], np.int64]):
         return obs, 1.0, False, truncated, {"frame": self._frame.copy()}
 
 
+class AtariInfo(gym.Wrapper[Any, Any, Any, Any]):
+    """Adds ALE's step info to any env: ``lives`` and the frame numbers, every step.
+
+    With ``CartPole-v1`` it is the ``infos`` workload: a cheap env whose infos are
+    never empty, as in an Atari training run, so what an info costs shows.
+
+    Example:
+        >>> env = AtariInfo(gym.make("CartPole-v1"))
+        >>> _ = env.reset(seed=0)
+        >>> sorted(env.step(0)[4])
+        ['episode_frame_number', 'frame_number', 'lives']
+    """
+
+    def __init__(self, env: gym.Env[Any, Any]) -> None:
+        """Wrap ``env``."""
+        super().__init__(env)
+        self._frames = 0
+        self._episode_frames = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset the env and the episode's frame count."""
+        self._episode_frames = 0
+        return self.env.reset(seed=seed, options=options)
+
+    def step(
+        self, action: Any
+    ) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Step, and report lives and frame numbers (4 frames a step) in the info."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._frames += 4
+        self._episode_frames += 4
+        info = {
+            **info,
+            "lives": 3 - self._episode_frames // 400 % 3,
+            "episode_frame_number": self._episode_frames,
+            "frame_number": self._frames,
+        }
+        return obs, reward, terminated, truncated, info
+
+
+def make_infos() -> gym.Env[Any, Any]:
+    """``CartPole-v1`` with ALE's step info on every step (the ``infos`` workload)."""
+    return AtariInfo(gym.make("CartPole-v1"))
+
+
 class BigObsEnv(gym.Env[npt.NDArray[np.uint8], np.int64]):
     """A cheap env with an Atari-sized ``uint8`` observation of shape (84, 84, 4).
 
@@ -270,6 +317,7 @@ _BUILTIN_WORKLOADS: dict[str, Workload] = {
     "busy": Workload("busy", "BusyEnv", BusyEnv),
     "bigobs": Workload("bigobs", "BigObsEnv", BigObsEnv),
     "biginfo": Workload("biginfo", "BigInfoEnv", BigInfoEnv),
+    "infos": Workload("infos", "CartPole-v1 + ALE infos", make_infos),
     "atari": Workload("atari", ATARI_ENV_ID, make_atari),
 }
 _WORKLOAD_CHECKS: dict[str, Callable[[], None]] = {"atari": _check_atari}

@@ -533,7 +533,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         # interrupted below can be waited for again and returns the same results.
         buffers = self._buffers
         self._state = AsyncState.DEFAULT
-        infos = buffers.merge_replies(self._group.handles, replies, type(self).__name__)
+        infos = buffers.merge_replies(
+            self._group.handles, replies, type(self).__name__, step=True
+        )
         observations = buffers.read_observations()
         if self._restarter is not None:
             self._restarter.last_obs.record(observations)

@@ -1,0 +1,154 @@
+"""Step infos through shared memory merge exactly as Gymnasium's SyncVectorEnv.
+
+vecpool/_wire/info_columns.py carries the infos it can in shared memory and the
+rest pickled; :class:`vecpool.testing.InfoKindsEnv` mixes both on every step
+(numbers of every kind, arrays, casts between envs, other key orders, strings,
+nested dicts, ``np.bool_``, big ints). The merged infos must equal Gymnasium's,
+key order and dtypes included, in every autoreset mode and worker layout.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+
+from vecpool._wire.info_columns import INFO_ROW_BYTES, InfoSchema
+from vecpool.testing import InfoKindsEnv, assert_same_data
+
+MODES = list(AutoresetMode)
+NUM_ENVS = 4
+
+
+def _fns(atari: bool = False) -> list[functools.partial[InfoKindsEnv]]:
+    return [
+        functools.partial(InfoKindsEnv, index=i, atari=atari) for i in range(NUM_ENVS)
+    ]
+
+
+SAME_STEP_KEYS = {"final_obs", "_final_obs", "final_info", "_final_info"}
+
+
+def _keys(infos, prefix=""):
+    """Every key path of a merged info dict, in order (nested dicts included).
+
+    SAME_STEP's ``final_*`` keys are left out: Gymnasium's Sync and Async envs put
+    them in different orders (vecpool follows Async, its drop-in target).
+    """
+    paths = []
+    for key, value in infos.items():
+        if not prefix and key in SAME_STEP_KEYS:
+            continue
+        paths.append(prefix + key)
+        if isinstance(value, dict):
+            paths.extend(_keys(value, prefix + key + "."))
+    return paths
+
+
+def _lockstep(reference, candidate, steps, seed=0):
+    mode = reference.metadata["autoreset_mode"]
+    assert_same_data(reference.reset(seed=seed), candidate.reset(seed=seed), "reset")
+    rng = np.random.default_rng(seed)
+    columned = 0
+    for step in range(steps):
+        actions = rng.integers(0, 2, NUM_ENVS)
+        expected = reference.step(actions)
+        actual = candidate.step(actions)
+        assert_same_data(expected, actual, f"step {step}")
+        assert _keys(expected[4]) == _keys(actual[4]), f"step {step}: key order"
+        columned += int(np.count_nonzero(candidate._buffers.info_ids))
+        done = expected[2] | expected[3]
+        if mode is AutoresetMode.DISABLED and done.any():
+            options = {"reset_mask": done}
+            assert_same_data(
+                reference.reset(options=dict(options)),
+                candidate.reset(options=dict(options)),
+                f"step {step}: partial reset",
+            )
+    return columned
+
+
+@pytest.mark.parametrize("num_workers", [0, 1, 2, NUM_ENVS])
+@pytest.mark.parametrize("mode", MODES, ids=[mode.value for mode in MODES])
+def test_mixed_infos_match_sync(mode, num_workers, make_async, make_sync):
+    reference = make_sync(_fns(), autoreset_mode=mode)
+    candidate = make_async(_fns(), autoreset_mode=mode, num_workers=num_workers)
+    columned = _lockstep(reference, candidate, steps=60)
+    assert columned > 0  # some infos went through shared memory
+
+
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shm", "noshm"])
+@pytest.mark.parametrize("mode", MODES, ids=[mode.value for mode in MODES])
+def test_regular_infos_go_through_shared_memory(
+    mode, shared_memory, make_async, make_sync
+):
+    reference = make_sync(_fns(atari=True), autoreset_mode=mode)
+    candidate = make_async(
+        _fns(atari=True), autoreset_mode=mode, shared_memory=shared_memory
+    )
+    columned = _lockstep(reference, candidate, steps=40)
+    # every step but the NEXT_STEP reset rows came through the columns
+    assert columned >= 40 * NUM_ENVS // 2
+
+
+def test_the_arrays_handed_out_are_fresh(make_async):
+    env = make_async(_fns(atari=True))
+    env.reset(seed=0)
+    _, _, _, _, first = env.step(np.zeros(NUM_ENVS, np.int64))
+    kept = {key: value.copy() for key, value in first.items()}
+    for _ in range(3):
+        env.step(np.ones(NUM_ENVS, np.int64))
+    for key, value in kept.items():
+        np.testing.assert_array_equal(first[key], value, err_msg=key)
+    first["lives"][:] = -1  # the user's to change
+    _, _, _, _, later = env.step(np.zeros(NUM_ENVS, np.int64))
+    assert (later["lives"] >= 0).all()
+
+
+def test_a_replaced_schema_is_never_mistaken_for_another(make_async, make_sync):
+    # the same keys with other types on alternate episodes: new schemas, new ids
+    reference = make_sync(_fns(), autoreset_mode=AutoresetMode.SAME_STEP)
+    candidate = make_async(
+        _fns(), autoreset_mode=AutoresetMode.SAME_STEP, num_workers=1
+    )
+    _lockstep(reference, candidate, steps=120, seed=3)
+
+
+def test_what_cannot_go_in_a_row_is_refused():
+    assert InfoSchema.learn({"name": "pong"}) is None
+    assert InfoSchema.learn({"episode": {"r": 1.0}}) is None
+    assert InfoSchema.learn({"final_obs": np.zeros(2)}) is None
+    assert InfoSchema.learn({"big": 2**63}) is None
+    assert InfoSchema.learn({"flag": np.bool_(True)}) is None
+    assert InfoSchema.learn({1: 2}) is None
+    assert InfoSchema.learn({"objects": np.array([None])}) is None
+    assert InfoSchema.learn({"wide": np.zeros(INFO_ROW_BYTES + 1, np.uint8)}) is None
+    assert InfoSchema.learn({}) is None
+    schema = InfoSchema.learn({"n": 2**63 - 1, "x": 0.5})
+    assert schema is not None
+    row = np.zeros(INFO_ROW_BYTES, np.uint8)
+    assert schema.write({"n": 2**63 - 1, "x": 0.5}, row.data, 0)
+    assert not schema.write({"n": 2**63, "x": 0.5}, row.data, 0)  # out of range
+    assert not schema.write({"x": 0.5, "n": 1}, row.data, 0)  # another order
+    assert not schema.write({"n": 1, "x": 1}, row.data, 0)  # an int, not a float
+
+
+def test_merge_matches_gymnasium_add_info():
+    info = {"lives": 3, "x": np.float32(0.25), "v": np.arange(3, dtype=np.int16)}
+    schema = InfoSchema.learn(info)
+    assert schema is not None
+    rows = np.zeros((2, INFO_ROW_BYTES), np.uint8)
+    for row in rows:
+        assert schema.write(info, row.data, 0)
+    envs = np.array([1, 3])
+    merged = schema.merge(rows, envs, 4)
+    sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
+    expected: dict = {}
+    for env in envs.tolist():
+        expected = sync._add_info(expected, info, env)
+    sync.close()
+    assert_same_data(expected, merged, "merged")
+    assert list(expected) == list(merged)

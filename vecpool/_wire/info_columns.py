@@ -1,0 +1,260 @@
+"""Step infos in shared memory: a learned schema per env, values in fixed slots.
+
+Most envs return an info of the same shape on every step: the same keys, each a
+Python or numpy number or a small numpy array (ALE's ``lives`` and frame numbers,
+MuJoCo's reward terms). Pickling such an info in the worker and merging it with
+Gymnasium's ``VectorEnv._add_info`` in the parent is most of what an info costs.
+Here, instead:
+
+* **The worker** learns an :class:`InfoSchema` from an env's info (keys, in order,
+  each value's exact type, dtype and shape) and writes the values of every later
+  info of that schema into the env's row of fixed byte slots in the shared block.
+  When the schema changes, the new one is pickled into the env's schema area of
+  the block under a new random 63-bit id (:func:`new_schema_id`: unique across
+  workers and their replacements, so a parent never mistakes one schema for
+  another); the id of each env's info (0: none here) is written every full step.
+* **The parent** reads the ids after the step's replies, loads a schema only when
+  an id is new to it, and rebuilds Gymnasium's merged dict from the rows.
+  When every env with a columned info shares one schema and no info came pickled,
+  each key is one numpy assignment (:meth:`InfoSchema.merge`); otherwise each row is
+  decoded back into an info equal to the env's own (same types, same values) and
+  merged in env order with the pickled ones, exactly as Gymnasium does.
+
+What cannot go here travels pickled, as before: nested dicts (``episode``,
+``final_info``), ``final_obs``, strings and other objects, non-``str`` keys,
+integers beyond ``int64``, numpy scalars that are not numbers (``np.bool_``: Gymnasium
+makes an object array of those), arrays of objects, and anything larger than a row.
+The merged dict is therefore the one Gymnasium builds, key order and dtypes
+included; the arrays in it are new on every step.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "INFO_ROW_BYTES",
+    "INFO_SCHEMA_BYTES",
+    "InfoSchema",
+    "new_schema_id",
+    "read_schema",
+    "write_schema",
+]
+
+INFO_ROW_BYTES = 256
+"""Bytes of values per env (32 numbers; an info needing more travels pickled)."""
+
+INFO_SCHEMA_BYTES = 1024
+"""Bytes of each env's schema area: a 4-byte length, then the pickled schema."""
+
+_PYTHON: dict[type, tuple[str, np.dtype[Any]]] = {
+    int: ("q", np.dtype(int)),
+    float: ("d", np.dtype(float)),
+    bool: ("?", np.dtype(bool)),
+}
+_LENGTH = struct.Struct("<I")
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """One key of a schema: where its value lives in the row and how it merges."""
+
+    key: str
+    type: type
+    stored: str  # the dtype of the bytes in the row
+    shape: tuple[int, ...]  # () for a number
+    offset: int
+    nbytes: int
+    merged: str  # the dtype of Gymnasium's batched array (type(value) or the dtype)
+
+    @property
+    def is_array(self) -> bool:
+        return self.type is np.ndarray
+
+
+def _entry(key: Any, value: Any, offset: int) -> _Entry | None:
+    """The schema entry of one info item, or ``None`` if it must travel pickled."""
+    if type(key) is not str or key == "final_obs":
+        return None
+    kind = type(value)
+    if kind in _PYTHON:
+        code, dtype = _PYTHON[kind]
+        if kind is int and not -(2**63) <= value < 2**63:
+            return None
+        size = struct.calcsize(code)
+        return _Entry(key, kind, dtype.str, (), offset, size, dtype.str)
+    if issubclass(kind, np.number):
+        scalar = np.dtype(kind)
+        if scalar.kind not in "iufc":  # e.g. timedelta64
+            return None
+        return _Entry(key, kind, scalar.str, (), offset, scalar.itemsize, scalar.str)
+    if kind is np.ndarray and value.dtype.kind in "biufc":
+        stored = value.dtype.str
+        return _Entry(key, kind, stored, value.shape, offset, value.nbytes, stored)
+    return None
+
+
+class InfoSchema:
+    """The keys of an info, in order, each with its exact type, dtype and shape.
+
+    Example:
+        >>> import numpy as np
+        >>> ram = np.arange(4, dtype=np.uint8)
+        >>> info = {"lives": 3, "score": np.float32(1.5), "ram": ram}
+        >>> schema = InfoSchema.learn(info)
+        >>> row = np.zeros(INFO_ROW_BYTES, np.uint8)
+        >>> schema.write(info, memoryview(row), 0)
+        True
+        >>> decoded = schema.decode(row)
+        >>> decoded["lives"], type(decoded["score"]).__name__, decoded["ram"].tolist()
+        (3, 'float32', [0, 1, 2, 3])
+        >>> schema.write({"lives": 2}, memoryview(row), 0)  # another schema
+        False
+
+    Attributes:
+        entries: One entry per key, in the info's order.
+        nbytes: Bytes of the row the values take.
+    """
+
+    __slots__ = ("_packers", "entries", "nbytes")
+
+    def __init__(self, entries: tuple[_Entry, ...]) -> None:
+        """A schema of ``entries`` (see :meth:`learn`)."""
+        self.entries = entries
+        self.nbytes = sum(entry.nbytes for entry in entries)
+        self._packers = tuple(
+            struct.Struct("=" + _PYTHON[entry.type][0]).pack_into
+            if entry.type in _PYTHON
+            else None
+            for entry in entries
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[tuple[_Entry, ...]]]:
+        """Pickle the entries only (the packers are rebuilt)."""
+        return (type(self), (self.entries,))
+
+    def __eq__(self, other: object) -> bool:
+        """Schemas with the same entries are equal."""
+        return isinstance(other, InfoSchema) and self.entries == other.entries
+
+    def __hash__(self) -> int:
+        """Hash of the entries."""
+        return hash(self.entries)
+
+    @classmethod
+    def learn(cls, info: dict[Any, Any]) -> InfoSchema | None:
+        """The schema of ``info``, or ``None`` if some item must travel pickled."""
+        entries = []
+        offset = 0
+        for key, value in info.items():
+            entry = _entry(key, value, offset)
+            if entry is None:
+                return None
+            entries.append(entry)
+            offset += entry.nbytes
+        if not entries or offset > INFO_ROW_BYTES:
+            return None
+        return cls(tuple(entries))
+
+    def write(self, info: dict[Any, Any], row: memoryview, base: int) -> bool:
+        """Write ``info``'s values at ``row[base:]`` if it has this schema.
+
+        Returns:
+            Whether it had this schema (else the row holds garbage: the caller
+            marks it unused).
+        """
+        entries = self.entries
+        if len(info) != len(entries):
+            return False
+        packers = self._packers
+        for (key, value), entry, pack in zip(
+            info.items(), entries, packers, strict=True
+        ):
+            if key != entry.key or type(value) is not entry.type:
+                return False
+            start = base + entry.offset
+            if pack is not None:
+                try:
+                    pack(row, start, value)
+                except struct.error:  # an int beyond int64
+                    return False
+            else:
+                number: Any = value  # a numpy scalar or array (exact type checked)
+                if entry.type is np.ndarray and (
+                    number.dtype.str != entry.stored or number.shape != entry.shape
+                ):
+                    return False
+                row[start : start + entry.nbytes] = number.tobytes()
+        return True
+
+    def decode(self, row: npt.NDArray[np.uint8]) -> dict[str, Any]:
+        """The info a row holds: the same keys, types and values the env returned."""
+        info: dict[str, Any] = {}
+        for entry in self.entries:
+            raw = row[entry.offset : entry.offset + entry.nbytes]
+            values = raw.view(np.dtype(entry.stored))
+            if entry.is_array:
+                info[entry.key] = values.reshape(entry.shape).copy()
+            elif entry.type in _PYTHON:
+                info[entry.key] = entry.type(values[0])
+            else:
+                info[entry.key] = values[0]  # the numpy scalar type itself
+        return info
+
+    def merge(
+        self, rows: npt.NDArray[np.uint8], envs: npt.NDArray[np.intp], num_envs: int
+    ) -> dict[str, Any]:
+        """Gymnasium's merged infos when the envs ``envs`` alone have an info.
+
+        Args:
+            rows: Their rows (``[len(envs), INFO_ROW_BYTES]``, a copy).
+            envs: The env indices, ascending.
+            num_envs: Rows of each batched array.
+
+        Returns:
+            For each key, a new array of ``num_envs`` rows (zeros elsewhere) and its
+            ``_key`` mask, in Gymnasium's order.
+        """
+        infos: dict[str, Any] = {}
+        count = len(envs)
+        for entry in self.entries:
+            array = np.zeros((num_envs, *entry.shape), np.dtype(entry.merged))
+            raw = rows[:, entry.offset : entry.offset + entry.nbytes]
+            array[envs] = (
+                np.ascontiguousarray(raw)
+                .view(np.dtype(entry.stored))
+                .reshape(count, *entry.shape)
+            )
+            mask = np.zeros(num_envs, np.bool_)
+            mask[envs] = True
+            infos[entry.key] = array
+            infos[f"_{entry.key}"] = mask
+        return infos
+
+
+def write_schema(schema: InfoSchema, area: memoryview) -> bool:
+    """Pickle ``schema`` into an env's schema area; ``False`` if it does not fit."""
+    data = pickle.dumps(schema, protocol=pickle.HIGHEST_PROTOCOL)
+    if _LENGTH.size + len(data) > len(area):
+        return False
+    _LENGTH.pack_into(area, 0, len(data))
+    area[_LENGTH.size : _LENGTH.size + len(data)] = data
+    return True
+
+
+def read_schema(area: npt.NDArray[np.uint8]) -> bytes:
+    """The pickled schema in an env's schema area (see :func:`write_schema`)."""
+    (length,) = _LENGTH.unpack_from(area.data, 0)
+    return bytes(area[_LENGTH.size : _LENGTH.size + length])
+
+
+def new_schema_id() -> int:
+    """A random id in ``[1, 2**63)`` for a new schema (0 means "no info here")."""
+    return int.from_bytes(os.urandom(8), "little") >> 1 | 1
