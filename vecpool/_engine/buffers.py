@@ -467,9 +467,13 @@ class StepBuffers:
         Returns:
             The batched infos, as Gymnasium merges them.
         """
-        columned = np.flatnonzero(self.info_ids) if step else _NO_ENVS
-        if not columned.size and not any(replies):
+        if not any(replies):
             return {}  # the hot path: nothing but "done" from every worker
+        columned = (
+            np.flatnonzero(self.info_ids)
+            if step and any(reply.columns for reply in replies if reply is not None)
+            else _NO_ENVS
+        )
         raise_env_errors(replies, owner)
         items: list[tuple[int, dict[str, Any]]] = []
         for handle, reply in zip(handles, replies, strict=True):

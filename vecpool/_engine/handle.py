@@ -28,7 +28,7 @@ import numpy as np
 
 from vecpool._engine.numbering import ReplyNumbers
 from vecpool._wire.channel import Channel
-from vecpool._wire.messages import STEP, STEP_SOME, Command, Reply
+from vecpool._wire.messages import COLUMNS_ONLY, STEP, STEP_SOME, Command, Reply
 
 __all__ = ["WorkerHandle", "decode_reply", "describe_exit"]
 
@@ -37,6 +37,8 @@ def decode_reply(data: bytes | memoryview) -> Reply | None:
     """A worker's reply from its bytes (empty: nothing to say)."""
     if not data:
         return None
+    if len(data) == 1:  # INFOS_IN_MEMORY
+        return COLUMNS_ONLY
     reply: Reply = pickle.loads(data)
     return reply
 

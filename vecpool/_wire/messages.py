@@ -34,6 +34,8 @@ from vecpool._wire.remote_errors import ErrorRecord, pack_error
 from vecpool._wire.shared_memory import Layout, SharedBlock
 
 __all__ = [
+    "COLUMNS_ONLY",
+    "INFOS_IN_MEMORY",
     "STEP",
     "STEP_SOME",
     "Command",
@@ -105,6 +107,8 @@ class Reply(NamedTuple):
         step_values: ``(env_index, reward, terminated, truncated)``; only used by
             Gymnasium-protocol workers (custom ``worker=``), whose values come by
             pipe.
+        columns: Whether some of the step's infos are in shared memory (see
+            vecpool/_wire/info_columns.py).
     """
 
     infos: list[tuple[int, dict[str, Any]]] | None = None
@@ -112,6 +116,15 @@ class Reply(NamedTuple):
     results: list[Any] | None = None
     errors: list[ErrorRecord] | None = None
     step_values: list[tuple[int, Any, Any, Any]] | None = None
+    columns: bool = False
+
+
+INFOS_IN_MEMORY = b"c"
+"""The one-byte reply to a step with nothing else to say but that some infos are in
+shared memory (a pickled reply starts with ``0x80``)."""
+
+COLUMNS_ONLY = Reply(columns=True)
+"""What :data:`INFOS_IN_MEMORY` stands for."""
 
 
 @dataclass

@@ -29,6 +29,7 @@ from vecpool._wire.info_columns import (
     write_schema,
 )
 from vecpool._wire.messages import (
+    INFOS_IN_MEMORY,
     STEP,
     STEP_SOME,
     Command,
@@ -88,6 +89,10 @@ class Host:
         self.info_schema_areas = block.view(layout.info_schemas)
         self.info_schemas: list[InfoSchema | None] = [None] * len(envs)
         self.info_schema_ids = [0] * len(envs)
+        self.info_ids_now = [0] * len(envs)  # what info_ids holds for each env
+        # a replacement worker (on_worker_crash="restart") must not leave the ids
+        # of its predecessor's last step readable
+        self.info_ids[self.start : self.start + len(envs)] = 0
         self.last_obs: list[Any] = [None] * len(envs)
         self.autoreset = [False] * len(envs)
         self.mode = config.autoreset_mode
@@ -158,6 +163,8 @@ class Host:
         # a full step puts the infos it can in shared memory (a `send` batch's go
         # pickled: its envs' rows are read later, one batch at a time)
         info_ids = self.info_ids if subset is None else None
+        ids_now = self.info_ids_now
+        columns = False
         self._acquire()
         envs = self.envs
         try:
@@ -166,8 +173,8 @@ class Host:
             ):
                 env = envs[local]
                 index = self.start + local
-                if info_ids is not None:
-                    info_ids[index] = 0
+                if info_ids is not None and ids_now[local]:
+                    info_ids[index] = ids_now[local] = 0  # not this step's: hide it
                 try:
                     if (
                         self.any_restarted
@@ -203,14 +210,17 @@ class Host:
                     truncations[index] = truncated
                     if info:
                         if info_ids is not None and self._put_info(local, index, info):
-                            info_ids[index] = self.info_schema_ids[local]
+                            info_ids[index] = ids_now[local] = self.info_schema_ids[
+                                local
+                            ]
+                            columns = True
                         else:
                             infos.append((index, info))
                 except Exception as exc:  # noqa: BLE001 - reported to the parent
                     errors.append(pack_error(index, exc))
         finally:
             self._release()
-        return self._reply(infos, errors)
+        return self._reply(infos, errors, columns)
 
     def _put_info(self, local: int, index: int, info: dict[Any, Any]) -> bool:
         """Write a step's info into shared memory; ``False``: it goes pickled.
@@ -281,16 +291,23 @@ class Host:
         return self._reply(infos, errors)
 
     def _reply(
-        self, infos: list[tuple[int, dict[str, Any]]], errors: list[ErrorRecord]
+        self,
+        infos: list[tuple[int, dict[str, Any]]],
+        errors: list[ErrorRecord],
+        columns: bool = False,
     ) -> bytes:
-        """The answer to a step or reset: empty when there is nothing to say."""
+        """The answer to a step or reset: empty when there is nothing to say.
+
+        ``columns``: some infos of this step are in shared memory.
+        """
         if not infos and not errors and not self.by_pipe:
-            return b""
+            return INFOS_IN_MEMORY if columns else b""
         return encode_safely(
             Reply(
                 infos=infos or None,
                 observations=self.last_obs if self.by_pipe else None,
                 errors=errors or None,
+                columns=columns,
             ),
             self.start,
         )
