@@ -152,3 +152,22 @@ def test_merge_matches_gymnasium_add_info():
     sync.close()
     assert_same_data(expected, merged, "merged")
     assert list(expected) == list(merged)
+
+
+def test_merge_of_every_env_matches_gymnasium_add_info():
+    info = {"": 1.5, "x y": np.float32(0.25), "v": np.ones((2, 2), np.uint8)}
+    schema = InfoSchema.learn(info)
+    assert schema is not None
+    rows = np.zeros((4, INFO_ROW_BYTES), np.uint8)
+    for row in rows:
+        assert schema.write(info, row.data, 0)
+    merged = schema.merge(rows, np.arange(4), 4)
+    sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
+    expected: dict = {}
+    for env in range(4):
+        expected = sync._add_info(expected, info, env)
+    sync.close()
+    assert_same_data(expected, merged, "merged")
+    assert list(expected) == list(merged)
+    merged["x y"][0] = 9  # fresh arrays, not views of the rows
+    assert schema.decode(rows[0])["x y"] == 0.25

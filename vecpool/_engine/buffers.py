@@ -228,7 +228,6 @@ class StepBuffers:
         self.info_ids = self.block.view(self.layout.info_versions)
         self.info_schema_areas = self.block.view(self.layout.info_schemas)
         self._info_schemas: dict[int, InfoSchema] = {}  # by id
-        self._interned: dict[InfoSchema, InfoSchema] = {}
         self.env_obs: list[Any] = [None] * num_envs  # observations that came by pipe
         self.obs_index = self.obs_next = 0  # buffer of the latest / pending obs
         self._obs_fields: list[tuple[Any, ...]] = []
@@ -482,12 +481,14 @@ class StepBuffers:
                 items.extend(reply.infos or [])
         if not columned.size:
             return merge_infos(items, self.num_envs)
-        envs = columned.tolist()
-        schemas = [self._schema(int(self.info_ids[env]), env) for env in envs]
+        ids = self.info_ids[columned]
         rows = self.info_rows[columned]
-        first = schemas[0]
-        if not items and all(schema is first for schema in schemas):
+        first_id = int(ids[0])
+        if not items and (ids == first_id).all():  # one schema, nothing pickled
+            first = self._schema(first_id, int(columned[0]))
             return first.merge(rows, columned, self.num_envs)
+        envs = columned.tolist()
+        schemas = [self._schema(int(ids[i]), env) for i, env in enumerate(envs)]
         items.extend(
             (env, schema.decode(row))
             for env, schema, row in zip(envs, schemas, rows, strict=True)
@@ -499,9 +500,7 @@ class StepBuffers:
         """The info schema ``schema_id`` (read from ``env``'s area when new)."""
         schema = self._info_schemas.get(schema_id)
         if schema is None:
-            loaded = pickle.loads(read_schema(self.info_schema_areas[env]))
-            # one object per content: envs with equal schemas merge as one
-            schema = self._interned.setdefault(loaded, loaded)
+            schema = pickle.loads(read_schema(self.info_schema_areas[env]))
             self._info_schemas[schema_id] = schema
         return schema
 

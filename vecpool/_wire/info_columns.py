@@ -10,9 +10,9 @@ Here, instead:
   each value's exact type, dtype and shape) and writes the values of every later
   info of that schema into the env's row of fixed byte slots in the shared block.
   When the schema changes, the new one is pickled into the env's schema area of
-  the block under a new random 63-bit id (:func:`new_schema_id`: unique across
-  workers and their replacements, so a parent never mistakes one schema for
-  another); the id of each env's info (0: none here) is written every full step.
+  the block under an id that hashes its content (:func:`write_schema`: equal
+  schemas share it across envs, workers and replacements; different ones never
+  do); the id of each env's info (0: none here) is written on every full step.
 * **The parent** reads the ids after the step's replies, loads a schema only when
   an id is new to it, and rebuilds Gymnasium's merged dict from the rows.
   When every env with a columned info shares one schema and no info came pickled,
@@ -30,7 +30,7 @@ included; the arrays in it are new on every step.
 
 from __future__ import annotations
 
-import os
+import hashlib
 import pickle
 import struct
 from dataclasses import dataclass
@@ -43,7 +43,6 @@ __all__ = [
     "INFO_ROW_BYTES",
     "INFO_SCHEMA_BYTES",
     "InfoSchema",
-    "new_schema_id",
     "read_schema",
     "write_schema",
 ]
@@ -123,17 +122,45 @@ class InfoSchema:
         nbytes: Bytes of the row the values take.
     """
 
-    __slots__ = ("_packers", "entries", "nbytes")
+    __slots__ = (
+        "_keys",
+        "_pack_all",
+        "_packers",
+        "_record",
+        "_types",
+        "entries",
+        "nbytes",
+    )
 
     def __init__(self, entries: tuple[_Entry, ...]) -> None:
         """A schema of ``entries`` (see :meth:`learn`)."""
         self.entries = entries
         self.nbytes = sum(entry.nbytes for entry in entries)
+        self._keys = tuple(entry.key for entry in entries)
+        self._types = tuple(entry.type for entry in entries)
         self._packers = tuple(
             struct.Struct("=" + _PYTHON[entry.type][0]).pack_into
             if entry.type in _PYTHON
             else None
             for entry in entries
+        )
+        # Python numbers only (the common case: ALE's lives and frame numbers):
+        # one pack for the whole row ("=": no padding, as the offsets are laid out)
+        self._pack_all = (
+            struct.Struct(
+                "=" + "".join(_PYTHON[entry.type][0] for entry in entries)
+            ).pack_into
+            if all(entry.type in _PYTHON for entry in entries)
+            else None
+        )
+        # the row as a numpy record, for the parent's one-assignment-per-key merge
+        self._record: np.dtype[Any] = np.dtype(
+            {
+                "names": list(self._keys),
+                "formats": [(entry.stored, entry.shape) for entry in entries],
+                "offsets": [entry.offset for entry in entries],
+                "itemsize": INFO_ROW_BYTES,
+            }
         )
 
     def __reduce__(self) -> tuple[type, tuple[tuple[_Entry, ...]]]:
@@ -173,6 +200,16 @@ class InfoSchema:
         entries = self.entries
         if len(info) != len(entries):
             return False
+        pack_all = self._pack_all
+        if pack_all is not None:
+            values = info.values()
+            if tuple(info) != self._keys or tuple(map(type, values)) != self._types:
+                return False
+            try:
+                pack_all(row, base, *values)
+            except struct.error:  # an int beyond int64
+                return False
+            return True
         packers = self._packers
         for (key, value), entry, pack in zip(
             info.items(), entries, packers, strict=True
@@ -224,37 +261,44 @@ class InfoSchema:
         """
         infos: dict[str, Any] = {}
         count = len(envs)
+        everyone = count == num_envs  # envs are ascending and distinct: all of them
+        records = rows.view(self._record)[:, 0]
         for entry in self.entries:
-            array = np.zeros((num_envs, *entry.shape), np.dtype(entry.merged))
-            raw = rows[:, entry.offset : entry.offset + entry.nbytes]
-            array[envs] = (
-                np.ascontiguousarray(raw)
-                .view(np.dtype(entry.stored))
-                .reshape(count, *entry.shape)
-            )
-            mask = np.zeros(num_envs, np.bool_)
-            mask[envs] = True
+            merged = np.dtype(entry.merged)
+            values = records[entry.key]
+            if everyone:
+                array = values.astype(merged, copy=True)
+                mask = np.ones(num_envs, np.bool_)
+            else:
+                array = np.zeros((num_envs, *entry.shape), merged)
+                array[envs] = values
+                mask = np.zeros(num_envs, np.bool_)
+                mask[envs] = True
             infos[entry.key] = array
             infos[f"_{entry.key}"] = mask
         return infos
 
 
-def write_schema(schema: InfoSchema, area: memoryview) -> bool:
-    """Pickle ``schema`` into an env's schema area; ``False`` if it does not fit."""
+def write_schema(schema: InfoSchema, area: memoryview) -> int:
+    """Pickle ``schema`` into an env's schema area and return its id.
+
+    The id is a 63-bit hash of the pickle: envs (and workers, and their
+    replacements) with equal schemas share it, so the parent merges them as one,
+    and different schemas never share one (short of a 2**-63 collision).
+
+    Returns:
+        The id (never 0), or 0 if the schema does not fit the area.
+    """
     data = pickle.dumps(schema, protocol=pickle.HIGHEST_PROTOCOL)
     if _LENGTH.size + len(data) > len(area):
-        return False
+        return 0
     _LENGTH.pack_into(area, 0, len(data))
     area[_LENGTH.size : _LENGTH.size + len(data)] = data
-    return True
+    digest = hashlib.blake2b(data, digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1 | 1
 
 
 def read_schema(area: npt.NDArray[np.uint8]) -> bytes:
     """The pickled schema in an env's schema area (see :func:`write_schema`)."""
     (length,) = _LENGTH.unpack_from(area.data, 0)
     return bytes(area[_LENGTH.size : _LENGTH.size + length])
-
-
-def new_schema_id() -> int:
-    """A random id in ``[1, 2**63)`` for a new schema (0 means "no info here")."""
-    return int.from_bytes(os.urandom(8), "little") >> 1 | 1

@@ -25,7 +25,6 @@ from vecpool._util.spaces import leaves, make_reader, make_writer
 from vecpool._wire.info_columns import (
     INFO_ROW_BYTES,
     InfoSchema,
-    new_schema_id,
     write_schema,
 )
 from vecpool._wire.messages import (
@@ -237,11 +236,11 @@ class Host:
         if learned is None:
             return False
         if learned != schema:
-            area = self.info_schema_areas[index].data
-            if not write_schema(learned, area):
+            schema_id = write_schema(learned, self.info_schema_areas[index].data)
+            if not schema_id:
                 return False
             self.info_schemas[local] = learned
-            self.info_schema_ids[local] = new_schema_id()
+            self.info_schema_ids[local] = schema_id
         return learned.write(info, row, base)
 
     def reset(
