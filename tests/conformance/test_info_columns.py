@@ -10,6 +10,7 @@ key order and dtypes included, in every autoreset mode and worker layout.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -146,7 +147,7 @@ def test_merge_matches_gymnasium_add_info():
     envs = np.array([1, 3])
     merged = schema.merge(rows, envs, 4)
     sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
-    expected: dict = {}
+    expected: dict[str, Any] = {}
     for env in envs.tolist():
         expected = sync._add_info(expected, info, env)
     sync.close()
@@ -163,7 +164,7 @@ def test_merge_of_every_env_matches_gymnasium_add_info():
         assert schema.write(info, row.data, 0)
     merged = schema.merge(rows, np.arange(4), 4)
     sync = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
-    expected: dict = {}
+    expected: dict[str, Any] = {}
     for env in range(4):
         expected = sync._add_info(expected, info, env)
     sync.close()
