@@ -172,3 +172,76 @@ def test_merge_of_every_env_matches_gymnasium_add_info():
     assert list(expected) == list(merged)
     merged["x y"][0] = 9  # fresh arrays, not views of the rows
     assert schema.decode(rows[0])["x y"] == 0.25
+
+
+class _InfoEnv(gym.Env):
+    """Returns ``make_info(t)`` as its step info (built in the worker)."""
+
+    observation_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, make_info):
+        self.make_info, self.t = make_info, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(1, np.float32), 0.0, False, False, self.make_info(self.t)
+
+
+def _scalar_subclass(t):
+    class Float(np.float32):  # a local class: its type cannot be pickled by name
+        pass
+
+    return {"f": Float(t / 2)}
+
+
+def _mask_named_key(t):
+    return {"x": t, "_x": t + 2}
+
+
+def _mask_named_key_first(t):
+    return {"_x": t + 2, "x": t}
+
+
+def _huge_empty_array(t):
+    return {"a": np.zeros((0, 2**40), np.uint8), "b": t}
+
+
+def _longlong(t):
+    # an object array (np.bool_ first), so each value is kept as the env gave it
+    return {"o": np.bool_(t % 2)} if t % 3 == 0 else {"o": np.longlong(t)}
+
+
+def _strings(t):
+    return {"name": f"s{t}", "t": t}
+
+
+# found by a reviewer of the info columns: each of these differed from Gymnasium
+# (or made step() raise) before its fix
+@pytest.mark.parametrize(
+    "make_info",
+    [
+        _scalar_subclass,
+        _mask_named_key,
+        _mask_named_key_first,
+        _huge_empty_array,
+        _longlong,
+        _strings,
+    ],
+)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_odd_infos_match_sync(make_info, num_workers, make_async, make_sync):
+    fns = [functools.partial(_InfoEnv, make_info)] * 2
+    reference = make_sync(fns)
+    candidate = make_async(fns, num_workers=num_workers)
+    assert_same_data(reference.reset(seed=0), candidate.reset(seed=0), "reset")
+    for step in range(7):
+        actions = np.zeros(2, np.int64)
+        expected, actual = reference.step(actions), candidate.step(actions)
+        assert_same_data(expected, actual, f"step {step}")
+        assert _keys(expected[4]) == _keys(actual[4]), f"step {step}: key order"

@@ -60,6 +60,8 @@ OBS_BUFFERS_MIN_BYTES = 16 * 2**10
 """Smaller observation batches get one buffer, copied out: copying a few KiB costs
 less than the rotation's bookkeeping (cutting fresh views, reference counts)."""
 _NO_ENVS = np.zeros(0, np.intp)
+_MAX_SCHEMAS = 1024
+"""Info schemas the parent keeps loaded (more: it starts over)."""
 
 
 class _InfoMerger:
@@ -500,6 +502,8 @@ class StepBuffers:
         """The info schema ``schema_id`` (read from ``env``'s area when new)."""
         schema = self._info_schemas.get(schema_id)
         if schema is None:
+            if len(self._info_schemas) >= _MAX_SCHEMAS:  # keys that change every step
+                self._info_schemas.clear()
             schema = pickle.loads(read_schema(self.info_schema_areas[env]))
             self._info_schemas[schema_id] = schema
         return schema

@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import pickle
 import struct
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Any
 
 import numpy as np
@@ -50,7 +50,7 @@ __all__ = [
 INFO_ROW_BYTES = 256
 """Bytes of values per env (32 numbers; an info needing more travels pickled)."""
 
-INFO_SCHEMA_BYTES = 1024
+INFO_SCHEMA_BYTES = 2048
 """Bytes of each env's schema area: a 4-byte length, then the pickled schema."""
 
 _PYTHON: dict[type, tuple[str, np.dtype[Any]]] = {
@@ -91,7 +91,9 @@ def _entry(key: Any, value: Any, offset: int) -> _Entry | None:
         return _Entry(key, kind, dtype.str, (), offset, size, dtype.str)
     if issubclass(kind, np.number):
         scalar = np.dtype(kind)
-        if scalar.kind not in "iufc":  # e.g. timedelta64
+        # numpy's own scalar types only (a subclass would be pickled by name in the
+        # schema; the value itself pickles as its numpy base)
+        if scalar.kind not in "iufc" or scalar.type is not kind:  # timedelta64, ...
             return None
         return _Entry(key, kind, scalar.str, (), offset, scalar.itemsize, scalar.str)
     if kind is np.ndarray and value.dtype.kind in "biufc":
@@ -163,9 +165,9 @@ class InfoSchema:
             }
         )
 
-    def __reduce__(self) -> tuple[type, tuple[tuple[_Entry, ...]]]:
-        """Pickle the entries only (the packers are rebuilt)."""
-        return (type(self), (self.entries,))
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickle the entries as plain tuples (compact; the packers are rebuilt)."""
+        return (_schema_from_tuples, (tuple(astuple(entry) for entry in self.entries),))
 
     def __eq__(self, other: object) -> bool:
         """Schemas with the same entries are equal."""
@@ -181,6 +183,10 @@ class InfoSchema:
         entries = []
         offset = 0
         for key, value in info.items():
+            if f"_{key}" in info:
+                # a key that is another's mask: Gymnasium's merge then reuses one
+                # array for both, which only the pickled path reproduces
+                return None
             entry = _entry(key, value, offset)
             if entry is None:
                 return None
@@ -241,8 +247,8 @@ class InfoSchema:
                 info[entry.key] = values.reshape(entry.shape).copy()
             elif entry.type in _PYTHON:
                 info[entry.key] = entry.type(values[0])
-            else:
-                info[entry.key] = values[0]  # the numpy scalar type itself
+            else:  # the numpy scalar type itself (np.longlong, not np.int64)
+                info[entry.key] = raw.view(np.dtype(entry.type))[0]
         return info
 
     def merge(
@@ -277,6 +283,11 @@ class InfoSchema:
             infos[entry.key] = array
             infos[f"_{entry.key}"] = mask
         return infos
+
+
+def _schema_from_tuples(entries: tuple[tuple[Any, ...], ...]) -> InfoSchema:
+    """Rebuild a pickled :class:`InfoSchema` (see ``InfoSchema.__reduce__``)."""
+    return InfoSchema(tuple(_Entry(*entry) for entry in entries))
 
 
 def write_schema(schema: InfoSchema, area: memoryview) -> int:

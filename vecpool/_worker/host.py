@@ -89,6 +89,7 @@ class Host:
         self.info_schemas: list[InfoSchema | None] = [None] * len(envs)
         self.info_schema_ids = [0] * len(envs)
         self.info_ids_now = [0] * len(envs)  # what info_ids holds for each env
+        self.info_refused: list[Any] = [None] * len(envs)  # the keys last refused
         # a replacement worker (on_worker_crash="restart") must not leave the ids
         # of its predecessor's last step readable
         self.info_ids[self.start : self.start + len(envs)] = 0
@@ -225,23 +226,36 @@ class Host:
         """Write a step's info into shared memory; ``False``: it goes pickled.
 
         The env's schema is learned again when the info no longer fits it; a new
-        schema gets a new id and is pickled into the env's schema area.
+        schema is pickled into the env's schema area under its id. An info whose
+        keys were refused before is refused again at once (strings,
+        nested dicts, ... would otherwise be examined on every step), and nothing
+        here ever fails the step: what cannot go in a row goes pickled. (An info
+        refused for its values is refused with the same keys later too: that only
+        costs speed, never a wrong row.)
         """
         row = self.info_rows
         base = index * INFO_ROW_BYTES
         schema = self.info_schemas[local]
-        if schema is not None and schema.write(info, row, base):
-            return True
-        learned = InfoSchema.learn(info)
-        if learned is None:
-            return False
-        if learned != schema:
-            schema_id = write_schema(learned, self.info_schema_areas[index].data)
-            if not schema_id:
+        try:
+            if schema is not None and schema.write(info, row, base):
+                return True
+            signature = tuple(info)  # its keys: refused again without a look
+            if signature == self.info_refused[local]:
                 return False
-            self.info_schemas[local] = learned
-            self.info_schema_ids[local] = schema_id
-        return learned.write(info, row, base)
+            learned = InfoSchema.learn(info)
+            if learned is not None and learned != schema:
+                schema_id = write_schema(learned, self.info_schema_areas[index].data)
+                if schema_id:
+                    self.info_schemas[local] = learned
+                    self.info_schema_ids[local] = schema_id
+                else:
+                    learned = None  # its schema does not fit the area
+            if learned is not None and learned.write(info, row, base):
+                return True
+            self.info_refused[local] = signature
+        except Exception:  # noqa: BLE001 - e.g. a shape numpy cannot lay out
+            pass
+        return False
 
     def reset(
         self,
