@@ -13,7 +13,14 @@ import pytest
 from gymnasium import spaces
 
 import vecpool
-from vecpool.bench.agent import Policy, agent_runner, cpu_seconds, env_pids, obs_size
+from vecpool.bench.agent import (
+    LatencyPolicy,
+    Policy,
+    agent_runner,
+    cpu_seconds,
+    env_pids,
+    obs_size,
+)
 from vecpool.bench.workloads import ActionPlan
 from vecpool.cli import main
 from vecpool.testing import CountingEnv
@@ -137,3 +144,31 @@ def test_bad_agent_value_is_refused(value, capsys):
         main(["bench", "--quick", "--agent", value])
     assert info.value.code == 2
     assert "agent" in capsys.readouterr().err
+
+
+def test_a_gpu_like_policy_waits_without_using_the_cpu(monkeypatch):
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)  # a wait, not a computation
+    policy = LatencyPolicy(20.0)
+    policy(np.zeros((4, 4), np.float32))
+    assert slept == [0.02]
+    assert policy.waits
+    assert not Policy(obs_size=4, num_envs=2, milliseconds=0.01).waits
+
+
+def test_bench_agent_latency_mode_reports_a_gpu_like_policy(tmp_path, capsys):
+    path = tmp_path / "latency.json"
+    argv = ["bench", "--quick", "--workloads", "cartpole", "--num-envs", "4"]
+    argv += ["--backends", "gym-sync", "vecpool", "vecpool-batch"]
+    argv += ["--agent-latency", "0.2", "--json", str(path), "--quiet"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "agent in the loop, GPU-like: the parent waits 0.20 ms" in out
+    (group,) = json.loads(path.read_text())["results"]
+    assert group["policy_seconds"] == pytest.approx(0.0002)
+    assert group["policy_waits"] is True
+
+
+def test_one_agent_at_a_time(capsys):
+    assert main(["bench", "--quick", "--agent", "1", "--agent-latency", "1"]) == 2
+    assert "not both" in capsys.readouterr().err

@@ -27,7 +27,14 @@ from vecpool._util.spaces import leaves
 from vecpool.bench.backends import Measurement, run_batches
 from vecpool.bench.workloads import ActionPlan
 
-__all__ = ["Policy", "agent_runner", "cpu_seconds", "env_pids", "obs_size"]
+__all__ = [
+    "LatencyPolicy",
+    "Policy",
+    "agent_runner",
+    "cpu_seconds",
+    "env_pids",
+    "obs_size",
+]
 
 _WIDTH = 256
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -35,6 +42,8 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 class Policy:
     """A numpy MLP forward calibrated to about ``milliseconds`` per vector step.
+
+    It computes in the parent (with numpy's BLAS threads): a policy on the CPU.
 
     Example:
         >>> import numpy as np
@@ -71,6 +80,9 @@ class Policy:
         self.depth = max(0, round((self.target - base) / per_layer))
         self.seconds = self._time(probe)  # what one forward costs, as calibrated
 
+    waits = False
+    """The parent computes (it does not wait)."""
+
     def _time(self, probe: npt.NDArray[np.float32]) -> float:
         self(probe)
         times = []
@@ -96,6 +108,34 @@ class Policy:
         result: np.floating[Any] = hidden.sum()
         self.total += float(result)  # consumed: the forward cannot be skipped
         return result
+
+
+class LatencyPolicy:
+    """A GPU-like policy: each call waits ``milliseconds`` without using the CPU.
+
+    A policy on an accelerator costs the parent a fixed latency per call, whatever
+    the batch size, while its CPU is free: the workers can use every core.
+
+    Example:
+        >>> policy = LatencyPolicy(0.5)
+        >>> policy.seconds, policy.waits
+        (0.0005, True)
+
+    Args:
+        milliseconds: The wait of one call.
+    """
+
+    waits = True
+    """The parent waits (sleeps) rather than computes."""
+
+    def __init__(self, milliseconds: float) -> None:
+        """Keep the latency."""
+        self.seconds = milliseconds / 1e3
+
+    def __call__(self, obs: Any) -> np.floating[Any]:  # noqa: ARG002 - any batch
+        """Wait for the "accelerator" (a sleep: no CPU)."""
+        time.sleep(self.seconds)
+        return np.float32(0.0)
 
 
 def _flat_rows(obs: Any, size: int) -> npt.NDArray[np.float32]:
@@ -145,7 +185,7 @@ def cpu_seconds(pids: Iterable[int]) -> float | None:
 
 
 def agent_runner(
-    policy: Policy, *, batches: bool = False
+    policy: Policy | LatencyPolicy, *, batches: bool = False
 ) -> Callable[[Any, ActionPlan, int], Measurement]:
     """A bench runner that computes ``policy`` before every step.
 

@@ -50,6 +50,7 @@ def _bench_settings(args: argparse.Namespace) -> bench.BenchSettings:
         quick=quick,
         memory=(not quick) if memory is None else memory,
         agent_ms=args.agent,
+        agent_latency_ms=args.agent_latency,
     )
 
 
@@ -257,6 +258,15 @@ def add_bench_parser(
         "the observations, costing about MS milliseconds on n of them (BLAS "
         "threads, as torch uses); vecpool-batch runs it on each received batch. "
         "The raw loop stays the env alone (its own step cost)",
+    )
+    parser.add_argument(
+        "--agent-latency",
+        type=agent_ms,
+        default=None,
+        metavar="MS",
+        help="a GPU-like agent in the loop instead: before every step (every "
+        "received batch with vecpool-batch) the parent waits MS milliseconds "
+        "without using the CPU, whatever the batch size",
     )
     parser.add_argument(
         "--tune",

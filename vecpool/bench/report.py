@@ -48,6 +48,9 @@ class BenchSettings:
         agent_ms: If set, the agent-in-the-loop mode: before every step the parent
             computes a policy (:class:`vecpool.bench.agent.Policy`) costing about
             this many milliseconds on a batch of ``num_envs`` observations.
+        agent_latency_ms: If set, the agent in the loop is GPU-like
+            (:class:`vecpool.bench.agent.LatencyPolicy`): the parent waits this many
+            milliseconds per policy call without using the CPU.
     """
 
     workloads: tuple[str, ...] = DEFAULT_WORKLOADS
@@ -61,6 +64,7 @@ class BenchSettings:
     quick: bool = False
     memory: bool = True
     agent_ms: float | None = None
+    agent_latency_ms: float | None = None
 
     def __post_init__(self) -> None:
         """Check the settings.
@@ -84,8 +88,16 @@ class BenchSettings:
         if min(self.num_envs) < 1 or (self.steps is not None and self.steps < 1):
             msg = "`num_envs` and `steps` must be at least 1."
             raise ValueError(msg)
-        if self.agent_ms is not None and not 0 <= self.agent_ms <= 1000:
-            msg = f"`agent_ms` must be between 0 and 1000, got {self.agent_ms}."
+        for name in ("agent_ms", "agent_latency_ms"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= 1000:
+                msg = f"`{name}` must be between 0 and 1000, got {value}."
+                raise ValueError(msg)
+        if self.agent_ms is not None and self.agent_latency_ms is not None:
+            msg = (
+                "Choose one agent: `agent_ms` (a policy on the CPU) or "
+                "`agent_latency_ms` (a GPU-like wait), not both."
+            )
             raise ValueError(msg)
         if self.seconds <= 0 or self.warmup_seconds < 0:
             msg = "`seconds` must be positive and `warmup_seconds` not negative."
@@ -151,6 +163,7 @@ class GroupResult:
         results: Per backend, in table order.
         policy_seconds: In the agent-in-the-loop mode, what one policy forward on
             ``num_envs`` observations cost when calibrated.
+        policy_waits: Whether that policy waits without using the CPU (GPU-like).
     """
 
     workload: str
@@ -159,6 +172,7 @@ class GroupResult:
     cpus: int
     results: tuple[BackendResult, ...]
     policy_seconds: float | None = None
+    policy_waits: bool = False
 
     @property
     def fastest(self) -> str:
@@ -193,6 +207,7 @@ class GroupResult:
             "num_envs": self.num_envs,
             "physical_limit": self.limit,
             "policy_seconds": self.policy_seconds,
+            "policy_waits": self.policy_waits,
             "fastest": self.fastest,
             "backends": {
                 result.backend: {
@@ -424,7 +439,13 @@ def format_group_table(groups: Sequence[GroupResult]) -> list[str]:
         "CPU microseconds per env-step: of the worker processes, and of this "
         "process (every thread)",
     ]
-    if policy is not None:
+    if policy is not None and first.policy_waits:
+        lines.append(
+            f"agent in the loop, GPU-like: the parent waits {policy * 1e3:.2f} ms "
+            "per policy call without using the CPU, before every step (raw: the "
+            "env alone, its own step cost)"
+        )
+    elif policy is not None:
         lines.append(
             f"agent in the loop: a policy forward of {policy * 1e3:.2f} ms on "
             f"n={first.num_envs} observations before every step (raw: the env "

@@ -9,7 +9,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from vecpool._util.progress import Progress
-from vecpool.bench.agent import Policy, agent_runner, cpu_seconds, env_pids, obs_size
+from vecpool.bench.agent import (
+    LatencyPolicy,
+    Policy,
+    agent_runner,
+    cpu_seconds,
+    env_pids,
+    obs_size,
+)
 from vecpool.bench.backends import BACKENDS, Backend, Measurement, calibrate
 from vecpool.bench.memory import measure_memory
 from vecpool.bench.report import (
@@ -107,11 +114,11 @@ def _run_group(
     action_space = probe.action_space
     observation_space = probe.observation_space
     probe.close()
-    policy = (
-        None
-        if settings.agent_ms is None
-        else Policy(obs_size(observation_space), num_envs, settings.agent_ms)
-    )
+    policy: Policy | LatencyPolicy | None = None
+    if settings.agent_ms is not None:
+        policy = Policy(obs_size(observation_space), num_envs, settings.agent_ms)
+    elif settings.agent_latency_ms is not None:
+        policy = LatencyPolicy(settings.agent_latency_ms)
     envs: dict[str, Any] = {}
     progress.update(f"{tag} starting {', '.join(b.name for b in backends)}")
     try:
@@ -146,10 +153,11 @@ def _run_group(
             for b in backends
         ),
         policy_seconds=None if policy is None else policy.seconds,
+        policy_waits=policy is not None and policy.waits,
     )
 
 
-def _runner(backend: Backend, policy: Policy | None) -> Runner:
+def _runner(backend: Backend, policy: Policy | LatencyPolicy | None) -> Runner:
     """How the bench runs ``backend``, with its CPU seconds measured.
 
     With a policy, every backend but the raw one-env loop (the env's own reference)
