@@ -173,8 +173,6 @@ class Host:
             ):
                 env = envs[local]
                 index = self.start + local
-                if info_ids is not None and ids_now[local]:
-                    info_ids[index] = ids_now[local] = 0  # not this step's: hide it
                 try:
                     if (
                         self.any_restarted
@@ -208,22 +206,26 @@ class Host:
                     rewards[index] = reward
                     terminations[index] = terminated
                     truncations[index] = truncated
+                    schema_id = 0  # this step's info in shared memory: none yet
                     if info:
-                        if info_ids is not None and self._put_info(local, index, info):
-                            info_ids[index] = ids_now[local] = self.info_schema_ids[
-                                local
-                            ]
+                        if info_ids is not None:
+                            schema_id = self._put_info(local, index, info)
+                        if schema_id:
                             columns = True
                         else:
                             infos.append((index, info))
                 except Exception as exc:  # noqa: BLE001 - reported to the parent
                     errors.append(pack_error(index, exc))
+                    schema_id = 0
+                # one write, and only when it changes (an older id must not show)
+                if info_ids is not None and ids_now[local] != schema_id:
+                    info_ids[index] = ids_now[local] = schema_id
         finally:
             self._release()
         return self._reply(infos, errors, columns)
 
-    def _put_info(self, local: int, index: int, info: dict[Any, Any]) -> bool:
-        """Write a step's info into shared memory; ``False``: it goes pickled.
+    def _put_info(self, local: int, index: int, info: dict[Any, Any]) -> int:
+        """Write a step's info into shared memory; return its schema id (0: pickled).
 
         The env's schema is learned again when the info no longer fits it; a new
         schema is pickled into the env's schema area under its id. An info whose
@@ -238,10 +240,10 @@ class Host:
         schema = self.info_schemas[local]
         try:
             if schema is not None and schema.write(info, row, base):
-                return True
+                return self.info_schema_ids[local]
             signature = tuple(info)  # its keys: refused again without a look
             if signature == self.info_refused[local]:
-                return False
+                return 0
             learned = InfoSchema.learn(info)
             if learned is not None and learned != schema:
                 schema_id = write_schema(learned, self.info_schema_areas[index].data)
@@ -251,11 +253,11 @@ class Host:
                 else:
                     learned = None  # its schema does not fit the area
             if learned is not None and learned.write(info, row, base):
-                return True
+                return self.info_schema_ids[local]
             self.info_refused[local] = signature
         except Exception:  # noqa: BLE001 - e.g. a shape numpy cannot lay out
             pass
-        return False
+        return 0
 
     def reset(
         self,
