@@ -17,7 +17,11 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
 
-from vecpool._wire.info_columns import INFO_ROW_BYTES, InfoSchema
+from vecpool._wire.info_columns import (
+    INFO_ROW_BYTES,
+    INFO_WIDE_MAX_BYTES,
+    InfoSchema,
+)
 from vecpool.testing import InfoKindsEnv, assert_same_data
 
 MODES = list(AutoresetMode)
@@ -126,7 +130,8 @@ def test_what_cannot_go_in_a_row_is_refused():
     assert InfoSchema.learn({"flag": np.bool_(True)}) is None
     assert InfoSchema.learn({1: 2}) is None
     assert InfoSchema.learn({"objects": np.array([None])}) is None
-    assert InfoSchema.learn({"wide": np.zeros(INFO_ROW_BYTES + 1, np.uint8)}) is None
+    huge = np.broadcast_to(np.uint8(0), (INFO_WIDE_MAX_BYTES + 1,))  # no memory
+    assert InfoSchema.learn({"huge": huge}) is None
     assert InfoSchema.learn({}) is None
     schema = InfoSchema.learn({"n": 2**63 - 1, "x": 0.5})
     assert schema is not None

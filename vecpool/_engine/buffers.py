@@ -230,6 +230,8 @@ class StepBuffers:
         self.info_ids = self.block.view(self.layout.info_versions)
         self.info_schema_areas = self.block.view(self.layout.info_schemas)
         self._info_schemas: dict[int, InfoSchema] = {}  # by id
+        # a worker offered an area for wide infos: the next full step accepts it
+        self.wide_offers = False
         self.env_obs: list[Any] = [None] * num_envs  # observations that came by pipe
         self.obs_index = self.obs_next = 0  # buffer of the latest / pending obs
         self._obs_fields: list[tuple[Any, ...]] = []
@@ -481,19 +483,29 @@ class StepBuffers:
             if reply is not None:
                 self.apply_reply(handle.env_indices.start, reply)
                 items.extend(reply.infos or [])
+                if reply.wide_offer is not None and handle.take_wide_offer(
+                    reply.wide_offer
+                ):
+                    self.wide_offers = True
         if not columned.size:
             return merge_infos(items, self.num_envs)
         ids = self.info_ids[columned]
-        rows = self.info_rows[columned]
         first_id = int(ids[0])
         if not items and (ids == first_id).all():  # one schema, nothing pickled
             first = self._schema(first_id, int(columned[0]))
-            return first.merge(rows, columned, self.num_envs)
+            if first.wide:
+                return first.merge_parts(_wide_parts(handles, columned), self.num_envs)
+            return first.merge(self.info_rows[columned], columned, self.num_envs)
         envs = columned.tolist()
         schemas = [self._schema(int(ids[i]), env) for i, env in enumerate(envs)]
         items.extend(
-            (env, schema.decode(row))
-            for env, schema, row in zip(envs, schemas, rows, strict=True)
+            (
+                env,
+                schema.decode(
+                    _wide_row(handles, env) if schema.wide else self.info_rows[env]
+                ),
+            )
+            for env, schema in zip(envs, schemas, strict=True)
         )
         items.sort(key=operator.itemgetter(0))  # env order, as Gymnasium merges
         return merge_infos(items, self.num_envs)
@@ -576,3 +588,51 @@ class StepBuffers:
         self.info_ids = np.zeros_like(self.info_ids)  # no info left to read
         self.info_rows = self.info_schema_areas = np.zeros((0, 0), np.uint8)
         self.block = None  # type: ignore[assignment]
+
+
+def _wide_area(handle: Any) -> npt.NDArray[np.uint8]:
+    """``handle``'s wide info rows (an id naming a wide schema implies them)."""
+    if handle.info_wide is None:
+        msg = (
+            f"Worker {handle.index} wrote a wide info without an accepted area; "
+            "please report this as a bug in vecpool."
+        )
+        raise RuntimeError(msg)
+    return handle.info_wide  # type: ignore[no-any-return]
+
+
+def _wide_row(handles: Sequence[Any], env: int) -> npt.NDArray[np.uint8]:
+    """Env ``env``'s wide info row (a view of its worker's area)."""
+    for handle in handles:
+        if env in handle.env_indices:
+            row: npt.NDArray[np.uint8] = _wide_area(handle)[
+                env - handle.env_indices.start
+            ]
+            return row
+    msg = f"No worker hosts env {env}."
+    raise RuntimeError(msg)
+
+
+def _wide_parts(
+    handles: Sequence[Any], envs: npt.NDArray[np.intp]
+) -> list[tuple[npt.NDArray[np.intp] | slice, npt.NDArray[np.uint8]]]:
+    """The wide rows of ``envs`` (ascending), one part per worker hosting some.
+
+    A worker's envs that are consecutive come as a slice and a view of its area
+    (no copy here: the merge copies once, into the arrays it hands out).
+    """
+    parts: list[tuple[npt.NDArray[np.intp] | slice, npt.NDArray[np.uint8]]] = []
+    for handle in handles:
+        start, stop = handle.env_indices.start, handle.env_indices.stop
+        low, high = np.searchsorted(envs, (start, stop))
+        if low == high:
+            continue
+        area = _wide_area(handle)
+        mine = envs[low:high]
+        first, last = int(mine[0]), int(mine[-1])
+        if last - first + 1 == len(mine):
+            rows = area[first - start : last + 1 - start]
+            parts.append((slice(first, last + 1), rows))
+        else:
+            parts.append((mine, area[mine - start]))
+    return parts

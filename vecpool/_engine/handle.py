@@ -25,10 +25,12 @@ from typing import Any
 
 import cloudpickle
 import numpy as np
+import numpy.typing as npt
 
 from vecpool._engine.numbering import ReplyNumbers
 from vecpool._wire.channel import Channel
 from vecpool._wire.messages import COLUMNS_ONLY, STEP, STEP_SOME, Command, Reply
+from vecpool._wire.wide_infos import WideOffer, acceptance, map_offer
 
 __all__ = ["WorkerHandle", "decode_reply", "describe_exit"]
 
@@ -76,6 +78,9 @@ class WorkerHandle:
         out_of_step: Whether a transfer was cut off half-way (a second Ctrl-C).
         on_cut: Called when a transfer is cut off (the group then checks pipes).
         last_sent: The last command's bytes (re-sent to a replacement on a restart).
+        info_wide: The worker's wide info rows (``[hosted envs, stride]``) the
+            parent reads, once accepted (vecpool/_wire/wide_infos.py).
+        wide_offer: An offered area, mapped, that the next step accepts.
     """
 
     def __init__(
@@ -97,6 +102,8 @@ class WorkerHandle:
         self.out_of_step = False
         self.on_cut: Callable[[], None] | None = None
         self.last_sent = b""
+        self.info_wide: npt.NDArray[np.uint8] | None = None
+        self.wide_offer: tuple[WideOffer, npt.NDArray[np.uint8]] | None = None
 
     # -- sending ---------------------------------------------------------------------
 
@@ -107,6 +114,25 @@ class WorkerHandle:
         if actions is None:
             return self.write(message)
         return self.send(Command.STEP, (actions, None, buffer))
+
+    def take_wide_offer(self, offer: WideOffer) -> bool:
+        """Map the wide-info area this worker offers; return whether it could."""
+        view = map_offer(offer)
+        if view is None:
+            return False
+        self.wide_offer = (offer, view)
+        return True
+
+    def accept_wide_offer(self) -> bytes:
+        """Accept the mapped offer: the tail of the step command that carries it.
+
+        From that step on, this worker's wide infos are read from the new area.
+        """
+        if self.wide_offer is None:
+            return b""
+        offer, self.info_wide = self.wide_offer
+        self.wide_offer = None
+        return acceptance(offer)
 
     def send_step_some(self, local: list[int], actions: list[Any] | None) -> int:
         """Step the hosted envs ``local`` (a ``send`` batch)."""

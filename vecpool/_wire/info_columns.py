@@ -23,7 +23,13 @@ Here, instead:
 What cannot go here travels pickled, as before: nested dicts (``episode``,
 ``final_info``), ``final_obs``, strings and other objects, non-``str`` keys,
 integers beyond ``int64``, numpy scalars that are not numbers (``np.bool_``: Gymnasium
-makes an object array of those), arrays of objects, and anything larger than a row.
+makes an object array of those), arrays of objects, and anything larger than
+:data:`INFO_WIDE_MAX_BYTES`.
+
+A schema larger than a row (:attr:`InfoSchema.wide`: a frame, a depth map) needs a
+*wide* row, in a memory area its worker offers once it meets one
+(vecpool/_wire/wide_infos.py): until the parent has mapped that area, such infos
+travel pickled.
 The merged dict is therefore the one Gymnasium builds, key order and dtypes
 included; the arrays in it are new on every step.
 """
@@ -42,6 +48,7 @@ import numpy.typing as npt
 __all__ = [
     "INFO_ROW_BYTES",
     "INFO_SCHEMA_BYTES",
+    "INFO_WIDE_MAX_BYTES",
     "InfoSchema",
     "read_schema",
     "write_schema",
@@ -49,6 +56,11 @@ __all__ = [
 
 INFO_ROW_BYTES = 256
 """Bytes of values per env (32 numbers; an info needing more travels pickled)."""
+
+INFO_WIDE_MAX_BYTES = 1 << 26
+"""Bytes of values per env at most in a wide row (64 MiB): more travels pickled."""
+
+_COPY_MIN_BYTES = 512  # arrays at least this large are copied by numpy, not bytes
 
 INFO_SCHEMA_BYTES = 2048
 """Bytes of each env's schema area: a 4-byte length, then the pickled schema."""
@@ -96,7 +108,11 @@ def _entry(key: Any, value: Any, offset: int) -> _Entry | None:
         if scalar.kind not in "iufc" or scalar.type is not kind:  # timedelta64, ...
             return None
         return _Entry(key, kind, scalar.str, (), offset, scalar.itemsize, scalar.str)
-    if kind is np.ndarray and value.dtype.kind in "biufc":
+    if (
+        kind is np.ndarray
+        and value.dtype.kind in "biufc"
+        and all(size < 2**31 for size in value.shape)  # what a record can lay out
+    ):
         stored = value.dtype.str
         return _Entry(key, kind, stored, value.shape, offset, value.nbytes, stored)
     return None
@@ -128,16 +144,18 @@ class InfoSchema:
         "_keys",
         "_pack_all",
         "_packers",
-        "_record",
+        "_records",
         "_types",
         "entries",
         "nbytes",
+        "wide",
     )
 
     def __init__(self, entries: tuple[_Entry, ...]) -> None:
         """A schema of ``entries`` (see :meth:`learn`)."""
         self.entries = entries
         self.nbytes = sum(entry.nbytes for entry in entries)
+        self.wide = self.nbytes > INFO_ROW_BYTES
         self._keys = tuple(entry.key for entry in entries)
         self._types = tuple(entry.type for entry in entries)
         self._packers = tuple(
@@ -155,15 +173,9 @@ class InfoSchema:
             if all(entry.type in _PYTHON for entry in entries)
             else None
         )
-        # the row as a numpy record, for the parent's one-assignment-per-key merge
-        self._record: np.dtype[Any] = np.dtype(
-            {
-                "names": list(self._keys),
-                "formats": [(entry.stored, entry.shape) for entry in entries],
-                "offsets": [entry.offset for entry in entries],
-                "itemsize": INFO_ROW_BYTES,
-            }
-        )
+        # the row as a numpy record, by row size (a row or a wide row's stride),
+        # for the parent's one-assignment-per-key merge
+        self._records: dict[int, np.dtype[Any]] = {}
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickle the entries as plain tuples (compact; the packers are rebuilt)."""
@@ -192,9 +204,23 @@ class InfoSchema:
                 return None
             entries.append(entry)
             offset += entry.nbytes
-        if not entries or offset > INFO_ROW_BYTES:
+        if not entries or offset > INFO_WIDE_MAX_BYTES:
             return None
         return cls(tuple(entries))
+
+    def _record(self, itemsize: int) -> np.dtype[Any]:
+        """The numpy record of a row of ``itemsize`` bytes holding this schema."""
+        record = self._records.get(itemsize)
+        if record is None:
+            record = self._records[itemsize] = np.dtype(
+                {
+                    "names": list(self._keys),
+                    "formats": [(entry.stored, entry.shape) for entry in self.entries],
+                    "offsets": [entry.offset for entry in self.entries],
+                    "itemsize": itemsize,
+                }
+            )
+        return record
 
     def write(self, info: dict[Any, Any], row: memoryview, base: int) -> bool:
         """Write ``info``'s values at ``row[base:]`` if it has this schema.
@@ -234,7 +260,13 @@ class InfoSchema:
                     number.dtype.str != entry.stored or number.shape != entry.shape
                 ):
                     return False
-                row[start : start + entry.nbytes] = number.tobytes()
+                if entry.nbytes >= _COPY_MIN_BYTES:  # one copy, no bytes object
+                    target = np.frombuffer(
+                        row, np.uint8, count=entry.nbytes, offset=start
+                    )
+                    target.view(number.dtype).reshape(entry.shape)[...] = number
+                else:
+                    row[start : start + entry.nbytes] = number.tobytes()
         return True
 
     def decode(self, row: npt.NDArray[np.uint8]) -> dict[str, Any]:
@@ -257,7 +289,7 @@ class InfoSchema:
         """Gymnasium's merged infos when the envs ``envs`` alone have an info.
 
         Args:
-            rows: Their rows (``[len(envs), INFO_ROW_BYTES]``, a copy).
+            rows: Their rows (``[len(envs), row bytes]``).
             envs: The env indices, ascending.
             num_envs: Rows of each batched array.
 
@@ -265,21 +297,43 @@ class InfoSchema:
             For each key, a new array of ``num_envs`` rows (zeros elsewhere) and its
             ``_key`` mask, in Gymnasium's order.
         """
+        return self.merge_parts([(envs, rows)], num_envs)
+
+    def merge_parts(
+        self,
+        parts: list[tuple[npt.NDArray[np.intp] | slice, npt.NDArray[np.uint8]]],
+        num_envs: int,
+    ) -> dict[str, Any]:
+        """:meth:`merge` of rows that lie in several places (wide rows: per worker).
+
+        Args:
+            parts: ``(envs, rows)`` pairs: env indices (ascending, or a slice) and
+                their rows (``[count, row bytes]``, C-contiguous: copies or views
+                of shared memory, never handed out).
+            num_envs: Rows of each batched array.
+
+        Returns:
+            As :meth:`merge`.
+        """
         infos: dict[str, Any] = {}
-        count = len(envs)
+        count = sum(len(rows) for _, rows in parts)
         everyone = count == num_envs  # envs are ascending and distinct: all of them
-        records = rows.view(self._record)[:, 0]
+        records = [
+            (envs, rows.view(self._record(rows.shape[1]))[:, 0]) for envs, rows in parts
+        ]
         for entry in self.entries:
             merged = np.dtype(entry.merged)
-            values = records[entry.key]
-            if everyone:
-                array = values.astype(merged, copy=True)
+            if everyone and len(records) == 1:
+                array = records[0][1][entry.key].astype(merged, copy=True)
                 mask = np.ones(num_envs, np.bool_)
             else:
-                array = np.zeros((num_envs, *entry.shape), merged)
-                array[envs] = values
-                mask = np.zeros(num_envs, np.bool_)
-                mask[envs] = True
+                array = (np.empty if everyone else np.zeros)(
+                    (num_envs, *entry.shape), merged
+                )
+                mask = np.full(num_envs, everyone, np.bool_)
+                for envs, values in records:
+                    array[envs] = values[entry.key]
+                    mask[envs] = True
             infos[entry.key] = array
             infos[f"_{entry.key}"] = mask
         return infos

@@ -8,9 +8,10 @@ Protocol (one pipe per worker, length-prefixed messages, see
 :class:`vecpool._wire.channel.Channel`):
 
 * parent -> worker: ``b"s"`` + one byte, the index of the observation buffer to
-  write (step every hosted env; actions are in shared memory); ``b"p"`` + ``uint16``
-  local indices (step those envs: ``send``/``recv`` batches); or a pickled
-  ``(Command, payload)`` tuple for everything else.
+  write (step every hosted env; actions are in shared memory), sometimes followed
+  by the acceptance of a wide-info area (vecpool/_wire/wide_infos.py);
+  ``b"p"`` + ``uint16`` local indices (step those envs: ``send``/``recv``
+  batches); or a pickled ``(Command, payload)`` tuple for everything else.
 * worker -> parent: ``b""`` when a command succeeded with nothing to report (the hot
   path: every info empty, observations in shared memory), otherwise a pickled
   :class:`Reply`.
@@ -32,6 +33,7 @@ from gymnasium.vector import AutoresetMode
 
 from vecpool._wire.remote_errors import ErrorRecord, pack_error
 from vecpool._wire.shared_memory import Layout, SharedBlock
+from vecpool._wire.wide_infos import WideOffer
 
 __all__ = [
     "COLUMNS_ONLY",
@@ -109,6 +111,8 @@ class Reply(NamedTuple):
             pipe.
         columns: Whether some of the step's infos are in shared memory (see
             vecpool/_wire/info_columns.py).
+        wide_offer: A memory area for infos too large for a row, offered by the
+            worker (vecpool/_wire/wide_infos.py).
     """
 
     infos: list[tuple[int, dict[str, Any]]] | None = None
@@ -117,6 +121,7 @@ class Reply(NamedTuple):
     errors: list[ErrorRecord] | None = None
     step_values: list[tuple[int, Any, Any, Any]] | None = None
     columns: bool = False
+    wide_offer: WideOffer | None = None
 
 
 INFOS_IN_MEMORY = b"c"

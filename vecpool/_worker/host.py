@@ -40,6 +40,7 @@ from vecpool._wire.messages import (
     encode_safely,
 )
 from vecpool._wire.remote_errors import ErrorRecord, pack_error
+from vecpool._wire.wide_infos import WideArea, WideOffer, accepted_fd
 
 __all__ = ["Host", "open_host", "serve"]
 
@@ -90,6 +91,9 @@ class Host:
         self.info_schema_ids = [0] * len(envs)
         self.info_ids_now = [0] * len(envs)  # what info_ids holds for each env
         self.info_refused: list[Any] = [None] * len(envs)  # the keys last refused
+        # infos too large for a row: an area of this worker's own, once accepted
+        # (see vecpool/_wire/wide_infos.py)
+        self.wide = WideArea(len(envs))
         # a replacement worker (on_worker_crash="restart") must not leave the ids
         # of its predecessor's last step readable
         self.info_ids[self.start : self.start + len(envs)] = 0
@@ -222,7 +226,29 @@ class Host:
                     info_ids[index] = ids_now[local] = schema_id
         finally:
             self._release()
+        if infos and info_ids is not None:  # pickled anyway: a wide area to offer?
+            return self._reply(infos, errors, columns, self.wide.offer())
         return self._reply(infos, errors, columns)
+
+    def accept_wide(self, tail: bytes | memoryview) -> None:
+        """Switch to the wide-info area the parent accepted (a step command's tail)."""
+        fd = accepted_fd(tail)
+        if fd is None:
+            return
+        self.wide.accept(fd)
+        if self.wide.rows is not None:  # wide infos refused before fit now
+            self.info_refused = [None] * len(self.envs)
+
+    def _write_info(
+        self, schema: InfoSchema, info: dict[Any, Any], local: int, index: int
+    ) -> bool:
+        """Write ``info`` in its env's row (or wide row) if it has ``schema``."""
+        if schema.wide:
+            rows, stride = self.wide.rows, self.wide.stride
+            if rows is None or schema.nbytes > stride:
+                return False
+            return schema.write(info, rows, local * stride)
+        return schema.write(info, self.info_rows, index * INFO_ROW_BYTES)
 
     def _put_info(self, local: int, index: int, info: dict[Any, Any]) -> int:
         """Write a step's info into shared memory; return its schema id (0: pickled).
@@ -235,16 +261,20 @@ class Host:
         refused for its values is refused with the same keys later too: that only
         costs speed, never a wrong row.)
         """
-        row = self.info_rows
-        base = index * INFO_ROW_BYTES
         schema = self.info_schemas[local]
         try:
-            if schema is not None and schema.write(info, row, base):
+            if schema is not None and self._write_info(schema, info, local, index):
                 return self.info_schema_ids[local]
             signature = tuple(info)  # its keys: refused again without a look
             if signature == self.info_refused[local]:
                 return 0
             learned = InfoSchema.learn(info)
+            if (
+                learned is not None
+                and learned.wide
+                and not self.wide.want(learned.nbytes)
+            ):
+                learned = None  # pickled until the parent accepts a wide area
             if learned is not None and learned != schema:
                 schema_id = write_schema(learned, self.info_schema_areas[index].data)
                 if schema_id:
@@ -252,7 +282,7 @@ class Host:
                     self.info_schema_ids[local] = schema_id
                 else:
                     learned = None  # its schema does not fit the area
-            if learned is not None and learned.write(info, row, base):
+            if learned is not None and self._write_info(learned, info, local, index):
                 return self.info_schema_ids[local]
             self.info_refused[local] = signature
         except Exception:  # noqa: BLE001 - e.g. a shape numpy cannot lay out
@@ -310,10 +340,12 @@ class Host:
         infos: list[tuple[int, dict[str, Any]]],
         errors: list[ErrorRecord],
         columns: bool = False,
+        wide_offer: WideOffer | None = None,
     ) -> bytes:
         """The answer to a step or reset: empty when there is nothing to say.
 
-        ``columns``: some infos of this step are in shared memory.
+        ``columns``: some infos of this step are in shared memory; ``wide_offer``:
+        an area for infos too large for a row (vecpool/_wire/wide_infos.py).
         """
         if not infos and not errors and not self.by_pipe:
             return INFOS_IN_MEMORY if columns else b""
@@ -323,6 +355,7 @@ class Host:
                 observations=self.last_obs if self.by_pipe else None,
                 errors=errors or None,
                 columns=columns,
+                wide_offer=wide_offer,
             ),
             self.start,
         )
@@ -457,6 +490,7 @@ class Host:
             with contextlib.suppress(Exception):
                 env.close()
         self.envs = []
+        self.wide.close()
 
 
 def _run_command(host: Host, data: bytes | memoryview) -> tuple[bytes, bool]:
@@ -523,6 +557,8 @@ def serve(host: Host, data: bytes | memoryview) -> tuple[bytes, bool]:
     """
     try:
         if data[:1] == STEP:  # b"s" + the observation buffer's index
+            if len(data) > 2:  # + a wide-info area accepted
+                host.accept_wide(data[2:])
             return host.step(None, None, data[1] if len(data) > 1 else 0), True
         if data[:1] == STEP_SOME:
             subset = np.frombuffer(data, np.uint16, offset=1).tolist()

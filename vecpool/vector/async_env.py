@@ -496,7 +496,16 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             else:
                 per_env = buffers.place_actions(actions, shared=shared)
             buffer = buffers.choose_obs_buffer()
-            if per_env is None:
+            if per_env is None and buffers.wide_offers:
+                # a worker offered an area for wide infos: accept it with this step
+                # (vecpool/_wire/wide_infos.py)
+                buffers.wide_offers = False
+                message = buffers.step_messages[buffer]
+                group.send_all(
+                    "step",
+                    lambda handle: handle.write(message + handle.accept_wide_offer()),
+                )
+            elif per_env is None:
                 group.send_message_all(buffers.step_messages[buffer])
             else:
                 group.send_all(

@@ -1,0 +1,177 @@
+"""Large info arrays through shared memory merge exactly as Gymnasium's Sync.
+
+An info too large for its env's row in the shared block (a frame, a depth map,
+``BigInfoEnv``'s 1 MiB array) goes pickled on its first steps; the worker then
+offers a memory area of its own for such infos (vecpool/_wire/wide_infos.py), and
+once the parent has mapped it, later steps come through it. The results must be
+Gymnasium's in every autoreset mode and worker layout, through the switch, when the
+arrays grow, when only some envs have the key, and across a worker restart; the
+arrays handed out must be fresh.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+
+from vecpool._wire.info_columns import INFO_ROW_BYTES, InfoSchema
+from vecpool._wire.wide_infos import WIDE_INFOS
+from vecpool.testing import assert_same_data
+
+MODES = list(AutoresetMode)
+NUM_ENVS = 4
+
+needs_wide = pytest.mark.skipif(
+    not WIDE_INFOS, reason="no memfd here: large infos stay pickled"
+)
+
+
+class WideInfoEnv(gym.Env):
+    """Step infos with a large array: a larger one from step 12, odd envs skip it.
+
+    The larger array comes under another key (``frame8192``, not ``frame4096``):
+    envs reach step 12 at different vector steps (resets), and Gymnasium cannot
+    merge arrays of two shapes under one key.
+
+    Values depend on the env, the step and the action, so rows of another env or
+    step show. Episodes end at random (terminated) or after 17 steps (truncated).
+    """
+
+    observation_space = gym.spaces.Box(0, 255, (2,), np.float32)
+    action_space = gym.spaces.Discrete(3)
+
+    def __init__(self, index: int, size: int = 4096, grow_at: int = 12) -> None:
+        self.index, self.size, self.grow_at = index, size, grow_at
+        self.t = self.total = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {"start": self.index}
+
+    def step(self, action):
+        self.t += 1
+        self.total += 1
+        size = self.size * (2 if self.total >= self.grow_at else 1)
+        value = (self.index * 31 + self.t * 7 + int(action)) % 256
+        frame = np.full(size, value, np.uint8)
+        frame[self.t % size] = 255
+        info: dict[str, Any] = {"steps": self.total, "t": self.t}
+        if self.index % 2 == 0 or self.t % 2 == 0:
+            info[f"frame{size}"] = frame
+            info["depth"] = frame[:64].astype(np.float32).reshape(8, 8) / 3
+        terminated = bool(self.np_random.random() < 0.05)
+        obs = np.array([self.t, self.index], np.float32)
+        return obs, float(self.t), terminated, self.t >= 17, info
+
+
+def _fns(**kwargs):
+    return [functools.partial(WideInfoEnv, index=i, **kwargs) for i in range(NUM_ENVS)]
+
+
+def _wide_in_use(env) -> bool:
+    return any(handle.info_wide is not None for handle in env._group.handles)
+
+
+SAME_STEP_KEYS = {"final_obs", "_final_obs", "final_info", "_final_info"}
+
+
+def _keys(infos):
+    """Top-level keys in order, less SAME_STEP's ``final_*`` (Sync and Async put
+    them in different orders; vecpool follows Async, its drop-in target)."""
+    return [key for key in infos if key not in SAME_STEP_KEYS]
+
+
+def _lockstep(reference, candidate, steps, seed=0):
+    mode = reference.metadata["autoreset_mode"]
+    assert_same_data(reference.reset(seed=seed), candidate.reset(seed=seed), "reset")
+    rng = np.random.default_rng(seed)
+    wide_steps = 0
+    for step in range(steps):
+        actions = rng.integers(0, 3, NUM_ENVS)
+        expected = reference.step(actions)
+        actual = candidate.step(actions)
+        assert_same_data(expected, actual, f"step {step}")
+        assert _keys(expected[4]) == _keys(actual[4]), f"step {step}: key order"
+        wide_steps += int(_wide_in_use(candidate))
+        done = expected[2] | expected[3]
+        if mode is AutoresetMode.DISABLED and done.any():
+            options = {"reset_mask": done}
+            assert_same_data(
+                reference.reset(options=dict(options)),
+                candidate.reset(options=dict(options)),
+                f"step {step}: partial reset",
+            )
+    return wide_steps
+
+
+def test_a_large_array_makes_a_wide_schema():
+    info = {"n": 1, "frame": np.zeros(INFO_ROW_BYTES * 10, np.uint8)}
+    schema = InfoSchema.learn(info)
+    assert schema is not None
+    assert schema.nbytes == 8 + INFO_ROW_BYTES * 10
+    assert schema.wide
+
+
+@needs_wide
+@pytest.mark.parametrize("num_workers", [0, 1, 2])
+@pytest.mark.parametrize("mode", MODES, ids=[mode.value for mode in MODES])
+def test_wide_infos_match_sync(mode, num_workers, make_async, make_sync):
+    reference = make_sync(_fns(), autoreset_mode=mode)
+    candidate = make_async(_fns(), autoreset_mode=mode, num_workers=num_workers)
+    wide_steps = _lockstep(reference, candidate, steps=40)
+    assert wide_steps > 20  # the areas were offered, mapped and used
+
+
+@needs_wide
+def test_wide_infos_without_shared_observations(make_async, make_sync):
+    reference = make_sync(_fns())
+    candidate = make_async(_fns(), shared_memory=False, num_workers=2)
+    assert _lockstep(reference, candidate, steps=30) > 10
+
+
+@needs_wide
+def test_the_wide_arrays_handed_out_are_fresh(make_async):
+    env = make_async(_fns(size=1 << 16, grow_at=10**9), num_workers=2)
+    env.reset(seed=0)
+    for _ in range(4):  # past the offer: the frames come through the wide rows
+        _, _, _, _, infos = env.step(np.zeros(NUM_ENVS, np.int64))
+    assert _wide_in_use(env)
+    key = f"frame{1 << 16}"
+    kept = infos[key].copy()
+    for _ in range(3):
+        env.step(np.full(NUM_ENVS, 2, np.int64))
+    np.testing.assert_array_equal(infos[key], kept)
+    infos[key][:] = 0  # the user's to change
+    _, _, _, _, later = env.step(np.ones(NUM_ENVS, np.int64))
+    assert later[key][later[f"_{key}"]].any()
+
+
+@needs_wide
+def test_wide_infos_after_a_worker_restart(make_async):
+    env = make_async(_fns(grow_at=10**9), num_workers=2, on_worker_crash="restart")
+    env.reset(seed=0)
+    for _ in range(5):
+        env.step(np.zeros(NUM_ENVS, np.int64))
+    assert _wide_in_use(env)
+    os.kill(env._group.handles[0].process.pid, signal.SIGKILL)
+    with pytest.warns(UserWarning, match="restart"):
+        steps = [env.step(np.ones(NUM_ENVS, np.int64)) for _ in range(20)]
+    checked = 0
+    for step, (_, _, _, _, infos) in enumerate(steps):
+        mask = infos.get("_frame4096", np.zeros(NUM_ENVS, bool))
+        for i in np.flatnonzero(mask):
+            t = int(infos["t"][i])
+            expected = np.full(4096, (i * 31 + t * 7 + 1) % 256, np.uint8)
+            expected[t % 4096] = 255
+            np.testing.assert_array_equal(infos["frame4096"][i], expected, f"{step}")
+            checked += 1
+    assert checked > 20
+    assert _wide_in_use(env)  # the replacement offered its own area

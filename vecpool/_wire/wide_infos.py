@@ -1,0 +1,211 @@
+"""Wide info rows: a worker's own memory area for infos too large for a row.
+
+The shared block gives each env a row of
+:data:`~vecpool._wire.info_columns.INFO_ROW_BYTES` bytes for its step info
+(vecpool/_wire/info_columns.py). An info with a large array (a rendered frame, a
+depth map, ``BigInfoEnv``'s 1 MiB) does not fit; pickling it and pushing it
+through a pipe costs 30x what Gymnasium's ``SyncVectorEnv`` pays. Its size is not
+known when the block is laid out, so:
+
+1. The worker meets such an info, sends it pickled, and *offers* an area: an
+   anonymous ``memfd`` holding one wide row per hosted env, named in its reply
+   (:class:`WideOffer`: its pid, descriptor number and sizes).
+2. The parent maps the area through ``/proc/<pid>/fd/<fd>`` (:func:`map_offer`);
+   if it cannot, nothing changes and those infos stay pickled. If it can, its next
+   full step command to that worker carries the acceptance
+   (:func:`acceptance`: ``b"w"`` and the descriptor number).
+3. The worker switches to the area on that command (:meth:`WideArea.accept`), so
+   the step that carries the acceptance is the first one whose wide rows the
+   parent reads from it. A larger info later makes a larger offer, accepted the
+   same way; a replacement worker (``on_worker_crash="restart"``) starts without
+   one, and an acceptance meant for its predecessor names no offer of its own.
+
+A ``memfd`` has no name: it goes when the last process that maps or holds it does,
+so no crash, kill or parent death can leave it behind, and it is not bounded by
+the size of ``/dev/shm`` (64 MiB in a default Docker container). Where there is
+no ``memfd`` (:data:`WIDE_INFOS` is false) wide infos always travel pickled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import struct
+import sys
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "ACCEPT",
+    "WIDE_AREA_MAX_BYTES",
+    "WIDE_INFOS",
+    "WideArea",
+    "WideOffer",
+    "acceptance",
+    "accepted_fd",
+    "map_offer",
+]
+
+WIDE_INFOS = hasattr(os, "memfd_create") and sys.platform.startswith("linux")
+"""Whether wide rows are possible here (Linux, with ``memfd_create``)."""
+
+WIDE_AREA_MAX_BYTES = 1 << 30
+"""The largest area a worker offers (1 GiB): larger needs travel pickled."""
+
+ACCEPT = b"w"
+"""Marks the acceptance appended to a step command (then the ``uint32`` fd)."""
+
+_FD = struct.Struct("<I")
+_ALIGN = 64
+
+
+class WideOffer(NamedTuple):
+    """A worker's offer of wide rows, sent in its reply to a step.
+
+    Attributes:
+        pid: The worker's process id.
+        fd: The area's descriptor number in the worker.
+        stride: Bytes of each env's wide row.
+        rows: Number of rows (the worker's hosted envs, in order).
+    """
+
+    pid: int
+    fd: int
+    stride: int
+    rows: int
+
+
+class WideArea:
+    """A worker's side of wide rows: what it offered, and the area in use.
+
+    Attributes:
+        rows: The area in use (one row of :attr:`stride` bytes per hosted env),
+            or ``None`` before any acceptance.
+        stride: Bytes of each row in use (0: none).
+    """
+
+    def __init__(self, count: int) -> None:
+        """No area yet for a worker hosting ``count`` envs."""
+        self.count = count
+        self.rows: memoryview | None = None
+        self.stride = 0
+        self._wanted = 0  # the largest wide schema met, in bytes
+        self._offered = 0  # stride of the last offer made
+        self._offer: tuple[int, mmap.mmap, int] | None = None  # fd, map, stride
+        self._used: tuple[int, mmap.mmap] | None = None  # fd and map in use
+
+    def want(self, nbytes: int) -> bool:
+        """Note a wide schema of ``nbytes``; return whether the area in use fits it."""
+        if nbytes <= self.stride:
+            return True
+        self._wanted = max(self._wanted, nbytes)
+        return False
+
+    def offer(self) -> WideOffer | None:
+        """A new offer if a wide schema met needs one (at most once per size)."""
+        stride = -(-self._wanted // _ALIGN) * _ALIGN
+        if (
+            not WIDE_INFOS
+            or stride <= max(self.stride, self._offered)
+            or stride * self.count > WIDE_AREA_MAX_BYTES
+        ):
+            return None
+        self._offered = stride
+        size = stride * self.count
+        try:
+            fd = os.memfd_create("vecpool-infos", os.MFD_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            os.ftruncate(fd, size)
+            area = mmap.mmap(fd, size)
+        except OSError:
+            os.close(fd)
+            return None
+        self._drop_offer()
+        self._offer = (fd, area, stride)
+        return WideOffer(os.getpid(), fd, stride, self.count)
+
+    def accept(self, fd: int) -> None:
+        """Switch to the offered area if the parent accepted it (``fd``: its number)."""
+        if self._offer is None or self._offer[0] != fd:
+            return  # an acceptance meant for another offer (or a predecessor)
+        fd, area, stride = self._offer
+        self._offer = None
+        self._drop_used()
+        self._used = (fd, area)
+        self.rows = memoryview(area)
+        self.stride = stride
+
+    def _drop_offer(self) -> None:
+        if self._offer is not None:
+            fd, area, _ = self._offer
+            self._offer = None
+            _close(fd, area)
+
+    def _drop_used(self) -> None:
+        if self._used is not None:
+            fd, area = self._used
+            self._used = None
+            if self.rows is not None:
+                self.rows.release()
+                self.rows = None
+            _close(fd, area)
+
+    def close(self) -> None:
+        """Unmap and close every area (the parent's mappings stay valid)."""
+        self._drop_offer()
+        self._drop_used()
+        self.stride = 0
+
+
+def _close(fd: int, area: mmap.mmap) -> None:
+    with contextlib.suppress(BufferError, OSError, ValueError):
+        area.close()
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def acceptance(offer: WideOffer) -> bytes:
+    """What a step command appends to accept ``offer``."""
+    return ACCEPT + _FD.pack(offer.fd)
+
+
+def accepted_fd(tail: bytes | memoryview) -> int | None:
+    """The descriptor an acceptance (a step command's tail) names, if any."""
+    if len(tail) == 1 + _FD.size and tail[:1] == ACCEPT:
+        (fd,) = _FD.unpack_from(tail, 1)
+        return int(fd)
+    return None
+
+
+def map_offer(offer: WideOffer) -> npt.NDArray[np.uint8] | None:
+    """The parent's view of an offered area (``[rows, stride]``), or ``None``.
+
+    ``None`` when it cannot be mapped (``/proc`` hidden, the worker gone, a
+    size that does not match): the worker's wide infos then stay pickled.
+    """
+    if not WIDE_INFOS or offer.stride <= 0 or offer.rows <= 0:
+        return None
+    size = offer.stride * offer.rows
+    try:
+        fd = os.open(f"/proc/{offer.pid}/fd/{offer.fd}", os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        # the worker's own area, of the size it says (not a descriptor reused since)
+        target = os.readlink(f"/proc/{offer.pid}/fd/{offer.fd}")
+        if (
+            not target.startswith("/memfd:vecpool-infos")
+            or os.fstat(fd).st_size != size
+        ):
+            return None
+        area = mmap.mmap(fd, size)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return np.frombuffer(area, np.uint8).reshape(offer.rows, offer.stride)
