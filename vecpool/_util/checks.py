@@ -19,6 +19,7 @@ __all__ = [
     "check_int",
     "check_max_concurrency",
     "check_platform",
+    "check_policy_threads",
     "check_reset_mask",
     "is_int",
     "require_matplotlib",
@@ -100,6 +101,25 @@ def available_cpus() -> int:
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return os.cpu_count() or 1
+
+
+def check_policy_threads(value: object) -> int | str | None:
+    """Check the ``policy_threads`` argument (vecpool/_util/threads.py).
+
+    Returns:
+        ``None``, ``"auto"`` or the number of threads.
+
+    Raises:
+        ValueError: If it is none of those.
+    """
+    if value is None or (isinstance(value, str) and value == "auto"):
+        return value
+    return check_int(
+        "policy_threads",
+        value,
+        1,
+        hint=' (threads for the thread pools of this process), "auto" or None',
+    )
 
 
 def check_max_concurrency(value: object) -> int | None:

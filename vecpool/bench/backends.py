@@ -54,6 +54,7 @@ class Backend:
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    by_default: ClassVar[bool] = True  # run when --backends is not given
 
     def supports(self, workload: Workload) -> bool:
         """Whether this backend can run ``workload`` on this machine."""
@@ -210,6 +211,42 @@ class VecpoolBatchBackend(Backend):
         return run_batches(env, plan, steps)
 
 
+class VecpoolThreadsBackend(GymSyncBackend):
+    """``vecpool.AsyncVectorEnv(policy_threads="auto")``: the parent's pools fitted.
+
+    Only run when named (``--backends``): it shows what the one setting does to a
+    loop with a policy between steps (vecpool/_util/threads.py).
+    """
+
+    name = "vecpool-pt"
+    description = 'vecpool.AsyncVectorEnv(env_fns, policy_threads="auto")'
+    by_default = False
+
+    def make(self, env_fn: EnvFn, num_envs: int, seed: int) -> Any:
+        """Create and reset the vector env."""
+        env = AsyncVectorEnv([env_fn] * num_envs, policy_threads="auto")
+        env.reset(seed=seed)
+        return env
+
+
+class VecpoolBatchThreadsBackend(VecpoolBatchBackend):
+    """``vecpool-batch`` with ``policy_threads="auto"`` (run only when named)."""
+
+    name = "vecpool-batch-pt"
+    description = 'vecpool send/recv, batch_size=num_envs//2, policy_threads="auto"'
+    by_default = False
+
+    def make(self, env_fn: EnvFn, num_envs: int, seed: int) -> Any:
+        """Create and reset the vector env."""
+        env = AsyncVectorEnv(
+            [env_fn] * num_envs,
+            batch_size=max(1, num_envs // 2),
+            policy_threads="auto",
+        )
+        env.reset(seed=seed)
+        return env
+
+
 def run_batches(
     env: Any,
     plan: ActionPlan,
@@ -292,6 +329,8 @@ BACKENDS: dict[str, Backend] = {
         VecpoolBackend(),
         VecpoolInProcessBackend(),
         VecpoolBatchBackend(),
+        VecpoolThreadsBackend(),
+        VecpoolBatchThreadsBackend(),
         EnvPoolBackend(),
     )
 }

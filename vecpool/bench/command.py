@@ -209,10 +209,11 @@ def add_bench_parser(
         "--backends",
         nargs="+",
         choices=list(bench.BACKENDS),
-        default=list(bench.BACKENDS),
+        default=[name for name, b in bench.BACKENDS.items() if b.by_default],
         metavar="BACKEND",
-        help="backends to run, from %(choices)s (default: all; envpool only where "
-        "installed, on cartpole)",
+        help="backends to run, from %(choices)s (default: all but the -pt ones, "
+        'which set policy_threads="auto"; envpool only where installed, on '
+        "cartpole)",
     )
     parser.add_argument(
         "--rounds",

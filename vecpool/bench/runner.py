@@ -17,7 +17,13 @@ from vecpool.bench.agent import (
     env_pids,
     obs_size,
 )
-from vecpool.bench.backends import BACKENDS, Backend, Measurement, calibrate
+from vecpool.bench.backends import (
+    BACKENDS,
+    Backend,
+    Measurement,
+    VecpoolBatchBackend,
+    calibrate,
+)
 from vecpool.bench.memory import measure_memory
 from vecpool.bench.report import (
     BackendResult,
@@ -165,7 +171,7 @@ def _runner(backend: Backend, policy: Policy | LatencyPolicy | None) -> Runner:
     """
     run: Runner = backend.run
     if policy is not None and backend.name != "raw":
-        run = agent_runner(policy, batches=backend.name == "vecpool-batch")
+        run = agent_runner(policy, batches=isinstance(backend, VecpoolBatchBackend))
 
     def measured(env: Any, plan: ActionPlan, steps: int) -> Measurement:
         pids = env_pids(env)

@@ -40,12 +40,14 @@ from vecpool._util.checks import (
     check_custom_worker,
     check_max_concurrency,
     check_platform,
+    check_policy_threads,
     check_reset_mask,
     check_restart,
     check_wait_strategy,
     resolve_num_workers,
 )
 from vecpool._util.spaces import observation_spaces
+from vecpool._util.threads import PolicyThreads, fitting_threads, warn_once
 from vecpool._wire.messages import Reply
 from vecpool._wire.spin import SpinPolicy
 from vecpool.errors import (
@@ -140,6 +142,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         batch_size: int | None = None,
         on_worker_crash: str = "raise",
         max_restarts: int | None = 3,
+        policy_threads: int | str | None = None,
     ) -> None:
         """Start the workers and create the sub-environments.
 
@@ -180,6 +183,13 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 ``infos["worker_restarted"]`` (docs/reliability.md).
             max_restarts: Restarts allowed per worker (``None``: no limit); past
                 it, a crash raises.
+            policy_threads: The threads of this process's pools (BLAS, OpenMP,
+                torch) while the vector env is open, so that a policy computed
+                between steps leaves the workers their CPUs: ``"auto"`` (CPUs
+                minus workers, at least 1) or a number; restored on :meth:`close`.
+                ``None`` (default): unchanged, and if those pools and the workers
+                exceed the CPUs, the ``vecpool`` logger says so once per process
+                (vecpool/_util/threads.py; docs/performance.md).
 
         Raises:
             ValueError: On an invalid argument (named in the message), or a custom
@@ -214,6 +224,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             on_worker_crash, max_restarts, worker, self.num_workers
         )
         self.on_worker_crash = str(on_worker_crash)
+        self.policy_threads = check_policy_threads(policy_threads)
+        self._policy_limits: PolicyThreads | None = None
 
         self._state = AsyncState.DEFAULT
         self._lock = threading.RLock()
@@ -288,8 +300,19 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         except BaseException:
             self.close(terminate=True)
             raise
+        self._fit_policy_threads()
 
     # -- construction ------------------------------------------------------------------
+
+    def _fit_policy_threads(self) -> None:
+        """Apply ``policy_threads``, or advise it once (vecpool/_util/threads.py)."""
+        cpus = available_cpus()
+        if self.policy_threads is None:
+            warn_once(self.num_workers, cpus)
+        elif self.policy_threads == "auto":
+            self._policy_limits = PolicyThreads(fitting_threads(self.num_workers, cpus))
+        else:
+            self._policy_limits = PolicyThreads(int(self.policy_threads))
 
     def _start_workers(self, ctx: Any) -> None:
         # Registered before the first start: a failure half-way still reaps everything.
@@ -880,6 +903,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             terminate: If ``True``, terminate the workers at once.
         """
         LIVE_ENVS.discard(self)
+        limits, self._policy_limits = getattr(self, "_policy_limits", None), None
+        if limits is not None:
+            limits.restore()
         if self._restarter is not None:
             self._restarter.closing = True  # another thread must not restart
         if getattr(self, "_holds_sigint", False):

@@ -1,0 +1,128 @@
+"""The parent's thread pools against the workers' CPUs (vecpool/_util/threads.py)."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import sys
+import types
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import vecpool
+from vecpool._util import threads
+from vecpool._util.checks import available_cpus
+from vecpool._util.threads import (
+    PolicyThreads,
+    ThreadPools,
+    oversubscription,
+    parent_pools,
+)
+
+
+def _fns(n=2):
+    return [lambda: gym.make("CartPole-v1")] * n
+
+
+@pytest.mark.parametrize(
+    ("num_workers", "pools", "cpus"),
+    [
+        (0, (("openblas", 16),), 2),  # envs in this process: nothing to share
+        (2, (("openblas", 1),), 2),  # one thread: no pool to speak of
+        (2, (("openblas", 2),), 4),  # fits
+        (2, (), 2),  # no pool loaded
+    ],
+)
+def test_no_advice_when_the_pools_fit(num_workers, pools, cpus):
+    assert oversubscription(num_workers, ThreadPools(pools), cpus) is None
+
+
+def test_advice_names_the_pools_the_cpus_and_the_fix():
+    pools = ThreadPools((("openblas", 2), ("torch", 16)))
+    message = oversubscription(2, pools, 16)
+    assert message is not None
+    assert "openblas: 2 threads, torch: 16 threads" in message
+    assert "2 worker processes" in message
+    assert "the 16 available" in message
+    assert "policy_threads='auto'" in message
+    assert "14 thread(s)" in message  # 16 CPUs - 2 workers
+
+
+def test_the_advice_is_logged_once_per_process(monkeypatch, caplog):
+    monkeypatch.setattr(threads, "_warned", False)
+    monkeypatch.setattr(
+        threads, "parent_pools", lambda: ThreadPools((("openblas", 4),))
+    )
+    with caplog.at_level(logging.WARNING, logger="vecpool"):
+        threads.warn_once(2, 2)
+        threads.warn_once(2, 2)
+    records = [r for r in caplog.records if r.name == "vecpool"]
+    assert len(records) == 1
+    assert "policy_threads='auto'" in records[0].getMessage()
+
+
+def test_the_constructor_advises_without_a_python_warning(monkeypatch, caplog):
+    # vecpool's suite runs with warnings as errors: a warning would fail this test
+    monkeypatch.setattr(threads, "_warned", False)
+    monkeypatch.setattr(
+        threads, "parent_pools", lambda: ThreadPools((("openblas", 64),))
+    )
+    with caplog.at_level(logging.WARNING, logger="vecpool"):
+        env = vecpool.AsyncVectorEnv(_fns(), num_workers=2)
+        env.close()
+    assert any("policy_threads='auto'" in r.getMessage() for r in caplog.records)
+
+
+def test_policy_threads_limits_the_pools_while_open_and_restores_them():
+    before = parent_pools()
+    assert before.pools  # numpy's BLAS is loaded
+    env = vecpool.AsyncVectorEnv(_fns(), num_workers=2, policy_threads=1)
+    try:
+        assert parent_pools().threads == 1
+    finally:
+        env.close()
+    assert parent_pools() == before
+
+
+def test_policy_threads_auto_leaves_the_workers_their_cpus():
+    before = parent_pools()
+    env = vecpool.AsyncVectorEnv(_fns(), num_workers=1, policy_threads="auto")
+    try:
+        expected = max(1, available_cpus() - 1)
+        assert all(count <= expected for _, count in parent_pools().pools)
+        env.reset(seed=0)
+        env.step(np.zeros(2, np.int64))
+    finally:
+        env.close()
+    assert parent_pools() == before
+
+
+def test_torch_pools_are_limited_and_restored(monkeypatch):
+    calls = []
+    state = {"threads": 8}
+    fake = types.ModuleType("torch")
+    fake.get_num_threads = lambda: state["threads"]  # type: ignore[attr-defined]
+
+    def set_num_threads(n):
+        calls.append(n)
+        state["threads"] = n
+
+    fake.set_num_threads = set_num_threads  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    assert ("torch", 8) in parent_pools().pools
+    limits = PolicyThreads(3)
+    assert state["threads"] == 3
+    limits.restore()
+    limits.restore()  # once only
+    assert state["threads"] == 8
+    assert calls == [3, 8]
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, "all", True, [2]])
+def test_a_bad_policy_threads_is_refused_before_any_worker_starts(value):
+    before = set(multiprocessing.active_children())
+    with pytest.raises(ValueError, match="`policy_threads` must be an integer >= 1"):
+        vecpool.AsyncVectorEnv(_fns(), policy_threads=value)
+    assert set(multiprocessing.active_children()) == before

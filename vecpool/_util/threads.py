@@ -1,0 +1,146 @@
+"""The parent's thread pools (BLAS, OpenMP, torch) and the CPUs the workers need.
+
+A policy computed in the parent between steps runs on numpy's BLAS, OpenMP or
+torch's intra-op pool, each sized to every CPU by default. Those threads spin for
+a while after each call, on the cores the workers then need: on 2 CPUs, a numpy
+MLP with 2 BLAS threads and 2 workers stepping Pong is slower than the same loop
+on ``SyncVectorEnv`` (docs/performance.md). SB3 users meet it as "SubprocVecEnv
+is slower than DummyVecEnv".
+
+**The trigger** (:func:`oversubscription`): the vector env has worker processes,
+some pool of the parent has more than one thread, and that pool's threads plus
+the workers exceed the CPUs this process may run on. vecpool then says so once per
+process, from the constructor, as a ``logging`` record of the ``vecpool`` logger
+at WARNING level (shown on stderr when the program configures no logging). Not a
+Python warning: this is advice about the machine, not about the program, and test
+suites that turn warnings into errors (vecpool's) or count them (Gymnasium's)
+must not fail because of the CPUs they run on.
+
+**The fix** (:class:`PolicyThreads`): ``AsyncVectorEnv(..., policy_threads="auto")``
+limits every pool of the parent to ``max(1, CPUs - workers)`` threads while the
+vector env is open (an int sets the number), through threadpoolctl and
+``torch.set_num_threads`` when torch is imported, and restores them on ``close``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import threadpoolctl
+
+__all__ = [
+    "PolicyThreads",
+    "ThreadPools",
+    "fitting_threads",
+    "oversubscription",
+    "parent_pools",
+    "warn_once",
+]
+
+LOGGER = logging.getLogger("vecpool")
+_warned = False
+
+
+@dataclass(frozen=True)
+class ThreadPools:
+    """The parent's thread pools: ``(name, threads)`` each, e.g. ``("openblas", 2)``."""
+
+    pools: tuple[tuple[str, int], ...]
+
+    @property
+    def threads(self) -> int:
+        """Threads of the largest pool (1 when there is none)."""
+        return max((threads for _, threads in self.pools), default=1)
+
+    def describe(self) -> str:
+        """The pools as text, e.g. ``openblas: 2 threads, torch: 2 threads``."""
+        return ", ".join(f"{name}: {threads} threads" for name, threads in self.pools)
+
+
+def parent_pools() -> ThreadPools:
+    """The thread pools loaded in this process (torch's only if torch is imported)."""
+    pools: list[tuple[str, int]] = [
+        (str(pool.get("internal_api", pool.get("user_api", "?"))), pool["num_threads"])
+        for pool in threadpoolctl.threadpool_info()
+    ]
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "get_num_threads"):
+        pools.append(("torch", int(torch.get_num_threads())))
+    return ThreadPools(tuple(pools))
+
+
+def fitting_threads(num_workers: int, cpus: int) -> int:
+    """Threads a pool of the parent may use beside ``num_workers`` workers."""
+    return max(1, cpus - num_workers)
+
+
+def oversubscription(num_workers: int, pools: ThreadPools, cpus: int) -> str | None:
+    """The advice to give when the parent's pools and the workers exceed the CPUs.
+
+    Args:
+        num_workers: Worker processes (0: the envs run in this process).
+        pools: The parent's thread pools.
+        cpus: CPUs this process may run on.
+
+    Returns:
+        The message, or ``None`` when there is no oversubscription.
+    """
+    threads = pools.threads
+    if num_workers == 0 or threads <= 1 or num_workers + threads <= cpus:
+        return None
+    fit = fitting_threads(num_workers, cpus)
+    return (
+        f"vecpool: this process's thread pools ({pools.describe()}) and the "
+        f"{num_workers} worker processes of this AsyncVectorEnv want more CPUs than "
+        f"the {cpus} available: a policy computed between steps (numpy, torch) "
+        "then takes the cores the envs need, and the loop can be slower than "
+        "SyncVectorEnv. Pass `policy_threads='auto'` to AsyncVectorEnv (it limits "
+        f"these pools to {fit} thread(s) while the vector env is open), or set "
+        f"OMP_NUM_THREADS={fit} / torch.set_num_threads({fit}) yourself; see "
+        "docs/performance.md, 'Which setting for my case'. (Said once per process.)"
+    )
+
+
+def warn_once(num_workers: int, cpus: int) -> None:
+    """Log :func:`oversubscription`'s advice, the first time it applies."""
+    global _warned  # once per process
+    if _warned:
+        return
+    message = oversubscription(num_workers, parent_pools(), cpus)
+    if message is not None:
+        _warned = True
+        LOGGER.warning(message)
+
+
+class PolicyThreads:
+    """The parent's pools limited to some threads, until :meth:`restore`.
+
+    Example:
+        >>> import numpy  # noqa: F401 - loads a BLAS pool
+        >>> limits = PolicyThreads(1)
+        >>> parent_pools().threads
+        1
+        >>> limits.restore()
+    """
+
+    def __init__(self, threads: int) -> None:
+        """Limit every pool of this process (torch too, if imported) to ``threads``."""
+        self.threads = threads
+        self._limiter: Any = threadpoolctl.threadpool_limits(limits=threads)
+        self._torch: tuple[Any, int] | None = None
+        torch = sys.modules.get("torch")
+        if torch is not None and hasattr(torch, "set_num_threads"):
+            self._torch = (torch, int(torch.get_num_threads()))
+            torch.set_num_threads(threads)
+
+    def restore(self) -> None:
+        """Give every pool back the threads it had (once; later calls do nothing)."""
+        if self._limiter is not None:
+            limiter, self._limiter = self._limiter, None
+            limiter.restore_original_limits()
+        if self._torch is not None:
+            (torch, threads), self._torch = self._torch, None
+            torch.set_num_threads(threads)
