@@ -48,8 +48,11 @@ def _take(batch, position):
 @pytest.mark.parametrize(
     ("obs_kind", "shared_memory"), [("box", True), ("dict", True), ("dict", False)]
 )
+# a list of actions travels by pipe, one per env in the order of the ids
+@pytest.mark.parametrize("actions_as", ["array", "list"])
 def test_each_env_matches_its_own_synchronous_run(
     make_async,
+    actions_as,
     autoreset_mode,
     num_envs,
     num_workers,
@@ -96,7 +99,7 @@ def test_each_env_matches_its_own_synchronous_run(
                 )
             )
         actions = rng.integers(0, 2, len(ids))
-        envs.send(actions, ids)
+        envs.send(actions.tolist() if actions_as == "list" else actions, ids)
         sent.update(zip(ids.tolist(), actions.tolist(), strict=True))
     assert all(history.values())
     for index, steps in history.items():

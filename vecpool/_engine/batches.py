@@ -90,6 +90,33 @@ class Batches:
             )
             raise AlreadyPendingCallError(msg, "recv")
 
+    def _consecutive(self, env_ids: Any) -> tuple[npt.NDArray[np.int64], int] | None:
+        """``env_ids`` and its first id, if it is a free run ``first, first + 1, ...``.
+
+        The common case (a loop sending back the ``env_id`` that :meth:`recv`
+        returned, or ``np.arange``) checked with a few reads instead of the full
+        walk of :meth:`check_env_ids`; ``None`` sends it there.
+        """
+        if (
+            type(env_ids) is not np.ndarray
+            or env_ids.ndim != 1
+            or env_ids.dtype != np.int64
+            or not env_ids.size
+        ):
+            return None
+        listed = env_ids.tolist()
+        first, last = listed[0], listed[-1]
+        if (
+            first < 0
+            or last >= self.num_envs
+            or last - first + 1 != len(listed)
+            or listed != list(range(first, last + 1))
+            or (self.flying and self.in_flight[first : last + 1].any())
+            or (self.ready and not set(self.ready).isdisjoint(listed))
+        ):
+            return None
+        return env_ids, first
+
     def check_env_ids(self, env_ids: Any) -> npt.NDArray[np.int64]:
         """Validate ``env_ids`` for :meth:`send`.
 
@@ -135,6 +162,11 @@ class Batches:
             ValueError: On bad ids or actions (nothing is sent then).
             WorkerCrashedError: If a worker's pipe is broken.
         """
+        run = self._consecutive(env_ids)
+        if run is not None:
+            ids, first = run
+            if self._send_run(actions, ids, first):
+                return
         ids = self.check_env_ids(env_ids)
         with HELD:
             per_env = self.buffers.place_actions(
@@ -174,6 +206,41 @@ class Batches:
                 self.flying += hi - lo
                 lo = hi
 
+    def _send_run(self, actions: Any, ids: npt.NDArray[np.int64], first: int) -> bool:
+        """:meth:`send` of the ids ``first, first + 1, ...``, hosted by one worker.
+
+        Returns:
+            ``False`` (nothing done) when the run spans workers: the general
+            path sends it.
+        """
+        worker_of = self.worker_of
+        count = ids.size
+        last = first + count - 1
+        worker = worker_of[first]
+        if worker_of[last] != worker:
+            return False
+        with HELD:
+            per_env = self.buffers.place_actions(
+                actions, ids, shared=not self.group.any_abandoned()
+            )
+            handle = self.group.handles[worker]
+            start = handle.env_indices.start
+            chosen = list(range(first, last + 1))
+            local = list(range(first - start, last + 1 - start))
+            handle.numbers.start_batch()  # drops the last plain call's answers
+            try:
+                number = handle.send_step_some(local, per_env)
+            except OSError:
+                number = 0
+            if not number:  # restart mode: a replacement gets it
+                handle, number = self.group.send_to(
+                    handle, "send", lambda new: new.send_step_some(local, per_env)
+                )
+            handle.numbers.expect_batch(number, chosen)
+            self.in_flight[first : last + 1] = True
+            self.flying += count
+        return True
+
     def recv(
         self, timeout: float | None
     ) -> tuple[
@@ -200,22 +267,37 @@ class Batches:
             self._wait(timeout, busy, deadline)
         with HELD:
             count = min(self.batch_size, len(self.ready))
-            ids = np.array([self.ready.popleft() for _ in range(count)], np.int64)
-            infos = merge_infos(
-                [
-                    (row, self.ready_infos.pop(index, {}))
-                    for row, index in enumerate(ids.tolist())
-                ],
-                count,
+            ready = self.ready
+            listed = [ready.popleft() for _ in range(count)]
+            ids = np.array(listed, np.int64)
+            ready_infos = self.ready_infos
+            infos = (
+                merge_infos(
+                    [
+                        (row, ready_infos.pop(index, {}))
+                        for row, index in enumerate(listed)
+                    ],
+                    count,
+                )
+                if ready_infos
+                else {}
             )
         infos["env_id"] = ids
         buffers = self.buffers
-        observations = buffers.take_observations(ids)
+        first = listed[0] if listed else 0
+        if (
+            count
+            and listed[-1] - first + 1 == count
+            and listed == list(range(first, first + count))
+        ):  # a run of envs (one worker's batch): slices, copied
+            rows: slice | npt.NDArray[np.int64] = slice(first, first + count)
+        else:
+            rows = ids
         return (
-            observations,
-            buffers.rewards[ids],
-            buffers.terminations[ids],
-            buffers.truncations[ids],
+            buffers.take_observations(rows),
+            buffers.rewards[rows].copy(),
+            buffers.terminations[rows].copy(),
+            buffers.truncations[rows].copy(),
             infos,
         )
 

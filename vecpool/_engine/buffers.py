@@ -558,8 +558,12 @@ class StepBuffers:
             )
             make_writer(self.observation_space, leaves_)(index, value)
 
-    def take_observations(self, ids: npt.NDArray[np.int64]) -> Any:
-        """A fresh batch holding the current observations of ``ids``."""
+    def take_observations(self, ids: npt.NDArray[np.int64] | slice) -> Any:
+        """A fresh batch holding the current observations of ``ids`` (or a slice)."""
+        if isinstance(ids, slice):
+            if self.transport is ObsTransport.NATIVE:  # views of a slice: copied
+                return copy_tree(take_rows(self.observations, ids))
+            ids = np.arange(ids.start, ids.stop, dtype=np.int64)
         if self.transport is ObsTransport.NATIVE:
             return take_rows(self.observations, ids)
         items = (

@@ -118,12 +118,13 @@ def _nest(space: spaces.Space[Any], arrays: Iterator[np.ndarray[Any, Any]]) -> A
     return next(arrays)
 
 
-def take_rows(batch: Any, rows: np.ndarray[Any, Any]) -> Any:
+def take_rows(batch: Any, rows: np.ndarray[Any, Any] | slice) -> Any:
     """Rows ``rows`` of a nested batch of arrays (dict / tuple / ndarray), copied.
 
     Args:
         batch: A batch as returned by :func:`make_views` (or batched actions).
-        rows: Integer indices along the leading dimension.
+        rows: Integer indices along the leading dimension (copied), or a slice
+            (views).
 
     Returns:
         The same structure holding only those rows.
