@@ -11,6 +11,7 @@ import io
 import json
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -292,6 +293,26 @@ def test_resolve_workload():
     env.close()
     with pytest.raises(ValueError, match="Unknown workload"):
         bench.resolve_workload("nope")
+
+
+@pytest.mark.parametrize(
+    ("name", "env_id"), [("halfcheetah", "HalfCheetah-v5"), ("mujoco", "Hopper-v5")]
+)
+def test_mujoco_workloads_say_what_to_install(monkeypatch, name, env_id):
+    real_import = importlib.import_module
+
+    def no_mujoco(module, *args):
+        if module == "mujoco":
+            msg = "No module named 'mujoco'"
+            raise ImportError(msg)
+        return real_import(module, *args)
+
+    monkeypatch.setattr(importlib, "import_module", no_mujoco)
+    with pytest.raises(ValueError, match=re.escape("vecpool[mujoco]")):
+        bench.resolve_workload(name)
+    monkeypatch.undo()
+    if importlib.util.find_spec("mujoco") is not None:
+        assert bench.resolve_workload(name).env_id == env_id
 
 
 # -------------------------------------------------------------------------- envs

@@ -192,9 +192,10 @@ def add_bench_parser(
         metavar="WORKLOAD",
         help="cartpole, busy (a 200 us CPU-bound step), bigobs (84x84x4 uint8 "
         "observations), infos (CartPole with ALE's lives and frame numbers in "
-        "every info), biginfo (a 1 MiB array in every info: the pipes), atari "
+        "every info), biginfo (a 1 MiB array in every info), atari "
         "(ALE/Pong-v5 with AtariPreprocessing and 4 stacked frames; needs "
-        "vecpool[bench]) or any registered Gymnasium env id "
+        "vecpool[bench]), halfcheetah (HalfCheetah-v5) and mujoco (Hopper-v5; "
+        "both need vecpool[mujoco]) or any registered Gymnasium env id "
         "(default: %(default)s)",
     )
     parser.add_argument(

@@ -289,6 +289,19 @@ def _check_atari() -> None:
             raise ValueError(msg) from exc
 
 
+def _check_mujoco() -> None:
+    """Raise a ValueError saying what to install if ``mujoco`` is missing."""
+    try:
+        importlib.import_module("mujoco")
+    except ImportError as exc:
+        msg = (
+            f"The MuJoCo workloads need 'mujoco', which is not importable ({exc}); "
+            'install it with pip install "vecpool[mujoco]" (Gymnasium\'s '
+            "gymnasium[mujoco], from wheels)."
+        )
+        raise ValueError(msg) from exc
+
+
 @dataclass(frozen=True)
 class Workload:
     """An environment to benchmark.
@@ -319,8 +332,17 @@ _BUILTIN_WORKLOADS: dict[str, Workload] = {
     "biginfo": Workload("biginfo", "BigInfoEnv", BigInfoEnv),
     "infos": Workload("infos", "CartPole-v1 + ALE infos", make_infos),
     "atari": Workload("atari", ATARI_ENV_ID, make_atari),
+    # MuJoCo: physics steps of 40-50 us whose infos hold 4-6 floats every step
+    "halfcheetah": Workload(
+        "halfcheetah", "HalfCheetah-v5", functools.partial(gym.make, "HalfCheetah-v5")
+    ),
+    "mujoco": Workload("mujoco", "Hopper-v5", functools.partial(gym.make, "Hopper-v5")),
 }
-_WORKLOAD_CHECKS: dict[str, Callable[[], None]] = {"atari": _check_atari}
+_WORKLOAD_CHECKS: dict[str, Callable[[], None]] = {
+    "atari": _check_atari,
+    "halfcheetah": _check_mujoco,
+    "mujoco": _check_mujoco,
+}
 """Checks of the optional dependencies of built-in workloads (run on resolve)."""
 
 
