@@ -12,8 +12,11 @@ arrays handed out must be fresh.
 from __future__ import annotations
 
 import functools
+import gc
+import multiprocessing
 import os
 import signal
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -22,7 +25,7 @@ import pytest
 from gymnasium.vector import AutoresetMode
 
 from vecpool._wire.info_columns import INFO_ROW_BYTES, InfoSchema
-from vecpool._wire.wide_infos import WIDE_INFOS
+from vecpool._wire.wide_infos import WIDE_INFOS, WideArea
 from vecpool.testing import assert_same_data
 
 MODES = list(AutoresetMode)
@@ -175,3 +178,169 @@ def test_wide_infos_after_a_worker_restart(make_async):
             checked += 1
     assert checked > 20
     assert _wide_in_use(env)  # the replacement offered its own area
+
+
+# -- found by a review of the wide rows: each failed (or leaked) before its fix -------
+
+
+def _frame(index: int, t: int, size: int) -> np.ndarray:
+    frame = np.full(size, (index * 31 + t * 7) % 251 + 1, np.uint8)
+    frame[t % size] = 255
+    return frame
+
+
+class ScriptEnv(gym.Env):
+    """Step infos of the size ``script(index, t)`` says; ``t`` in ``fail_at`` raises."""
+
+    observation_space = gym.spaces.Box(0, 255, (2,), np.float32)
+    action_space = gym.spaces.Discrete(3)
+
+    def __init__(self, index, sizes, fail_at=(), slow_at=()):
+        self.index, self.sizes, self.t = index, sizes, 0
+        self.fail_at, self.slow_at = fail_at, slow_at
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        if (self.index, self.t) in self.slow_at:
+            time.sleep(0.5)
+        if (self.index, self.t) in self.fail_at:
+            msg = f"boom {self.index} {self.t}"
+            raise RuntimeError(msg)
+        size = self.sizes(self.index, self.t)
+        info: dict[str, Any] = {
+            "t": self.t,
+            f"f{size}": _frame(self.index, self.t, size),
+        }
+        return np.array([self.t, self.index], np.float32), 0.0, False, False, info
+
+
+def _check_frames(infos) -> int:
+    checked = 0
+    for key in infos:
+        if key.startswith("f") and key[1:].isdigit():
+            for i in np.flatnonzero(infos[f"_{key}"]):
+                t = int(infos["t"][i])
+                np.testing.assert_array_equal(
+                    infos[key][i], _frame(int(i), t, int(key[1:])), f"{key} env {i}"
+                )
+                checked += 1
+    return checked
+
+
+def _growing(index, t):
+    # env 0 grows twice (two offers); env 1 stays small
+    if index == 0:
+        return 4096 if t < 5 else 8192 if t == 5 else 16384
+    return 4096
+
+
+@needs_wide
+def test_an_offer_lost_to_an_env_error_never_shows_stale_rows(make_async):
+    fns = [
+        functools.partial(ScriptEnv, i, _growing, fail_at={(1, 6)}) for i in range(2)
+    ]
+    env = make_async(fns, num_workers=1)
+    env.reset(seed=0)
+    checked = 0
+    for step in range(1, 16):
+        # step 6's actions go by pipe (a list), and env 1 raises in it
+        if step == 6:
+            with (
+                pytest.warns(UserWarning, match="ERROR"),
+                pytest.raises(RuntimeError, match="boom 1 6"),
+            ):
+                env.step([0, 0])
+            continue
+        *_, infos = env.step(np.zeros(2, np.int64))
+        checked += _check_frames(infos)
+    assert checked > 20
+    assert _wide_in_use(env)  # offered again, and accepted
+
+
+@needs_wide
+def test_an_offer_lost_to_a_timeout_never_shows_stale_rows(make_async):
+    fns = [
+        functools.partial(ScriptEnv, i, _growing, slow_at={(0, 6)}) for i in range(2)
+    ]
+    env = make_async(fns, num_workers=1)
+    env.reset(seed=0)
+    checked = 0
+    for step in range(1, 16):
+        env.step_async([0, 0] if step in (5, 6) else np.zeros(2, np.int64))
+        try:
+            *_, infos = env.step_wait(timeout=0.2 if step == 6 else None)
+        except multiprocessing.TimeoutError:
+            assert step == 6
+            time.sleep(0.6)  # the given-up reply (with its offer) comes, unread
+            continue
+        checked += _check_frames(infos)
+    assert checked > 15
+    assert _wide_in_use(env)
+
+
+@needs_wide
+def test_actions_by_pipe_accept_offers_too(make_async):
+    env = make_async(_fns(grow_at=10**9), num_workers=2)
+    env.reset(seed=0)
+    for _ in range(4):
+        env.step([0] * NUM_ENVS)  # a list: the actions travel pickled
+    assert _wide_in_use(env)
+
+
+def _maps_of(pid: int | str = "self") -> int:
+    """Bytes of wide-info areas mapped in process ``pid``."""
+    with open(f"/proc/{pid}/maps") as maps:
+        spans = [line.split()[0] for line in maps if "vecpool-infos" in line]
+    return sum(int(b, 16) - int(a, 16) for a, b in (s.split("-") for s in spans))
+
+
+@needs_wide
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_close_unmaps_the_wide_areas(make_async, num_workers):
+    env = make_async(_fns(size=1 << 20, grow_at=10**9), num_workers=num_workers)
+    env.reset(seed=0)
+    for _ in range(3):
+        env.step(np.zeros(NUM_ENVS, np.int64))
+    assert _maps_of() >= NUM_ENVS << 20
+    env.close()
+    gc.collect()
+    assert _maps_of() == 0  # the env object itself is still alive
+
+
+@needs_wide
+def test_a_forked_worker_does_not_keep_other_workers_areas(make_async):
+    first = make_async(_fns(size=1 << 20, grow_at=10**9), num_workers=2, context="fork")
+    first.reset(seed=0)
+    for _ in range(3):
+        first.step(np.zeros(NUM_ENVS, np.int64))
+    assert _wide_in_use(first)
+    second = make_async(_fns(size=16, grow_at=10**9), num_workers=2, context="fork")
+    for handle in second._group.handles:
+        assert _maps_of(handle.process.pid) == 0
+
+
+def test_an_info_that_grows_every_step_gets_few_offers():
+    area = WideArea(2)
+    offers = 0
+    for nbytes in range(8 * 41, 8 * 441, 8):  # a float64 more on every step
+        if not area.want(nbytes):
+            offer = area.offer()
+            if offer is not None:
+                offers += 1
+                area.accept(offer.serial)
+    assert area.stride >= 8 * 440
+    assert offers <= 8
+
+
+def test_one_oversized_info_does_not_stop_later_offers():
+    area = WideArea(32)
+    assert not area.want(40 << 20)  # 32 x 40 MiB: more than any area holds
+    assert area.offer() is None
+    assert not area.want(8192)
+    offer = area.offer()
+    assert offer is not None
+    assert offer.stride >= 8192

@@ -477,16 +477,20 @@ class StepBuffers:
             if step and any(reply.columns for reply in replies if reply is not None)
             else _NO_ENVS
         )
+        for handle, reply in zip(handles, replies, strict=True):
+            # before any raise: an offer not taken now is never made again
+            if (
+                reply is not None
+                and reply.wide_offer is not None
+                and handle.take_wide_offer(reply.wide_offer)
+            ):
+                self.wide_offers = True
         raise_env_errors(replies, owner)
         items: list[tuple[int, dict[str, Any]]] = []
         for handle, reply in zip(handles, replies, strict=True):
             if reply is not None:
                 self.apply_reply(handle.env_indices.start, reply)
                 items.extend(reply.infos or [])
-                if reply.wide_offer is not None and handle.take_wide_offer(
-                    reply.wide_offer
-                ):
-                    self.wide_offers = True
         if not columned.size:
             return merge_infos(items, self.num_envs)
         ids = self.info_ids[columned]

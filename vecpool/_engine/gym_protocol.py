@@ -52,6 +52,7 @@ class GymProtocolHandle(WorkerHandle):
         actions: list[Any] | None,
         buffer: int = 0,  # noqa: ARG002 - Gymnasium's workers have one buffer
         message: bytes = STEP,  # noqa: ARG002 - and speak their own protocol
+        accept: bytes = b"",  # noqa: ARG002 - and never offer wide-info areas
     ) -> int:
         """Step the env with its action (always by pipe)."""
         assert actions is not None

@@ -108,15 +108,23 @@ class WorkerHandle:
     # -- sending ---------------------------------------------------------------------
 
     def send_step(
-        self, actions: list[Any] | None, buffer: int = 0, message: bytes = STEP
+        self,
+        actions: list[Any] | None,
+        buffer: int = 0,
+        message: bytes = STEP,
+        accept: bytes = b"",
     ) -> int:
-        """Step every hosted env; actions in shared memory when ``actions`` is None."""
+        """Step every hosted env; actions in shared memory when ``actions`` is None.
+
+        ``accept``: the acceptance of a wide-info area (:meth:`accept_wide_offer`).
+        """
         if actions is None:
-            return self.write(message)
-        return self.send(Command.STEP, (actions, None, buffer))
+            return self.write(message + accept)
+        return self.send(Command.STEP, (actions, None, buffer, accept))
 
     def take_wide_offer(self, offer: WideOffer) -> bool:
         """Map the wide-info area this worker offers; return whether it could."""
+        self.wide_offer = None  # an older offer is void once a newer one came
         view = map_offer(offer)
         if view is None:
             return False

@@ -48,8 +48,21 @@ def _retire_held_buffers() -> None:
             env._buffers.retire_held_obs_buffers()
 
 
+def _drop_wide_areas() -> None:
+    """In a forked child: drop the parent's maps of its workers' wide-info areas.
+
+    They can be large (vecpool/_wire/wide_infos.py), and a child that kept them
+    (a later worker, a replacement, any fork of the user's) would keep another
+    worker's memory alive after that worker and its vector env are gone.
+    """
+    for env in list(LIVE_ENVS):
+        with contextlib.suppress(Exception):
+            for handle in env._group.handles:
+                handle.info_wide = handle.wide_offer = None
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_retire_held_buffers)
+    os.register_at_fork(before=_retire_held_buffers, after_in_child=_drop_wide_areas)
 
 
 def shutdown(

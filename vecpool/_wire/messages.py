@@ -261,5 +261,7 @@ def encode_safely(reply: Reply, start: int) -> bytes:
             results=parts["results"],
             errors=errors,
             step_values=reply.step_values,
+            columns=reply.columns,
+            wide_offer=reply.wide_offer,
         )
     )

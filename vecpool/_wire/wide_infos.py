@@ -13,12 +13,14 @@ known when the block is laid out, so:
 2. The parent maps the area through ``/proc/<pid>/fd/<fd>`` (:func:`map_offer`);
    if it cannot, nothing changes and those infos stay pickled. If it can, its next
    full step command to that worker carries the acceptance
-   (:func:`acceptance`: ``b"w"`` and the descriptor number).
+   (:func:`acceptance`: ``b"w"`` and the offer's serial number).
 3. The worker switches to the area on that command (:meth:`WideArea.accept`), so
    the step that carries the acceptance is the first one whose wide rows the
    parent reads from it. A larger info later makes a larger offer, accepted the
-   same way; a replacement worker (``on_worker_crash="restart"``) starts without
-   one, and an acceptance meant for its predecessor names no offer of its own.
+   same way. An acceptance that names another offer (its reply was lost to an env
+   error or a timeout; a predecessor's, re-sent to a replacement worker) makes the
+   worker stop writing wide rows and offer again: the ids it writes then say
+   "pickled", so the parent never reads an area the worker does not write.
 
 A ``memfd`` has no name: it goes when the last process that maps or holds it does,
 so no crash, kill or parent death can leave it behind, and it is not bounded by
@@ -45,7 +47,7 @@ __all__ = [
     "WideArea",
     "WideOffer",
     "acceptance",
-    "accepted_fd",
+    "accepted_serial",
     "map_offer",
 ]
 
@@ -56,9 +58,9 @@ WIDE_AREA_MAX_BYTES = 1 << 30
 """The largest area a worker offers (1 GiB): larger needs travel pickled."""
 
 ACCEPT = b"w"
-"""Marks the acceptance appended to a step command (then the ``uint32`` fd)."""
+"""Marks the acceptance appended to a step command (then the ``uint32`` serial)."""
 
-_FD = struct.Struct("<I")
+_SERIAL = struct.Struct("<I")
 _ALIGN = 64
 
 
@@ -70,12 +72,15 @@ class WideOffer(NamedTuple):
         fd: The area's descriptor number in the worker.
         stride: Bytes of each env's wide row.
         rows: Number of rows (the worker's hosted envs, in order).
+        serial: This worker's count of offers: what the acceptance names (a
+            descriptor number can be reused).
     """
 
     pid: int
     fd: int
     stride: int
     rows: int
+    serial: int = 0
 
 
 class WideArea:
@@ -94,25 +99,36 @@ class WideArea:
         self.stride = 0
         self._wanted = 0  # the largest wide schema met, in bytes
         self._offered = 0  # stride of the last offer made
-        self._offer: tuple[int, mmap.mmap, int] | None = None  # fd, map, stride
+        # serial, fd, map and stride of the pending offer
+        self._offer: tuple[int, int, mmap.mmap, int] | None = None
         self._used: tuple[int, mmap.mmap] | None = None  # fd and map in use
+        self._serial = 0  # numbers every offer this worker makes
 
     def want(self, nbytes: int) -> bool:
-        """Note a wide schema of ``nbytes``; return whether the area in use fits it."""
+        """Note a wide schema of ``nbytes``; return whether the area in use fits it.
+
+        A schema no area could hold (over :data:`WIDE_AREA_MAX_BYTES` for all the
+        hosted envs) is not noted: it travels pickled, and smaller ones still get
+        their area.
+        """
         if nbytes <= self.stride:
             return True
-        self._wanted = max(self._wanted, nbytes)
+        if nbytes * self.count <= WIDE_AREA_MAX_BYTES:
+            self._wanted = max(self._wanted, nbytes)
         return False
 
     def offer(self) -> WideOffer | None:
-        """A new offer if a wide schema met needs one (at most once per size)."""
-        stride = -(-self._wanted // _ALIGN) * _ALIGN
-        if (
-            not WIDE_INFOS
-            or stride <= max(self.stride, self._offered)
-            or stride * self.count > WIDE_AREA_MAX_BYTES
-        ):
+        """A new offer if a wide schema met needs one (at most once per size).
+
+        The stride grows by half at least, so an info that grows a little on
+        every step costs a few offers, not one every few steps.
+        """
+        wanted = -(-self._wanted // _ALIGN) * _ALIGN
+        if not WIDE_INFOS or wanted <= max(self.stride, self._offered):
             return None
+        grown = -(-max(self.stride, self._offered) * 3 // 2 // _ALIGN) * _ALIGN
+        stride = max(wanted, min(grown, WIDE_AREA_MAX_BYTES // self.count))
+        stride = stride // _ALIGN * _ALIGN if stride > wanted else stride
         self._offered = stride
         size = stride * self.count
         try:
@@ -126,14 +142,23 @@ class WideArea:
             os.close(fd)
             return None
         self._drop_offer()
-        self._offer = (fd, area, stride)
-        return WideOffer(os.getpid(), fd, stride, self.count)
+        self._serial += 1
+        self._offer = (self._serial, fd, area, stride)
+        return WideOffer(os.getpid(), fd, stride, self.count, self._serial)
 
-    def accept(self, fd: int) -> None:
-        """Switch to the offered area if the parent accepted it (``fd``: its number)."""
-        if self._offer is None or self._offer[0] != fd:
-            return  # an acceptance meant for another offer (or a predecessor)
-        fd, area, stride = self._offer
+    def accept(self, serial: int) -> None:
+        """Switch to the offered area if the parent accepted it (by its serial).
+
+        An acceptance of anything else (an offer whose reply the parent never
+        read, a predecessor's) means the parent reads an area this worker does not
+        write: stop writing wide rows, and offer afresh.
+        """
+        if self._offer is None or self._offer[0] != serial:
+            self._drop_offer()
+            self._drop_used()
+            self.stride = self._offered = 0
+            return
+        _, fd, area, stride = self._offer
         self._offer = None
         self._drop_used()
         self._used = (fd, area)
@@ -142,7 +167,7 @@ class WideArea:
 
     def _drop_offer(self) -> None:
         if self._offer is not None:
-            fd, area, _ = self._offer
+            _, fd, area, _ = self._offer
             self._offer = None
             _close(fd, area)
 
@@ -171,13 +196,13 @@ def _close(fd: int, area: mmap.mmap) -> None:
 
 def acceptance(offer: WideOffer) -> bytes:
     """What a step command appends to accept ``offer``."""
-    return ACCEPT + _FD.pack(offer.fd)
+    return ACCEPT + _SERIAL.pack(offer.serial)
 
 
-def accepted_fd(tail: bytes | memoryview) -> int | None:
-    """The descriptor an acceptance (a step command's tail) names, if any."""
-    if len(tail) == 1 + _FD.size and tail[:1] == ACCEPT:
-        (fd,) = _FD.unpack_from(tail, 1)
+def accepted_serial(tail: bytes | memoryview) -> int | None:
+    """The offer an acceptance (a step command's tail) names, if any."""
+    if len(tail) == 1 + _SERIAL.size and tail[:1] == ACCEPT:
+        (fd,) = _SERIAL.unpack_from(tail, 1)
         return int(fd)
     return None
 

@@ -40,7 +40,7 @@ from vecpool._wire.messages import (
     encode_safely,
 )
 from vecpool._wire.remote_errors import ErrorRecord, pack_error
-from vecpool._wire.wide_infos import WideArea, WideOffer, accepted_fd
+from vecpool._wire.wide_infos import WideArea, WideOffer, accepted_serial
 
 __all__ = ["Host", "open_host", "serve"]
 
@@ -232,10 +232,10 @@ class Host:
 
     def accept_wide(self, tail: bytes | memoryview) -> None:
         """Switch to the wide-info area the parent accepted (a step command's tail)."""
-        fd = accepted_fd(tail)
-        if fd is None:
+        serial = accepted_serial(tail)
+        if serial is None:
             return
-        self.wide.accept(fd)
+        self.wide.accept(serial)
         if self.wide.rows is not None:  # wide infos refused before fit now
             self.info_refused = [None] * len(self.envs)
 
@@ -497,7 +497,9 @@ def _run_command(host: Host, data: bytes | memoryview) -> tuple[bytes, bool]:
     """Run one pickled command; return the reply and whether to keep going."""
     command, payload = pickle.loads(data)
     if command is Command.STEP:
-        actions, subset, buffer = payload
+        actions, subset, buffer, *accept = payload
+        if accept and accept[0]:  # a wide-info area accepted with this step
+            host.accept_wide(accept[0])
         return host.step(actions, subset, buffer), True
     if command is Command.RESET:
         seeds, options, flags, buffer = payload

@@ -519,23 +519,24 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             else:
                 per_env = buffers.place_actions(actions, shared=shared)
             buffer = buffers.choose_obs_buffer()
-            if per_env is None and buffers.wide_offers:
-                # a worker offered an area for wide infos: accept it with this step
-                # (vecpool/_wire/wide_infos.py)
-                buffers.wide_offers = False
+            # a worker offered an area for wide infos: accept it with this step
+            # (vecpool/_wire/wide_infos.py)
+            accepting, buffers.wide_offers = buffers.wide_offers, False
+            if per_env is None and not accepting:
+                group.send_message_all(buffers.step_messages[buffer])
+            else:
                 message = buffers.step_messages[buffer]
                 group.send_all(
                     "step",
-                    lambda handle: handle.write(message + handle.accept_wide_offer()),
-                )
-            elif per_env is None:
-                group.send_message_all(buffers.step_messages[buffer])
-            else:
-                group.send_all(
-                    "step",
                     lambda handle: handle.send_step(
-                        per_env[handle.env_indices.start : handle.env_indices.stop],
+                        None
+                        if per_env is None
+                        else per_env[
+                            handle.env_indices.start : handle.env_indices.stop
+                        ],
                         buffer,
+                        message,
+                        handle.accept_wide_offer() if accepting else b"",
                     ),
                 )
             self._state = AsyncState.WAITING_STEP
@@ -950,6 +951,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         if self._finalizer is not None:
             self._finalizer()  # terminates whatever is left, reaps, closes pipes
         self._buffers.release()
+        for handle in self._group.handles:  # the workers' wide areas go now too
+            handle.info_wide = handle.wide_offer = None
 
     # -- state checks and results ------------------------------------------------------
 
