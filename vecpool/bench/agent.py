@@ -75,9 +75,12 @@ class Policy:
         self.target = milliseconds / 1e3
         probe = np.zeros((num_envs, obs_size), np.float32)
         base = self._time(probe)
-        self.depth = 8
-        per_layer = max((self._time(probe) - base) / 8, 1e-7)
-        self.depth = max(0, round((self.target - base) / per_layer))
+        # one hidden layer timed on its own, over many calls: a difference of two
+        # noisy forwards could come out near zero (or below), and the depth then
+        # explode (a 3 ms target once gave 200 ms forwards)
+        hidden = np.ones((num_envs, _WIDTH), np.float32)
+        per_layer = _median_seconds(lambda: np.tanh(hidden @ self.hidden), 64)
+        self.depth = max(0, round((self.target - base) / max(per_layer, 1e-7)))
         self.seconds = self._time(probe)  # what one forward costs, as calibrated
 
     waits = False
@@ -136,6 +139,17 @@ class LatencyPolicy:
         """Wait for the "accelerator" (a sleep: no CPU)."""
         time.sleep(self.seconds)
         return np.float32(0.0)
+
+
+def _median_seconds(call: Callable[[], Any], repeats: int) -> float:
+    """The median duration of ``call`` over ``repeats`` timed calls (after one)."""
+    call()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[repeats // 2]
 
 
 def _flat_rows(obs: Any, size: int) -> npt.NDArray[np.float32]:
