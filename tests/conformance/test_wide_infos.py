@@ -219,13 +219,16 @@ class ScriptEnv(gym.Env):
 
 
 def _check_frames(infos) -> int:
+    """Check every frame against its env's (``env_id`` names a batch's rows)."""
+    env_of = infos.get("env_id", np.arange(NUM_ENVS))
     checked = 0
     for key in infos:
         if key.startswith("f") and key[1:].isdigit():
             for i in np.flatnonzero(infos[f"_{key}"]):
                 t = int(infos["t"][i])
+                env = int(env_of[i])
                 np.testing.assert_array_equal(
-                    infos[key][i], _frame(int(i), t, int(key[1:])), f"{key} env {i}"
+                    infos[key][i], _frame(env, t, int(key[1:])), f"{key} env {env}"
                 )
                 checked += 1
     return checked
@@ -344,3 +347,20 @@ def test_one_oversized_info_does_not_stop_later_offers():
     offer = area.offer()
     assert offer is not None
     assert offer.stride >= 8192
+
+
+@needs_wide
+def test_send_recv_batches_read_wide_rows(make_async):
+    fns = [functools.partial(ScriptEnv, i, lambda index, t: 4096) for i in range(4)]
+    env = make_async(fns, num_workers=2, batch_size=2)
+    env.reset(seed=0)
+    for _ in range(3):  # full steps: the areas are offered and accepted
+        env.step(np.zeros(4, np.int64))
+    assert _wide_in_use(env)
+    env.send(np.zeros(4, np.int64))
+    checked = 0
+    for _ in range(30):
+        *_, infos = env.recv()
+        checked += _check_frames(infos)
+        env.send(np.zeros(len(infos["env_id"]), np.int64), infos["env_id"])
+    assert checked == 60

@@ -1,8 +1,9 @@
 """EnvPool-style asynchronous batches: the bookkeeping of ``send`` and ``recv``.
 
 ``send(actions, env_ids)`` steps some envs without waiting; ``recv()`` returns the first
-``batch_size`` envs to finish. Each worker that hosts some of the ids gets one command;
-its reply number (see :class:`vecpool._engine.numbering.ReplyNumbers`) maps back to the
+``batch_size`` envs to finish. Each worker that hosts some of the ids gets commands of
+``batch_size // workers`` envs (so a batch gathers envs of every worker);
+each reply number (see :class:`vecpool._engine.numbering.ReplyNumbers`) maps back to the
 ids it stepped, so replies are matched to batches exactly, even after a timeout or a
 Ctrl-C.
 """
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from vecpool._engine.buffers import StepBuffers, merge_infos
+from vecpool._engine.buffers import StepBuffers
 from vecpool._engine.env_errors import raise_env_errors
 from vecpool._engine.group import WorkerGroup
 from vecpool._engine.guards import HELD
@@ -155,8 +156,20 @@ class Batches:
             raise ValueError(msg)
         return ids
 
+    @property
+    def chunk(self) -> int:
+        """Envs per command: ``batch_size // workers`` (at least 1).
+
+        A batch is then gathered from every worker, whose envs step in parallel,
+        instead of being one worker's envs stepping one after another: while the
+        policy runs on one batch, the next one steps on every core (the overlap
+        of an alternating sampler).
+        """
+        workers = len(self.group.handles)
+        return max(1, self.batch_size // workers) if workers else self.batch_size
+
     def send(self, actions: Any, env_ids: Any) -> None:
-        """Step ``env_ids`` with ``actions``; one command per worker concerned.
+        """Step ``env_ids`` with ``actions``: commands of :attr:`chunk` envs.
 
         Raises:
             ValueError: On bad ids or actions (nothing is sent then).
@@ -175,35 +188,23 @@ class Batches:
             listed = ids.tolist()
             order = sorted(range(len(listed)), key=listed.__getitem__)
             worker_of = self.worker_of
-            handles = self.group.handles
-            # one command per worker concerned: the sorted ids, cut where it changes
+            chunk = self.chunk
+            # the sorted ids, cut where the worker changes and every `chunk` envs
             lo = 0
             while lo < len(order):
                 worker = worker_of[listed[order[lo]]]
                 hi = lo + 1
-                while hi < len(order) and worker_of[listed[order[hi]]] == worker:
+                while (
+                    hi < len(order)
+                    and hi - lo < chunk
+                    and worker_of[listed[order[hi]]] == worker
+                ):
                     hi += 1
-                handle = handles[worker]
-                chosen = [listed[i] for i in order[lo:hi]]
-                start = handle.env_indices.start
-                local = [index - start for index in chosen]
-                handle_actions = (
-                    None if per_env is None else [per_env[i] for i in order[lo:hi]]
+                self._command(
+                    worker,
+                    [listed[i] for i in order[lo:hi]],
+                    None if per_env is None else [per_env[i] for i in order[lo:hi]],
                 )
-                handle.numbers.start_batch()  # drops the last plain call's answers
-                try:
-                    number = handle.send_step_some(local, handle_actions)
-                except OSError:
-                    number = 0
-                if not number:  # restart mode: a replacement gets it
-                    handle, number = self.group.send_to(
-                        handle,
-                        "send",
-                        lambda new: new.send_step_some(local, handle_actions),  # noqa: B023
-                    )
-                handle.numbers.expect_batch(number, chosen)
-                self.in_flight[chosen] = True
-                self.flying += hi - lo
                 lo = hi
 
     def _send_run(self, actions: Any, ids: npt.NDArray[np.int64], first: int) -> bool:
@@ -223,23 +224,38 @@ class Batches:
             per_env = self.buffers.place_actions(
                 actions, ids, shared=not self.group.any_abandoned()
             )
-            handle = self.group.handles[worker]
-            start = handle.env_indices.start
-            chosen = list(range(first, last + 1))
-            local = list(range(first - start, last + 1 - start))
-            handle.numbers.start_batch()  # drops the last plain call's answers
-            try:
-                number = handle.send_step_some(local, per_env)
-            except OSError:
-                number = 0
-            if not number:  # restart mode: a replacement gets it
-                handle, number = self.group.send_to(
-                    handle, "send", lambda new: new.send_step_some(local, per_env)
+            chunk = self.chunk
+            for lo in range(0, count, chunk):
+                hi = min(lo + chunk, count)
+                self._command(
+                    worker,
+                    list(range(first + lo, first + hi)),
+                    None if per_env is None else per_env[lo:hi],
                 )
-            handle.numbers.expect_batch(number, chosen)
-            self.in_flight[first : last + 1] = True
-            self.flying += count
         return True
+
+    def _command(
+        self, worker: int, chosen: list[int], actions: list[Any] | None
+    ) -> None:
+        """Send one step command for ``chosen`` (ascending ids of one worker).
+
+        Callers hold Ctrl-C back (``with HELD``) around their commands.
+        """
+        handle = self.group.handles[worker]
+        start = handle.env_indices.start
+        local = [index - start for index in chosen]
+        handle.numbers.start_batch()  # drops the last plain call's answers
+        try:
+            number = handle.send_step_some(local, actions)
+        except OSError:
+            number = 0
+        if not number:  # restart mode: a replacement gets it
+            handle, number = self.group.send_to(
+                handle, "send", lambda new: new.send_step_some(local, actions)
+            )
+        handle.numbers.expect_batch(number, chosen)
+        self.in_flight[chosen] = True
+        self.flying += len(chosen)
 
     def recv(
         self, timeout: float | None
@@ -271,17 +287,16 @@ class Batches:
             listed = [ready.popleft() for _ in range(count)]
             ids = np.array(listed, np.int64)
             ready_infos = self.ready_infos
-            infos = (
-                merge_infos(
-                    [
-                        (row, ready_infos.pop(index, {}))
-                        for row, index in enumerate(listed)
-                    ],
-                    count,
-                )
+            pickled = (
+                [
+                    (row, ready_infos.pop(index))
+                    for row, index in enumerate(listed)
+                    if index in ready_infos
+                ]
                 if ready_infos
-                else {}
+                else []
             )
+            infos = self.buffers.merge_batch_infos(self.group.handles, pickled, listed)
         infos["env_id"] = ids
         buffers = self.buffers
         first = listed[0] if listed else 0

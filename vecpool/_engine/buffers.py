@@ -514,6 +514,43 @@ class StepBuffers:
         items.sort(key=operator.itemgetter(0))  # env order, as Gymnasium merges
         return merge_infos(items, self.num_envs)
 
+    def merge_batch_infos(
+        self,
+        handles: Sequence[Any],
+        items: list[tuple[int, dict[str, Any]]],
+        ids: list[int],
+    ) -> dict[str, Any]:
+        """The merged infos of a ``recv`` batch: envs ``ids``, in this row order.
+
+        Args:
+            handles: The worker handles (for wide rows).
+            items: ``(row, info)`` of the infos that came pickled.
+            ids: The batch's envs; those whose info id is set have theirs in
+                shared memory (each env's own row, untouched until it is sent
+                again: vecpool/_wire/info_columns.py).
+
+        Returns:
+            The batched infos, as Gymnasium merges them (``count`` rows).
+        """
+        count = len(ids)
+        envs = np.asarray(ids, np.intp)
+        schema_ids = self.info_ids[envs]
+        positions = np.flatnonzero(schema_ids)
+        if not positions.size:
+            return merge_infos(items, count) if items else {}
+        envs = envs[positions]
+        first_id = int(schema_ids[positions[0]])
+        if not items and (schema_ids[positions] == first_id).all():
+            first = self._schema(first_id, int(envs[0]))
+            if not first.wide:  # one schema, nothing pickled
+                return first.merge(self.info_rows[envs], positions, count)
+        for position, env in zip(positions.tolist(), envs.tolist(), strict=True):
+            schema = self._schema(int(schema_ids[position]), env)
+            row = _wide_row(handles, env) if schema.wide else self.info_rows[env]
+            items.append((position, schema.decode(row)))
+        items.sort(key=operator.itemgetter(0))  # row order, as Gymnasium merges
+        return merge_infos(items, count)
+
     def _schema(self, schema_id: int, env: int) -> InfoSchema:
         """The info schema ``schema_id`` (read from ``env``'s area when new)."""
         schema = self._info_schemas.get(schema_id)

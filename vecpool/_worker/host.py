@@ -164,9 +164,10 @@ class Host:
             self.truncations,
         )
         mode = self.mode
-        # a full step puts the infos it can in shared memory (a `send` batch's go
-        # pickled: its envs' rows are read later, one batch at a time)
-        info_ids = self.info_ids if subset is None else None
+        # the infos it can go in shared memory: each env's own row, which the parent
+        # reads before that env can be stepped again (a full step's reply; a `send`
+        # batch's `recv`)
+        info_ids = self.info_ids
         ids_now = self.info_ids_now
         columns = False
         self._acquire()
@@ -178,6 +179,7 @@ class Host:
                 env = envs[local]
                 index = self.start + local
                 try:
+                    marked = False
                     if (
                         self.any_restarted
                         and self.restarted[local]
@@ -186,6 +188,7 @@ class Host:
                         obs, reward, terminated, truncated, info = self._restart_row(
                             local
                         )
+                        marked = True  # pickled: the parent looks at this info
                     elif mode is AutoresetMode.NEXT_STEP and self.autoreset[local]:
                         obs, info = env.reset(seed=self._take_seed(local))
                         reward, terminated, truncated = 0.0, False, False
@@ -212,7 +215,7 @@ class Host:
                     truncations[index] = truncated
                     schema_id = 0  # this step's info in shared memory: none yet
                     if info:
-                        if info_ids is not None:
+                        if not marked:
                             schema_id = self._put_info(local, index, info)
                         if schema_id:
                             columns = True
@@ -222,11 +225,11 @@ class Host:
                     errors.append(pack_error(index, exc))
                     schema_id = 0
                 # one write, and only when it changes (an older id must not show)
-                if info_ids is not None and ids_now[local] != schema_id:
+                if ids_now[local] != schema_id:
                     info_ids[index] = ids_now[local] = schema_id
         finally:
             self._release()
-        if infos and info_ids is not None:  # pickled anyway: a wide area to offer?
+        if infos and subset is None:  # pickled anyway: a wide area to offer?
             return self._reply(infos, errors, columns, self.wide.offer())
         return self._reply(infos, errors, columns)
 
