@@ -239,6 +239,24 @@ def test_group_result_medians_and_ratios():
     assert any("vecpool" in line and "8.00x" in line for line in lines)
 
 
+def test_cpu_columns_total_and_overhead_above_the_raw_env():
+    def result(name, worker, parent):
+        rounds = tuple(Measurement(1000, 1.0, worker, parent) for _ in range(3))
+        return BackendResult(name, 10, rounds)
+
+    group = GroupResult(
+        "w",
+        "W-v0",
+        4,
+        2,
+        (result("raw", None, 0.004), result("vecpool", 0.006, 0.002)),
+    )
+    assert group.results[1].cpu_per_step == pytest.approx(8e-6)
+    (line,) = [ln for ln in bench.format_group_table([group]) if "  vecpool" in ln]
+    # workers 6.0, parent 2.0, total 8.0, over the raw env's 4.0: 4.0
+    assert line.split()[-4:] == ["6.0", "2.0", "8.0", "4.0"]
+
+
 def test_measurement_rate():
     assert Measurement(300, 1.5).steps_per_second == pytest.approx(200.0)
     assert math.isinf(Measurement(3, 0.0).steps_per_second)

@@ -150,6 +150,16 @@ class BackendResult:
         ]
         return median(values) if values else None
 
+    @property
+    def cpu_per_step(self) -> float | None:
+        """Median CPU seconds per env-step of the parent and the workers together."""
+        values = [
+            ((m.worker_cpu or 0.0) + m.parent_cpu) / m.env_steps
+            for m in self.rounds
+            if m.parent_cpu is not None and m.env_steps
+        ]
+        return median(values) if values else None
+
 
 @dataclass(frozen=True)
 class GroupResult:
@@ -226,6 +236,7 @@ class GroupResult:
                     "spread": result.spread,
                     "worker_cpu_per_step": result.worker_cpu_per_step,
                     "parent_cpu_per_step": result.parent_cpu_per_step,
+                    "cpu_per_step": result.cpu_per_step,
                     **dataclasses.asdict(ratios[result.backend]),
                 }
                 for result in self.results
@@ -430,14 +441,15 @@ def format_group_table(groups: Sequence[GroupResult]) -> list[str]:
     header = (
         f"{'num_envs':>8}  {'backend':<15}{'env-steps/s':>12}{'spread':>8}"
         f"{'vs gym-async':>14}{'vs gym-sync':>13}{'vs limit':>10}"
-        f"{'workers us':>12}{'parent us':>11}"
+        f"{'workers us':>12}{'parent us':>11}{'total us':>10}{'over raw':>10}"
     )
     policy = first.policy_seconds
     lines = [
         f"{label}: median of {len(first.results[0].rounds)} rounds; "
         f"physical limit = raw x {first.cpus} CPUs",
-        "CPU microseconds per env-step: of the worker processes, and of this "
-        "process (every thread)",
+        "CPU microseconds per env-step: of the worker processes, of this "
+        "process (every thread), both, and both less the raw env's own "
+        "(with a CPU policy, its cost is in the parent's)",
     ]
     if policy is not None and first.policy_waits:
         lines.append(
@@ -454,8 +466,11 @@ def format_group_table(groups: Sequence[GroupResult]) -> list[str]:
     lines += [header, "-" * len(header)]
     for group in groups:
         ratios = group.ratios
+        raw = next((r.cpu_per_step for r in group.results if r.backend == "raw"), None)
         for result in group.results:
             ratio = ratios[result.backend]
+            total = result.cpu_per_step
+            over = None if total is None or raw is None else total - raw
             lines.append(
                 f"{group.num_envs:>8}  {result.backend:<15}{result.median:>12,.0f}"
                 f"{result.spread:>7.0%} "
@@ -464,6 +479,8 @@ def format_group_table(groups: Sequence[GroupResult]) -> list[str]:
                 f"{_format_ratio(ratio.vs_limit):>10}"
                 f"{_micro(result.worker_cpu_per_step):>12}"
                 f"{_micro(result.parent_cpu_per_step):>11}"
+                f"{_micro(total):>10}"
+                f"{_micro(over if result.backend != 'raw' else None):>10}"
             )
         if group.limit is not None:
             lines.append(f"{group.num_envs:>8}  {'(limit)':<15}{group.limit:>12,.0f}")
