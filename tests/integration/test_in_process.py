@@ -39,8 +39,12 @@ def _open_fds() -> int:
 
 @pytest.fixture(autouse=True)
 def _warm() -> None:
-    """One env first: multiprocessing's heap arena (RawArray) opens its fds once."""
-    vecpool.AsyncVectorEnv([CountingEnv], num_workers=0).close()
+    """Envs first: multiprocessing's heap (RawArray) opens its arenas' fds once.
+
+    As large a vector env as the tests below: a larger block needs a new arena,
+    which the heap then keeps (run alone, the tests saw its 2 fds as a leak).
+    """
+    vecpool.AsyncVectorEnv([CountingEnv] * 4, num_workers=0).close()
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc")
@@ -197,3 +201,45 @@ def test_num_workers_zero_with_a_custom_worker_is_refused():
 def test_negative_num_workers_names_the_in_process_mode():
     with pytest.raises(ValueError, match=re.escape("0 runs the envs in this process")):
         vecpool.AsyncVectorEnv([CountingEnv] * 2, num_workers=-1)
+
+
+class _PickleCounter:
+    """An info value that counts how often it is unpickled (in this process)."""
+
+    unpickled = 0
+
+    def __reduce__(self):
+        return (_revive, ())
+
+
+def _revive():
+    _PickleCounter.unpickled += 1
+    return _PickleCounter()
+
+
+class _ObjectInfoEnv(CountingEnv):
+    """Every step info holds an object (never a shared-memory column)."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated, truncated, {**info, "obj": _PickleCounter()}
+
+
+def test_step_infos_are_never_pickled_in_process():
+    _PickleCounter.unpickled = 0
+    env = vecpool.AsyncVectorEnv([_ObjectInfoEnv] * 3, num_workers=0)
+    try:
+        env.reset(seed=0)
+        for _ in range(5):
+            *_, infos = env.step(np.zeros(3, np.int64))
+            assert all(type(value) is _PickleCounter for value in infos["obj"])
+    finally:
+        env.close()
+    assert _PickleCounter.unpickled == 0
+    processes = vecpool.AsyncVectorEnv([_ObjectInfoEnv] * 2, num_workers=1)
+    try:
+        processes.reset(seed=0)
+        processes.step(np.zeros(2, np.int64))
+    finally:
+        processes.close()
+    assert _PickleCounter.unpickled > 0  # the counter works: from a worker, it is

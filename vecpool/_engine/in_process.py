@@ -20,7 +20,7 @@ from collections import deque
 from typing import Any
 
 from vecpool._engine.handle import WorkerHandle
-from vecpool._wire.messages import WorkerConfig
+from vecpool._wire.messages import KEPT, Reply, WorkerConfig
 from vecpool._worker.host import open_host, serve
 
 __all__ = ["InProcessHandle"]
@@ -60,8 +60,10 @@ class _LocalChannel:
         except BaseException:
             self.close_envs()
             raise
-        self.buffer: deque[bytes] = deque([first])
+        self.buffer: deque[bytes | Reply] = deque([first])
         self.running = self.host is not None
+        if self.host is not None:  # step and reset replies: never pickled
+            self.host.keep_replies = True
         self.broken_by: str | None = None  # what stopped a command half-way
 
     def send(self, data: bytes) -> None:
@@ -79,12 +81,16 @@ class _LocalChannel:
             raise
         if not self.running:  # CLOSE: the host closed the envs
             self.envs.clear()
-        self.buffer.append(reply)
+        if reply == KEPT and self.host.kept is not None:
+            self.buffer.append(self.host.kept)
+            self.host.kept = None
+        else:
+            self.buffer.append(reply)
 
     def has_message(self) -> bool:
         return bool(self.buffer)
 
-    def recv(self) -> bytes:
+    def recv(self) -> bytes | Reply:
         if not self.buffer:
             raise EOFError
         return self.buffer.popleft()

@@ -38,6 +38,7 @@ from vecpool._wire.wide_infos import WideOffer
 __all__ = [
     "COLUMNS_ONLY",
     "INFOS_IN_MEMORY",
+    "KEPT",
     "STEP",
     "STEP_SOME",
     "Command",
@@ -123,6 +124,10 @@ class Reply(NamedTuple):
     columns: bool = False
     wide_offer: WideOffer | None = None
 
+
+KEPT = b"k"
+"""What the in-process host (``num_workers=0``) returns for a step or reset reply
+it kept as an object instead of pickling it (``Host.kept``)."""
 
 INFOS_IN_MEMORY = b"c"
 """The one-byte reply to a step with nothing else to say but that some infos are in

@@ -29,6 +29,7 @@ from vecpool._wire.info_columns import (
 )
 from vecpool._wire.messages import (
     INFOS_IN_MEMORY,
+    KEPT,
     STEP,
     STEP_SOME,
     Command,
@@ -83,6 +84,9 @@ class Host:
 
             self.write_obs = write_gym
         self.by_pipe = config.obs_transport is ObsTransport.PIPE
+        # num_workers=0: step and reset replies stay objects (nothing is pickled)
+        self.keep_replies = False
+        self.kept: Reply | None = None
         # step infos in shared memory (see vecpool/_wire/info_columns.py)
         self.info_rows = block.view(layout.infos).data.cast("B")
         self.info_ids = block.view(layout.info_versions)
@@ -352,16 +356,17 @@ class Host:
         """
         if not infos and not errors and not self.by_pipe:
             return INFOS_IN_MEMORY if columns else b""
-        return encode_safely(
-            Reply(
-                infos=infos or None,
-                observations=self.last_obs if self.by_pipe else None,
-                errors=errors or None,
-                columns=columns,
-                wide_offer=wide_offer,
-            ),
-            self.start,
+        reply = Reply(
+            infos=infos or None,
+            observations=list(self.last_obs) if self.by_pipe else None,
+            errors=errors or None,
+            columns=columns,
+            wide_offer=wide_offer,
         )
+        if self.keep_replies:  # in this process: the objects themselves, as Sync
+            self.kept = reply
+            return KEPT
+        return encode_safely(reply, self.start)
 
     def call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
         results: list[Any] = []
