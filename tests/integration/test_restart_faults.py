@@ -29,9 +29,16 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
 
 import vecpool
-from vecpool.testing import CountingEnv, IncarnationEnv, SlowEnv, WorkerKiller
+from vecpool.testing import (
+    CountingEnv,
+    DeliberateError,
+    IncarnationEnv,
+    SlowEnv,
+    WorkerKiller,
+)
 
 PID = 1  # IncarnationEnv's observation: [env index, pid, step in episode]
 # kills at the given pace, never waiting for the restarts to catch up
@@ -633,20 +640,15 @@ def test_a_kill_after_a_step_timeout_cuts_from_the_last_returned_obs(make_async)
     np.testing.assert_array_equal(obs[:, 2], [3, 3, 0, 0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a step_wait(timeout) that times out after restarting a worker "
-    "swallows the cut: the replacement's marked rows answered the given-up step, "
-    "and the next step shows the new incarnation (new pid, step 0) unmarked",
-)
-def test_a_timeout_after_a_restart_still_marks_the_cut(make_async):
+def _timed_out_restart(make_async, mode):
+    """Kill worker 1 in a step whose step_wait(timeout) then times out."""
     fns = [
         functools.partial(
             BuildGate, index=i, step_delay=0.6 if i < 2 else 0.1, min_len=50, max_len=50
         )
         for i in range(4)
     ]
-    env = make_async(fns, num_workers=2, on_worker_crash="restart")
+    env = make_async(fns, num_workers=2, on_worker_crash="restart", autoreset_mode=mode)
     last, _ = env.reset(seed=0)
     env.step_async(np.zeros(4, np.int64))
     _kill(env, 1)  # in its 0.1 s step
@@ -656,16 +658,48 @@ def test_a_timeout_after_a_restart_still_marks_the_cut(make_async):
             env.step_wait(timeout=0.3)  # worker 0 is slow; worker 1 restarted
     assert env.restarts == (0, 1)
     time.sleep(0.5)
-    obs, _, _, truncated, infos = env.step(np.zeros(4, np.int64))
-    assert (obs[2:, PID] != last[2:, PID]).all()  # a new incarnation ...
-    # ... whose first returned rows must say so
-    assert infos.get("worker_restarted", np.zeros(4, bool)).tolist() == [
-        False,
-        False,
-        True,
-        True,
-    ]
+    return env, last
+
+
+def _marks(infos):
+    return infos.get("worker_restarted", np.zeros(4, bool)).tolist()
+
+
+# was a strict xfail: the replacement's marked rows answered the given-up step and
+# were dropped, and the next step showed the new incarnation unmarked
+def test_a_timeout_after_a_restart_still_marks_the_cut(make_async):
+    env, last = _timed_out_restart(make_async, AutoresetMode.NEXT_STEP)
+    obs, _, terminated, truncated, infos = env.step(np.zeros(4, np.int64))
+    # the cut row, as an untimed restart shows it: the last observations seen
+    assert _marks(infos) == [False, False, True, True]
+    np.testing.assert_array_equal(obs[2:], last[2:])
     assert truncated[2:].all()
+    assert not terminated[2:].any()
+    # then the autoreset row: the new incarnation, unmarked
+    obs, _, _, truncated, infos = env.step(np.zeros(4, np.int64))
+    assert (obs[2:, PID] != last[2:, PID]).all()
+    assert _marks(infos) == [False] * 4
+    assert not truncated[2:].any()
+
+
+def test_a_timeout_after_a_restart_still_marks_the_cut_same_step(make_async):
+    env, last = _timed_out_restart(make_async, AutoresetMode.SAME_STEP)
+    obs, _, _, truncated, infos = env.step(np.zeros(4, np.int64))
+    assert _marks(infos) == [False, False, True, True]
+    assert truncated[2:].all()
+    assert (obs[2:, PID] != last[2:, PID]).all()  # reset in the same step
+    for i in (2, 3):
+        np.testing.assert_array_equal(infos["final_obs"][i], last[i])
+
+
+def test_a_reset_after_a_timed_out_restart_marks_the_cut(make_async):
+    env, last = _timed_out_restart(make_async, AutoresetMode.NEXT_STEP)
+    obs, infos = env.reset(seed=1)
+    assert _marks(infos) == [False, False, True, True]
+    assert (obs[2:, PID] != last[2:, PID]).all()
+    _, _, _, truncated, infos = env.step(np.zeros(4, np.int64))
+    assert _marks(infos) == [False] * 4  # shown once
+    assert not truncated.any()
 
 
 def test_a_kill_after_a_recv_timeout_resends_the_in_flight_batches(make_async):
@@ -1019,3 +1053,44 @@ def test_close_from_another_thread_never_restarts_workers(leak_checker):
     assert len(errors) == 1
     assert env.restarts == (0, 0), "workers restarted after close"
     leak_checker.assert_no_leaks()
+
+
+class _ResetFailsWhenRebuilt(IncarnationEnv):
+    """IncarnationEnv 1's reset raises in every incarnation after the first.
+
+    (Env 0 is also built once in the parent, for the spaces: it never raises.)
+    """
+
+    def __init__(self, marker: str, index: int = 0) -> None:
+        super().__init__(index=index, min_len=50, max_len=50)
+        self.rebuilt = index == 1 and os.path.exists(marker)
+        with open(marker, "a"):
+            pass
+
+    def reset(self, *, seed=None, options=None):
+        if self.rebuilt:
+            msg = "this incarnation cannot reset"
+            raise DeliberateError(msg)
+        return super().reset(seed=seed, options=options)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # Gymnasium's error log lines
+def test_a_replacement_that_cannot_reset_raises_until_reset(make_async, tmp_path):
+    # was: the crash step raised, then later steps returned the never-reset
+    # replacement's rows, unmarked (SAME_STEP)
+    fns = [
+        functools.partial(_ResetFailsWhenRebuilt, str(tmp_path / f"built{i}"), i)
+        for i in range(2)
+    ]
+    env = make_async(
+        fns,
+        num_workers=2,
+        on_worker_crash="restart",
+        autoreset_mode=AutoresetMode.SAME_STEP,
+    )
+    env.reset(seed=0)
+    env.step(np.zeros(2, np.int64))
+    _kill(env, 1)
+    for _ in range(4):  # the crash step, and every step after it
+        with pytest.raises(DeliberateError, match="cannot reset"):
+            env.step(np.zeros(2, np.int64))

@@ -29,6 +29,7 @@ from gymnasium import Space
 from vecpool._engine.env_errors import raise_env_errors
 from vecpool._engine.guards import HELD
 from vecpool._engine.handle import WorkerHandle
+from vecpool._wire.messages import CUT_AGAIN
 from vecpool._wire.spin import SpinPolicy, spin_until_ready
 from vecpool.errors import OutOfStepError, WorkerCrashedError
 
@@ -86,6 +87,9 @@ class WorkerGroup:
         self.gave_up = False
         self.restarter: Restarting | None = None
         self.dead: list[WorkerHandle] = []
+        # replacements whose cut rows answered a step or reset that then gave up
+        # (timeout, Ctrl-C, an env error): their next command marks the cut again
+        self.unseen_cuts: list[WorkerHandle] = []
         self.lost: WorkerCrashedError | None = None
 
     def put(self, handle: WorkerHandle) -> None:
@@ -448,6 +452,10 @@ class WorkerGroup:
         )
         self.broken = error
         raise error
+
+    def cut_tail(self, handle: WorkerHandle) -> bytes:
+        """``CUT_AGAIN`` if ``handle``'s cut rows were never returned, else empty."""
+        return CUT_AGAIN if any(handle is h for h in self.unseen_cuts) else b""
 
     def note_give_up(self) -> None:
         """A call gave up (or a transfer was cut): check the handles from now on."""

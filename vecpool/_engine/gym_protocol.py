@@ -64,6 +64,7 @@ class GymProtocolHandle(WorkerHandle):
         options: dict[str, Any] | None,
         flags: list[bool],
         buffer: int = 0,  # noqa: ARG002 - Gymnasium's workers have one buffer
+        tail: bytes = b"",  # noqa: ARG002 - and are never restarted
     ) -> int:
         """Reset the env (or leave it, outside a ``reset_mask``)."""
         if flags[0]:

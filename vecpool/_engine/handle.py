@@ -118,7 +118,8 @@ class WorkerHandle:
     ) -> int:
         """Step every hosted env; actions in shared memory when ``actions`` is None.
 
-        ``accept``: the acceptance of a wide-info area (:meth:`accept_wide_offer`).
+        ``accept``: the command's tail (``Host.take_tail``): the acceptance of a
+        wide-info area (:meth:`accept_wide_offer`) and/or ``CUT_AGAIN``.
         """
         if actions is None:
             return self.write(message + accept)
@@ -156,9 +157,10 @@ class WorkerHandle:
         options: dict[str, Any] | None,
         flags: list[bool],
         buffer: int = 0,
+        tail: bytes = b"",
     ) -> int:
-        """Reset the hosted envs whose flag is set."""
-        return self.send(Command.RESET, (seeds, options, flags, buffer))
+        """Reset the hosted envs whose flag is set (``tail``: ``Host.take_tail``)."""
+        return self.send(Command.RESET, (seeds, options, flags, buffer, tail))
 
     def send_call(
         self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -257,6 +257,9 @@ class Restarter:
             )
             raise_env_errors([first], self.owner)
         self._warn(old, what)
+        if what in ("step", "reset"):
+            # its first rows mark the cut: shown again if this call gives up
+            group.unseen_cuts.append(new)
         with HELD:
             new.numbers.take_over(old.numbers)
             if reissue and old.numbers.waiting:

@@ -37,6 +37,7 @@ from vecpool._wire.wide_infos import WideOffer
 
 __all__ = [
     "COLUMNS_ONLY",
+    "CUT_AGAIN",
     "INFOS_IN_MEMORY",
     "KEPT",
     "STEP",
@@ -124,6 +125,11 @@ class Reply(NamedTuple):
     columns: bool = False
     wide_offer: WideOffer | None = None
 
+
+CUT_AGAIN = b"r"
+"""Ends a step or reset command's tail: a replacement worker marks its envs' cut
+again, because the call that restarted it gave up before returning those rows
+(``Host.cut_again``)."""
 
 KEPT = b"k"
 """What the in-process host (``num_workers=0``) returns for a step or reset reply

@@ -42,6 +42,7 @@ import numpy.typing as npt
 
 __all__ = [
     "ACCEPT",
+    "ACCEPTANCE_BYTES",
     "WIDE_AREA_MAX_BYTES",
     "WIDE_INFOS",
     "WideArea",
@@ -61,6 +62,9 @@ ACCEPT = b"w"
 """Marks the acceptance appended to a step command (then the ``uint32`` serial)."""
 
 _SERIAL = struct.Struct("<I")
+
+ACCEPTANCE_BYTES = 1 + _SERIAL.size
+"""Length of an acceptance (:func:`acceptance`)."""
 _ALIGN = 64
 
 

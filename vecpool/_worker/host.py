@@ -28,6 +28,7 @@ from vecpool._wire.info_columns import (
     write_schema,
 )
 from vecpool._wire.messages import (
+    CUT_AGAIN,
     INFOS_IN_MEMORY,
     KEPT,
     STEP,
@@ -41,7 +42,12 @@ from vecpool._wire.messages import (
     encode_safely,
 )
 from vecpool._wire.remote_errors import ErrorRecord, pack_error
-from vecpool._wire.wide_infos import WideArea, WideOffer, accepted_serial
+from vecpool._wire.wide_infos import (
+    ACCEPTANCE_BYTES,
+    WideArea,
+    WideOffer,
+    accepted_serial,
+)
 
 __all__ = ["Host", "open_host", "serve"]
 
@@ -111,8 +117,12 @@ class Host:
         self.restarted = [restart is not None] * len(envs)
         self.any_restarted = restart is not None
         self.start_seeds: list[int | None] = [None] * len(envs)
+        # a replacement's cut rows show these observations (kept: the cut may have
+        # to be shown again, see `cut_again`)
+        self.cut_obs: list[Any] | None = None
         if restart is not None:
             self.last_obs = list(restart.last_obs)
+            self.cut_obs = list(restart.last_obs)
             self.start_seeds = list(restart.seeds)
 
     def _acquire(self) -> None:
@@ -134,16 +144,27 @@ class Host:
         return seed
 
     def _restart_row(self, local: int) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        """The step result that marks a replaced env's cut (see RestartStart)."""
-        self.restarted[local] = False
-        self.any_restarted = any(self.restarted)
-        last = self.last_obs[local]
+        """The step result that marks a replaced env's cut (see RestartStart).
+
+        In SAME_STEP the cut row holds the env's first reset: if that raises, the
+        env stays marked, so every later step tries it again (and raises) rather
+        than step a never-reset env and return its rows unmarked.
+        """
+        last = self.last_obs[local] if self.cut_obs is None else self.cut_obs[local]
         info: dict[str, Any] = {"worker_restarted": True}
         if self.mode is AutoresetMode.SAME_STEP:
-            obs, reset_info = self.envs[local].reset(seed=self._take_seed(local))
+            seed = self.start_seeds[local]
+            obs, reset_info = self.envs[local].reset(seed=seed)
+            self.start_seeds[local] = None  # used (kept for a retry if it raised)
             info = {"final_info": {}, "final_obs": last, **reset_info, **info}
+            self._cut_shown(local)
             return obs, 0.0, False, True, info
+        self._cut_shown(local)
         return last, 0.0, False, True, info
+
+    def _cut_shown(self, local: int) -> None:
+        self.restarted[local] = False
+        self.any_restarted = any(self.restarted)
 
     # -- commands ------------------------------------------------------------------
 
@@ -236,6 +257,31 @@ class Host:
         if infos and subset is None:  # pickled anyway: a wide area to offer?
             return self._reply(infos, errors, columns, self.wide.offer())
         return self._reply(infos, errors, columns)
+
+    def take_tail(self, tail: bytes | memoryview) -> None:
+        """Act on a step or reset command's tail.
+
+        The tail holds the acceptance of a wide-info area (``b"w"`` and its
+        serial) and/or :data:`CUT_AGAIN`, in that order.
+        """
+        if len(tail) >= ACCEPTANCE_BYTES:
+            self.accept_wide(tail[:ACCEPTANCE_BYTES])
+            tail = tail[ACCEPTANCE_BYTES:]
+        if tail == CUT_AGAIN:
+            self.cut_again()
+
+    def cut_again(self) -> None:
+        """Mark every hosted env's cut again: the parent never returned its rows.
+
+        The call that restarted this worker gave up before returning them.
+        The next step returns each env's cut row again (the observations it
+        restarted from, truncated, ``worker_restarted``); a reset marks its infos.
+        Nothing happens in a worker that is not a replacement.
+        """
+        if self.cut_obs is None:
+            return
+        self.restarted = [True] * len(self.envs)
+        self.any_restarted = True
 
     def accept_wide(self, tail: bytes | memoryview) -> None:
         """Switch to the wide-info area the parent accepted (a step command's tail)."""
@@ -505,12 +551,14 @@ def _run_command(host: Host, data: bytes | memoryview) -> tuple[bytes, bool]:
     """Run one pickled command; return the reply and whether to keep going."""
     command, payload = pickle.loads(data)
     if command is Command.STEP:
-        actions, subset, buffer, *accept = payload
-        if accept and accept[0]:  # a wide-info area accepted with this step
-            host.accept_wide(accept[0])
+        actions, subset, buffer, *tail = payload
+        if tail and tail[0]:  # see Host.take_tail
+            host.take_tail(tail[0])
         return host.step(actions, subset, buffer), True
     if command is Command.RESET:
-        seeds, options, flags, buffer = payload
+        seeds, options, flags, buffer, *tail = payload
+        if tail and tail[0]:
+            host.take_tail(tail[0])
         return host.reset(seeds, options, flags, buffer), True
     if command is Command.CALL:
         name, args, kwargs = payload
@@ -567,8 +615,8 @@ def serve(host: Host, data: bytes | memoryview) -> tuple[bytes, bool]:
     """
     try:
         if data[:1] == STEP:  # b"s" + the observation buffer's index
-            if len(data) > 2:  # + a wide-info area accepted
-                host.accept_wide(data[2:])
+            if len(data) > 2:  # + a tail (see Host.take_tail)
+                host.take_tail(data[2:])
             return host.step(None, None, data[1] if len(data) > 1 else 0), True
         if data[:1] == STEP_SOME:
             subset = np.frombuffer(data, np.uint16, offset=1).tolist()

@@ -433,15 +433,18 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             self._restarter.policy.note_seeds(seeds)
         with HELD:
             buffer = self._buffers.choose_obs_buffer()
-            self._group.send_all(
+            group = self._group
+            group.send_all(
                 "reset",
                 lambda handle: handle.send_reset(
                     seeds[handle.env_indices.start : handle.env_indices.stop],
                     options,
                     flags[handle.env_indices.start : handle.env_indices.stop],
                     buffer,
+                    group.cut_tail(handle),
                 ),
             )
+            group.unseen_cuts.clear()
             self._state = AsyncState.WAITING_RESET
 
     @exclusive
@@ -469,6 +472,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         infos = self._buffers.merge_replies(
             self._group.handles, replies, type(self).__name__
         )
+        self._group.unseen_cuts.clear()  # their rows are returned now
         observations = self._buffers.read_observations()
         if self._restarter is not None:
             self._restarter.last_obs.record(observations)
@@ -522,7 +526,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             # a worker offered an area for wide infos: accept it with this step
             # (vecpool/_wire/wide_infos.py)
             accepting, buffers.wide_offers = buffers.wide_offers, False
-            if per_env is None and not accepting:
+            if per_env is None and not accepting and not group.unseen_cuts:
                 group.send_message_all(buffers.step_messages[buffer])
             else:
                 message = buffers.step_messages[buffer]
@@ -536,9 +540,11 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                         ],
                         buffer,
                         message,
-                        handle.accept_wide_offer() if accepting else b"",
+                        (handle.accept_wide_offer() if accepting else b"")
+                        + group.cut_tail(handle),
                     ),
                 )
+                group.unseen_cuts.clear()
             self._state = AsyncState.WAITING_STEP
 
     @exclusive
@@ -569,6 +575,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         infos = buffers.merge_replies(
             self._group.handles, replies, type(self).__name__, step=True
         )
+        self._group.unseen_cuts.clear()  # their rows are returned now
         observations = buffers.read_observations()
         if self._restarter is not None:
             self._restarter.last_obs.record(observations)
