@@ -1094,3 +1094,26 @@ def test_a_replacement_that_cannot_reset_raises_until_reset(make_async, tmp_path
     for _ in range(4):  # the crash step, and every step after it
         with pytest.raises(DeliberateError, match="cannot reset"):
             env.step(np.zeros(2, np.int64))
+
+
+# found by a review of the batch info rows: the replacement zeroed its envs' info
+# ids, so an env answered before the kill and not yet returned by recv lost its info
+def test_an_answered_env_keeps_its_info_when_its_worker_is_replaced(make_async):
+    fns = [
+        functools.partial(CountingEnv, info_every=1, max_steps=100, terminate_prob=0.0)
+    ] * 4
+    env = make_async(fns, num_workers=2, batch_size=1, on_worker_crash="restart")
+    env.reset(seed=0)
+    env.send(np.zeros(2, np.int64), np.array([0, 1]))  # commands [0] and [1]
+    time.sleep(0.5)  # both answered
+    first = int(env.recv(timeout=10)[4]["env_id"][0])
+    other = 1 - first
+    _kill(env, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", vecpool.VecPoolWarning)
+        env.send(np.zeros(1, np.int64), np.array([first]))  # replaced here
+        _, _, _, truncated, infos = env.recv(timeout=10)
+    assert infos["env_id"].tolist() == [other]
+    assert not truncated[0]  # a real step, answered before the kill
+    assert infos["_step_count"][0]
+    assert infos["step_count"][0] == 1

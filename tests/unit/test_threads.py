@@ -6,10 +6,12 @@ import logging
 import multiprocessing
 import sys
 import types
+import warnings
 
 import gymnasium as gym
 import numpy as np
 import pytest
+import threadpoolctl
 
 import vecpool
 from vecpool._util import threads
@@ -126,3 +128,58 @@ def test_a_bad_policy_threads_is_refused_before_any_worker_starts(value):
     with pytest.raises(ValueError, match="`policy_threads` must be an integer >= 1"):
         vecpool.AsyncVectorEnv(_fns(), policy_threads=value)
     assert set(multiprocessing.active_children()) == before
+
+
+def test_overlapping_envs_closed_in_creation_order_restore_the_pools(monkeypatch):
+    # found by a review: each limit saved the previous one's as "the original"
+    state = {"threads": 8}
+    fake = types.ModuleType("torch")
+    fake.get_num_threads = lambda: state["threads"]  # type: ignore[attr-defined]
+    fake.set_num_threads = lambda n: state.update(threads=n)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    before = parent_pools()
+    first = vecpool.AsyncVectorEnv(_fns(), num_workers=1, policy_threads=1)
+    second = vecpool.AsyncVectorEnv(_fns(), num_workers=1, policy_threads=2)
+    try:
+        assert parent_pools().threads == 1  # the smallest limit in force
+        first.close()
+        assert parent_pools().threads <= 2  # the second one's, still open
+        assert state["threads"] == 2
+    finally:
+        first.close()
+        second.close()
+    assert parent_pools() == before
+    assert state["threads"] == 8
+
+
+def test_the_default_constructor_never_lets_threadpoolctl_warn(monkeypatch):
+    # found by a review: threadpoolctl warns when two OpenMPs are loaded, and under
+    # -W error that made the constructor raise, its workers left running
+    def warn(self):
+        warnings.warn(
+            "Found Intel OpenMP and LLVM OpenMP loaded", RuntimeWarning, stacklevel=2
+        )
+
+    monkeypatch.setattr(
+        threadpoolctl.ThreadpoolController, "_warn_if_incompatible_openmp", warn
+    )
+    monkeypatch.setattr(threads, "_warned", False)
+    before = set(multiprocessing.active_children())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        env = vecpool.AsyncVectorEnv(_fns(), num_workers=2)
+        env.close()
+    assert set(multiprocessing.active_children()) == before
+
+
+def test_policy_threads_auto_without_workers_leaves_the_pools_alone():
+    before = parent_pools()
+    with threadpoolctl.threadpool_limits(limits=1):
+        limited = parent_pools()
+        env = vecpool.AsyncVectorEnv(_fns(), num_workers=0, policy_threads="auto")
+        try:
+            assert parent_pools() == limited  # not raised to the CPU count
+        finally:
+            env.close()
+        assert parent_pools() == limited
+    assert parent_pools() == before

@@ -262,6 +262,10 @@ class Restarter:
             group.unseen_cuts.append(new)
         with HELD:
             new.numbers.take_over(old.numbers)
+            # rows answered before the crash and not yet returned by `recv` may be
+            # wide: they stay readable in the old area (mapped here) until the
+            # replacement's own area is accepted
+            new.info_wide = old.info_wide
             if reissue and old.numbers.waiting:
                 self._reissue(group, old, new, what)
         return new

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,9 +64,12 @@ class ThreadPools:
 
 def parent_pools() -> ThreadPools:
     """The thread pools loaded in this process (torch's only if torch is imported)."""
+    with warnings.catch_warnings():  # threadpoolctl's (e.g. two OpenMPs loaded)
+        warnings.simplefilter("ignore")
+        info = threadpoolctl.threadpool_info()
     pools: list[tuple[str, int]] = [
         (str(pool.get("internal_api", pool.get("user_api", "?"))), pool["num_threads"])
-        for pool in threadpoolctl.threadpool_info()
+        for pool in info
     ]
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "get_num_threads"):
@@ -118,6 +123,11 @@ def warn_once(num_workers: int, cpus: int) -> None:
 class PolicyThreads:
     """The parent's pools limited to some threads, until :meth:`restore`.
 
+    Vector envs may be open at once and closed in any order: the pools' own
+    sizes are saved by the first limit of the process and given back when the
+    last one is restored; in between, the pools keep the smallest limit of the
+    vector envs still open.
+
     Example:
         >>> import numpy  # noqa: F401 - loads a BLAS pool
         >>> limits = PolicyThreads(1)
@@ -129,18 +139,49 @@ class PolicyThreads:
     def __init__(self, threads: int) -> None:
         """Limit every pool of this process (torch too, if imported) to ``threads``."""
         self.threads = threads
-        self._limiter: Any = threadpoolctl.threadpool_limits(limits=threads)
-        self._torch: tuple[Any, int] | None = None
-        torch = sys.modules.get("torch")
-        if torch is not None and hasattr(torch, "set_num_threads"):
-            self._torch = (torch, int(torch.get_num_threads()))
-            torch.set_num_threads(threads)
+        with _LOCK:
+            if not _ACTIVE:  # the pools' own sizes: given back by the last restore
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    _SAVED[:] = [threadpoolctl.threadpool_limits(limits=threads), None]
+                torch = sys.modules.get("torch")
+                if torch is not None and hasattr(torch, "set_num_threads"):
+                    _SAVED[1] = (torch, int(torch.get_num_threads()))
+            _ACTIVE.append(self)
+            _apply(min(limits.threads for limits in _ACTIVE))
 
     def restore(self) -> None:
-        """Give every pool back the threads it had (once; later calls do nothing)."""
-        if self._limiter is not None:
-            limiter, self._limiter = self._limiter, None
-            limiter.restore_original_limits()
-        if self._torch is not None:
-            (torch, threads), self._torch = self._torch, None
-            torch.set_num_threads(threads)
+        """Give the pools back (once; later calls do nothing).
+
+        To their own sizes when no other limit is in force, else to the smallest
+        limit still in force.
+        """
+        with _LOCK:
+            if self not in _ACTIVE:
+                return
+            _ACTIVE.remove(self)
+            if _ACTIVE:
+                _apply(min(limits.threads for limits in _ACTIVE))
+                return
+            limiter, torch_saved = _SAVED
+            _SAVED[:] = [None, None]
+            if limiter is not None:
+                limiter.restore_original_limits()
+            if torch_saved is not None:
+                torch, threads = torch_saved
+                torch.set_num_threads(threads)
+
+
+_LOCK = threading.Lock()
+_ACTIVE: list[PolicyThreads] = []  # the limits in force, oldest first
+_SAVED: list[Any] = [None, None]  # the first limiter (the pools' own sizes), torch's
+
+
+def _apply(threads: int) -> None:
+    """Set every pool (torch's too, if imported) to ``threads``."""
+    with warnings.catch_warnings():  # threadpoolctl's (e.g. two OpenMPs loaded)
+        warnings.simplefilter("ignore")
+        threadpoolctl.threadpool_limits(limits=threads)
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "set_num_threads"):
+        torch.set_num_threads(threads)

@@ -99,14 +99,16 @@ class Host:
         self.info_schema_areas = block.view(layout.info_schemas)
         self.info_schemas: list[InfoSchema | None] = [None] * len(envs)
         self.info_schema_ids = [0] * len(envs)
-        self.info_ids_now = [0] * len(envs)  # what info_ids holds for each env
+        # what info_ids holds for each env: a replacement (on_worker_crash="restart")
+        # starts from its predecessor's ids and rewrites each one as its env steps
+        # (an env answered but not yet returned by `recv` keeps its info row)
+        self.info_ids_now = [
+            int(x) for x in self.info_ids[self.start : self.start + len(envs)]
+        ]
         self.info_refused: list[Any] = [None] * len(envs)  # the keys last refused
         # infos too large for a row: an area of this worker's own, once accepted
         # (see vecpool/_wire/wide_infos.py)
         self.wide = WideArea(len(envs))
-        # a replacement worker (on_worker_crash="restart") must not leave the ids
-        # of its predecessor's last step readable
-        self.info_ids[self.start : self.start + len(envs)] = 0
         self.last_obs: list[Any] = [None] * len(envs)
         self.autoreset = [False] * len(envs)
         self.mode = config.autoreset_mode

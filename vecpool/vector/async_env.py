@@ -297,10 +297,10 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._holds_sigint = _guards.install()
         try:
             self._start_workers(ctx)
+            self._fit_policy_threads()
         except BaseException:
             self.close(terminate=True)
             raise
-        self._fit_policy_threads()
 
     # -- construction ------------------------------------------------------------------
 
@@ -310,7 +310,10 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         if self.policy_threads is None:
             warn_once(self.num_workers, cpus)
         elif self.policy_threads == "auto":
-            self._policy_limits = PolicyThreads(fitting_threads(self.num_workers, cpus))
+            if self.num_workers:  # no workers (num_workers=0): nothing to fit beside
+                self._policy_limits = PolicyThreads(
+                    fitting_threads(self.num_workers, cpus)
+                )
         else:
             self._policy_limits = PolicyThreads(int(self.policy_threads))
 
@@ -911,9 +914,6 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             terminate: If ``True``, terminate the workers at once.
         """
         LIVE_ENVS.discard(self)
-        limits, self._policy_limits = getattr(self, "_policy_limits", None), None
-        if limits is not None:
-            limits.restore()
         if self._restarter is not None:
             self._restarter.closing = True  # another thread must not restart
         if getattr(self, "_holds_sigint", False):
@@ -931,6 +931,10 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         finally:
             if locked:
                 self._lock.release()
+            # the parent's thread pools get their threads back (policy_threads)
+            limits, self._policy_limits = getattr(self, "_policy_limits", None), None
+            if limits is not None:
+                limits.restore()
 
     def _close_locked(self, terminate: bool, grace: float, deadline: float) -> None:
         if self._state != AsyncState.DEFAULT:
