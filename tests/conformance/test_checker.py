@@ -33,6 +33,7 @@ from vecpool.testing import (
     BROKEN_ENVS,
     OBS_KINDS,
     AliasingObservationsVectorEnv,
+    CountingEnv,
     ShuffledObservationsVectorEnv,
     WrongAutoresetStepVectorEnv,
     WrongInfoMasksVectorEnv,
@@ -846,3 +847,32 @@ def test_cli_checks_a_factory_and_rejects_bad_targets(tmp_path, monkeypatch, cap
     assert main(["check", "my_vector_envs:single"]) == 2  # not a vector env
     assert "must return a gymnasium.vector.VectorEnv" in capsys.readouterr().err
     assert main(["check", "--skip", "nope"]) == 2
+
+
+# long episodes: once "not reached: raise num_steps" at the default num_steps
+_LONG_ID = "VecpoolLongEpisodes-v0"
+if _LONG_ID not in gym.registry:
+    gym.register(
+        _LONG_ID,
+        entry_point="vecpool.testing:CountingEnv",
+        max_episode_steps=400,
+        kwargs={"max_steps": 10**6, "terminate_prob": 0.0},
+    )
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.value)
+@pytest.mark.parametrize("spec", [True, False], ids=["spec", "no-spec"])
+def test_long_episodes_reach_the_autoreset_checks_by_default(mode, spec):
+    fns: list[Any]
+    if spec:  # the cap comes from spec.max_episode_steps
+        fns = [functools.partial(gym.make, _LONG_ID)] * 2
+    else:  # from num_steps
+        fns = [functools.partial(CountingEnv, max_steps=400, terminate_prob=0.0)] * 2
+    report = check_vector_env(
+        lambda: vecpool.AsyncVectorEnv(fns, autoreset_mode=mode, num_workers=1)
+    )
+    assert report.ok, report
+    must_pass = {"autoreset.after_manual_reset", f"autoreset.{mode.name.lower()}"}
+    if mode is AutoresetMode.DISABLED:
+        must_pass.add("autoreset.reset_mask")
+    assert must_pass <= set(report.passed), report.skipped

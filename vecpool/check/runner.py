@@ -35,6 +35,13 @@ DEFAULT_IGNORED_INFO_KEYS: tuple[str, ...] = ("episode.t",)
 DEFAULT_NUM_STEPS = 300
 """Steps of the main trajectory (the replay and the API checks add about a third)."""
 
+UNTIL_DONE_FACTOR = 20
+"""Without a known episode limit, the trajectory steps at most this many times
+``num_steps`` waiting for episodes to end (see :data:`UNTIL_DONE_SECONDS`)."""
+
+UNTIL_DONE_SECONDS = 120.0
+"""Wall-clock bound of the steps that wait for episodes to end."""
+
 CLOSE_TIMEOUT = 10.0
 """Seconds ``close()`` may take before the check calls it hung."""
 
@@ -81,9 +88,15 @@ def check_vector_env(
 
     The env under test and a reference (``SyncVectorEnv`` over the same env fns) are
     stepped in lockstep with the same seeds and actions through four phases:
-    ``reset(seed=int)`` then steps; on until an episode ends, then a manual
+    ``reset(seed=int)`` then steps; on until an episode ends (and, but in SAME_STEP
+    mode, one step past it, then on until another ends), then a manual
     ``reset(seed=[...])`` mid-episode; ``reset(seed=None)``; and the first phase
-    again. In ``DISABLED`` mode ended envs are reset with a partial ``reset_mask``.
+    again. Waiting for episodes to end is bounded by the env's
+    ``spec.max_episode_steps`` (plus one) where it has one, else by
+    :data:`UNTIL_DONE_FACTOR` times ``num_steps``, and by
+    :data:`UNTIL_DONE_SECONDS`; so long episodes (HalfCheetah's 1,000 steps) reach
+    the autoreset checks with the default ``num_steps``. In ``DISABLED`` mode ended
+    envs are reset with a partial ``reset_mask``.
     Every result is checked against the spaces, the info-mask layout and the declared
     autoreset mode, and compared with the reference's; then ``set_attr``/``get_attr``/
     ``call``, a wrong action count, ``close()`` and use after close are tried. Every
@@ -420,6 +433,12 @@ class _Checker:
         third = self.num_steps // 3
         num_envs = lockstep.num_envs
 
+        episode = _episode_limit(lockstep)
+        wait_cap = (
+            episode + 1 if episode is not None else UNTIL_DONE_FACTOR * self.num_steps
+        )
+        deadline = time.monotonic() + UNTIL_DONE_SECONDS
+
         def steps(
             phase: str,
             count: int,
@@ -428,6 +447,8 @@ class _Checker:
             log: list[tuple[Op, Outcome]] | None = None,
         ) -> bool:
             for _ in range(count):
+                if until_done and time.monotonic() > deadline:
+                    return True
                 if (
                     lockstep.mode is AutoresetMode.DISABLED
                     and lockstep.previous_done.any()
@@ -452,11 +473,24 @@ class _Checker:
             "seed_int", third, log=first
         )
         if complete:  # on until an episode ends (not replayed)
-            steps("seed_int", third, until_done=True)
+            waited = max(third, wait_cap)
+            steps("seed_int", waited, until_done=True)
+            if (
+                lockstep.previous_done.any()
+                and lockstep.mode is not AutoresetMode.SAME_STEP
+            ):
+                # the step after an end is what NEXT_STEP and DISABLED (its partial
+                # reset) check; then another end, for the manual reset's check
+                steps("seed_int", 1) and steps(
+                    "seed_int", max(third, wait_cap), until_done=True
+                )
         if not lockstep.previous_done.any():
+            limit = "" if episode is None else f" (its episodes last up to {episode})"
             self.skip_reason(
                 ["autoreset.after_manual_reset"],
-                f"not reached: no episode ended in {2 * third} steps; raise num_steps",
+                f"not reached: no episode ended in {third + max(third, wait_cap)} "
+                f"steps{limit}, nor within {UNTIL_DONE_SECONDS:.0f} s; raise "
+                "num_steps",
             )
         seeds: list[int | None] = [
             self.seed + 1000 + index for index in range(num_envs)
@@ -818,3 +852,19 @@ def _stop_new_children(
         child.terminate()
         child.join(1.0)
     return [f"{child.name} (pid {child.pid})" for child in running]
+
+
+def _episode_limit(lockstep: Lockstep) -> int | None:
+    """The sub-envs' ``spec.max_episode_steps``, where one is known."""
+    for vector_env in (lockstep.reference, lockstep.env):
+        if vector_env is None:
+            continue
+        candidates = [getattr(vector_env, "spec", None)]
+        envs = getattr(getattr(vector_env, "unwrapped", vector_env), "envs", None)
+        if envs:
+            candidates.append(getattr(envs[0], "spec", None))
+        for spec in candidates:
+            limit = getattr(spec, "max_episode_steps", None)
+            if isinstance(limit, int) and limit > 0:
+                return limit
+    return None
