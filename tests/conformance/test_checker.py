@@ -841,7 +841,9 @@ def test_cli_checks_a_factory_and_rejects_bad_targets(tmp_path, monkeypatch, cap
     assert main(["check", "my_vector_envs:broken", "--steps", "30"]) == 1
     assert "FAIL determinism.seed_int" in capsys.readouterr().out
     assert main(["check", "NoSuchEnv-v0"]) == 2
-    assert "neither MODULE:CALLABLE nor a registered env id" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "'NoSuchEnv-v0' is not a registered env id" in err
+    assert "--import package" in err  # the way out
     assert main(["check", "my_vector_envs:missing"]) == 2
     capsys.readouterr()
     assert main(["check", "my_vector_envs:single"]) == 2  # not a vector env
@@ -876,3 +878,54 @@ def test_long_episodes_reach_the_autoreset_checks_by_default(mode, spec):
     if mode is AutoresetMode.DISABLED:
         must_pass.add("autoreset.reset_mask")
     assert must_pass <= set(report.passed), report.skipped
+
+
+def _registering_package(tmp_path, monkeypatch, name):
+    """A package in the current directory that registers an env when imported."""
+    (tmp_path / f"{name}.py").write_text(
+        textwrap.dedent(
+            f"""
+            import gymnasium as gym
+            if "{name.title()}Pole-v0" not in gym.registry:
+                gym.register(
+                    "{name.title()}Pole-v0",
+                    entry_point="gymnasium.envs.classic_control:CartPoleEnv",
+                    max_episode_steps=40,
+                )
+            """
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    return f"{name.title()}Pole-v0"
+
+
+def test_check_takes_an_env_id_as_gym_make_does(tmp_path, monkeypatch, capsys):
+    env_id = _registering_package(tmp_path, monkeypatch, "regcheck")
+    # a plain id of a package nobody imported: not found, and the message says how
+    assert main(["check", env_id, "--steps", "30"]) == 2
+    assert "--import package" in capsys.readouterr().err
+    # module:EnvId imports the module first, as gym.make does
+    assert (
+        main(["check", f"regcheck:{env_id}", "--steps", "30", "--num-envs", "2"]) == 0
+    )
+    capsys.readouterr()
+    monkeypatch.delitem(sys.modules, "regcheck")
+    assert (
+        main(
+            [
+                "check",
+                env_id,
+                "--import",
+                "regcheck",
+                "--steps",
+                "30",
+                "--num-envs",
+                "2",
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["check", "--import", "no_such_pkg_here", "CartPole-v1"]) == 2
+    assert "--import no_such_pkg_here: cannot import" in capsys.readouterr().err

@@ -629,3 +629,44 @@ def test_collect_with_restart_survives_a_dead_worker_and_records_only_real_steps
             )
     finally:
         del gym.registry[env_id]
+
+
+def test_cli_takes_an_env_id_as_gym_make_does(tmp_path, monkeypatch):
+    (tmp_path / "regcollect.py").write_text(
+        textwrap.dedent(
+            """
+            import gymnasium as gym
+            if "RegcollectPole-v0" not in gym.registry:
+                gym.register(
+                    "RegcollectPole-v0",
+                    entry_point="gymnasium.envs.classic_control:CartPoleEnv",
+                )
+            """
+        )
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "regcollect", raising=False)
+    base = ["collect", "--num-envs", "2", "--steps", "20", "--quiet"]
+    code, _, stderr = run_cli([*base, "RegcollectPole-v0"])
+    assert code == 2
+    assert "--import package" in stderr  # the way out
+    code, _, stderr = run_cli(
+        [*base, "regcollect:RegcollectPole-v0", "--out", str(tmp_path / "a.npz")]
+    )
+    assert code == 0, stderr
+    monkeypatch.delitem(sys.modules, "regcollect")
+    code, _, stderr = run_cli(
+        [
+            *base,
+            "RegcollectPole-v0",
+            "--import",
+            "regcollect",
+            "--out",
+            str(tmp_path / "b.npz"),
+        ]
+    )
+    assert code == 0, stderr
+    assert vecpool.ReplayPool.load(tmp_path / "b.npz").num_envs == 2
+    code, _, stderr = run_cli([*base, "--import", "no_such_pkg_here"])
+    assert code == 2
+    assert "--import no_such_pkg_here: cannot import" in stderr

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vecpool._util.arguments import Subparsers
-from vecpool._util.loading import load_callable
+from vecpool._util.loading import import_modules, load_callable, resolve_env_id
 from vecpool.check.report import CHECKS, resolve_skip
 from vecpool.check.runner import DEFAULT_NUM_STEPS, check_vector_env
 from vecpool.vector.make import make_vec
@@ -34,8 +34,9 @@ def add_check_parser(
         help="check that a vector env follows Gymnasium's vector API exactly",
         description=(
             "Run vecpool.check_vector_env on TARGET: a factory MODULE:CALLABLE that "
-            "returns a vector env (called more than once), or a registered env id "
-            "built with --backend. The env is stepped in lockstep with a "
+            "returns a vector env (called more than once), or an env id as "
+            "gymnasium.make takes it (EnvId-v0, or PKG:EnvId-v0 to import PKG "
+            "first), built with --backend. The env is stepped in lockstep with a "
             "SyncVectorEnv reference over the same env fns. Exit status: 0 if every "
             "check passed, 1 if one failed, 2 for a usage error."
         ),
@@ -93,6 +94,15 @@ def add_check_parser(
         help="seeds resets and actions (default: %(default)s)",
     )
     parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="PKG",
+        help="import PKG first: a package that registers its envs on import "
+        "(repeatable; 'PKG:EnvId-v0' as TARGET does the same)",
+    )
+    parser.add_argument(
         "--skip",
         action="append",
         default=[],
@@ -121,6 +131,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"{name:<{width}}  {meaning}")
         return 0
     try:
+        import_modules(args.imports, option="--import")
         skip = resolve_skip(args.skip)
         make_env = _factory(args)
         reference = None
@@ -183,14 +194,7 @@ def _factory(args: argparse.Namespace) -> Callable[[], Any]:
     from gymnasium.vector import AutoresetMode
 
     mode = AutoresetMode[args.autoreset_mode.upper()]
-    try:
-        gym.spec(args.target)
-    except gym.error.Error as error:
-        msg = (
-            f"TARGET {args.target!r} is neither MODULE:CALLABLE nor a registered "
-            f"env id: {error}"
-        )
-        raise ValueError(msg) from error
+    resolve_env_id(args.target, what="TARGET")  # "module:EnvId-v0" imports module
     target, num_envs, backend = args.target, args.num_envs, args.backend
     vector_kwargs: dict[str, Any] = {"autoreset_mode": mode}
     if backend != "sync":

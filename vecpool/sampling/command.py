@@ -18,6 +18,7 @@ from vecpool._util.arguments import (
     positive_int,
 )
 from vecpool._util.checks import require_matplotlib
+from vecpool._util.loading import import_modules
 from vecpool.sampling import collect
 
 __all__ = ["add_collect_parser"]
@@ -36,6 +37,9 @@ def _collect(args: argparse.Namespace) -> int:
     try:
         if args.plot is not None:
             require_matplotlib()
+        import_modules(
+            args.imports, option="--import", error=collect.CollectArgumentError
+        )
         result = collect.collect(
             args.env_id,
             num_envs=args.num_envs,
@@ -108,7 +112,8 @@ def add_collect_parser(
         nargs="?",
         default=collect.DEFAULT_ENV_ID,
         metavar="ENV_ID",
-        help="a registered Gymnasium env id (default: %(default)s)",
+        help="an env id as gymnasium.make takes it: EnvId-v0, or PKG:EnvId-v0 to "
+        "import PKG first (default: %(default)s)",
     )
     parser.add_argument(
         "--num-envs",
@@ -178,6 +183,15 @@ def add_collect_parser(
         type=int,
         default=None,
         help="seeds the resets, random actions and pool (default: unseeded)",
+    )
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="PKG",
+        help="import PKG first: a package that registers its envs on import "
+        "(repeatable; 'PKG:EnvId-v0' as ENV_ID does the same)",
     )
     parser.add_argument(
         "--policy",
