@@ -65,6 +65,8 @@ __all__ = [
     "ExitingEnv",
     "IncarnationEnv",
     "InfoKindsEnv",
+    "MissionEnv",
+    "MissionSpace",
     "MutatingOptionsVectorEnv",
     "RaisingEnv",
     "ShuffledObservationsVectorEnv",
@@ -592,6 +594,108 @@ class SlowEnv(gym.Env[npt.NDArray[np.float32], npt.NDArray[np.float32]]):
     def _observe(self) -> npt.NDArray[np.float32]:
         noise = self.np_random.uniform(-1.0, 1.0, size=2)
         return np.array([self.episode_steps, *noise], dtype=np.float32)
+
+
+class MissionSpace(spaces.Space[str]):
+    """A custom string space, as MiniGrid's: missions made by a function.
+
+    Gymnasium cannot lay it out in shared memory (a ``CustomSpaceError``), and it
+    batches it as a ``Tuple`` of copies.
+
+    Example:
+        >>> space = MissionSpace()
+        >>> space.contains("get to the green goal square")
+        True
+    """
+
+    def __init__(self, seed: int | None = None) -> None:
+        """A space of mission strings (any ``str``)."""
+        self.mission_func = _mission
+        super().__init__(None, None, seed)
+
+    def sample(
+        self,
+        mask: Any = None,  # noqa: ARG002 - Space.sample's signature
+        probability: Any = None,  # noqa: ARG002
+    ) -> str:
+        """A mission of a random colour."""
+        return _mission(int(self.np_random.integers(len(_COLOURS))))
+
+    def contains(self, x: Any) -> bool:
+        """Whether ``x`` is a string."""
+        return isinstance(x, str)
+
+    def __eq__(self, other: object) -> bool:
+        """All mission spaces are equal."""
+        return isinstance(other, MissionSpace)
+
+    def __hash__(self) -> int:
+        """All mission spaces hash alike."""
+        return hash(MissionSpace)
+
+
+_COLOURS = ("red", "green", "blue", "purple", "yellow", "grey")
+
+
+def _mission(colour: int) -> str:
+    return f"get to the {_COLOURS[colour % len(_COLOURS)]} goal square"
+
+
+class MissionEnv(gym.Env[dict[str, Any], np.int64]):
+    """A MiniGrid-like env: a Dict of an image, a direction and a mission string.
+
+    The mission (a :class:`MissionSpace` leaf) changes with every episode and
+    every 5th step, so rows of another env or step show; the image and direction
+    depend on the env, the step and the action. Episodes end after 4-9 steps
+    (terminated) or at ``max_steps`` (truncated); the info holds the step.
+
+    Example:
+        >>> env = MissionEnv()
+        >>> obs, _ = env.reset(seed=0)
+        >>> sorted(obs), obs["image"].shape, type(obs["mission"]).__name__
+        (['direction', 'image', 'mission'], (7, 7, 3), 'str')
+    """
+
+    def __init__(self, index: int = 0, max_steps: int = 7) -> None:
+        """Build the env (``index`` makes its observations differ from others')."""
+        self.index, self.max_steps = index, max_steps
+        self.observation_space = spaces.Dict(
+            {
+                "image": spaces.Box(0, 255, (7, 7, 3), np.uint8),
+                "direction": spaces.Discrete(4),
+                "mission": MissionSpace(),
+            }
+        )
+        self.action_space = spaces.Discrete(3)
+        self.t = 0
+        self.length = 9
+        self.colour = 0
+
+    def _observe(self, action: int = 0) -> dict[str, Any]:
+        image = np.full((7, 7, 3), (self.index * 17 + self.t * 5) % 256, np.uint8)
+        image[0, 0, 0] = action
+        return {
+            "image": image,
+            "direction": (self.t + action) % 4,
+            "mission": _mission(self.colour + self.index + self.t // 5),
+        }
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Start an episode with a new mission."""
+        super().reset(seed=seed, options=options)
+        self.t = 0
+        self.length = int(self.np_random.integers(4, 10))
+        self.colour = int(self.np_random.integers(len(_COLOURS)))
+        return self._observe(), {}
+
+    def step(self, action: np.int64) -> StepResult:
+        """Move on one step."""
+        self.t += 1
+        terminated = self.t >= self.length
+        truncated = not terminated and self.t >= self.max_steps
+        return self._observe(int(action)), 1.0, terminated, truncated, {"t": self.t}
 
 
 class InfoKindsEnv(gym.Env[npt.NDArray[np.float32], np.int64]):

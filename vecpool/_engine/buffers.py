@@ -144,7 +144,7 @@ class StepBuffers:
         observation_space: Space[Any],
         batched_observation_space: Space[Any],
         *,
-        shared_memory: bool,
+        shared_memory: bool | str,
         copy: bool,
         vecpool_worker: bool,
         batches: bool,
@@ -158,7 +158,8 @@ class StepBuffers:
             batched_action_space: The action space batched ``num_envs`` times.
             observation_space: Single observation space.
             batched_observation_space: The vector env's observation space.
-            shared_memory: Whether observations come back through shared memory.
+            shared_memory: Whether observations come back through shared memory;
+                ``"auto"``: where they can, else pickled through the pipes.
             copy: Whether observations handed out must stay unchanged.
             vecpool_worker: Whether the workers are vecpool's (not a custom one).
             batches: Whether ``send``/``recv`` batches are enabled.
@@ -187,12 +188,16 @@ class StepBuffers:
                     observation_space, n=num_envs, ctx=ctx
                 )
             except GymCustomSpaceError as e:
-                msg = (
-                    "Using `AsyncVector(..., shared_memory=True)` caused an error, you "
-                    "can disable this feature with `shared_memory=False` however this "
-                    "is slower."
-                )
-                raise ValueError(msg) from CustomSpaceError(str(e))
+                if isinstance(shared_memory, str):  # "auto": what cannot, is pickled
+                    self.transport = ObsTransport.PIPE
+                    self.gym_obs_memory = None
+                else:
+                    msg = (
+                        "Using `AsyncVector(..., shared_memory=True)` caused an error, "
+                        "you can disable this feature with `shared_memory=False` "
+                        "however this is slower."
+                    )
+                    raise ValueError(msg) from CustomSpaceError(str(e))
         native = self.transport is ObsTransport.NATIVE
         native_actions = vecpool_worker and is_native(action_space)
         # With copy=True, observations rotate through several buffers: a step's

@@ -71,8 +71,9 @@ def add_check_parser(
     parser.add_argument(
         "--shared-memory",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="for an env id with an async backend: the shared_memory argument",
+        default=None,
+        help="for an env id with an async backend: the shared_memory argument "
+        '(default: the backend\'s: "auto" for vecpool, True for gym-async)',
     )
     parser.add_argument(
         "--reference",
@@ -176,7 +177,7 @@ def _factory(args: argparse.Namespace) -> Callable[[], Any]:
                 ("--num-envs", args.num_envs, 8),
                 ("--autoreset-mode", args.autoreset_mode, "next_step"),
                 ("--backend", args.backend, "vecpool"),
-                ("--no-shared-memory", args.shared_memory, True),
+                ("--[no-]shared-memory", args.shared_memory, None),
             )
             if value != default
         ]
@@ -197,7 +198,7 @@ def _factory(args: argparse.Namespace) -> Callable[[], Any]:
     resolve_env_id(args.target, what="TARGET")  # "module:EnvId-v0" imports module
     target, num_envs, backend = args.target, args.num_envs, args.backend
     vector_kwargs: dict[str, Any] = {"autoreset_mode": mode}
-    if backend != "sync":
+    if backend != "sync" and args.shared_memory is not None:
         vector_kwargs["shared_memory"] = args.shared_memory
     if backend == "vecpool":
         return lambda: make_vec(target, num_envs, vector_kwargs=vector_kwargs)

@@ -29,7 +29,7 @@ import numpy.typing as npt
 from gymnasium.vector import AutoresetMode
 
 from vecpool._util.checks import check_int, require_matplotlib
-from vecpool._util.loading import load_callable, resolve_env_id
+from vecpool._util.loading import load_callable
 from vecpool._util.progress import Progress
 from vecpool.errors import CollectArgumentError, CollectSaveError
 from vecpool.replay.boundaries import AutoresetTracker, restarted_rows
@@ -615,7 +615,6 @@ def collect(
             says which), an unknown env id, or a policy that cannot be loaded.
     """
     wall_start = time.perf_counter()
-    resolve_env_id(env_id, what="ENV_ID", error=CollectArgumentError)
     mode = parse_autoreset_mode(autoreset_mode)
     num_envs = check_int("num_envs", num_envs, 1, error=CollectArgumentError)
     steps = check_int("steps", steps, 1, error=CollectArgumentError)

@@ -18,7 +18,7 @@ from vecpool._util.arguments import (
     positive_int,
 )
 from vecpool._util.checks import require_matplotlib
-from vecpool._util.loading import import_modules
+from vecpool._util.loading import import_modules, resolve_env_id
 from vecpool.sampling import collect
 
 __all__ = ["add_collect_parser"]
@@ -40,6 +40,7 @@ def _collect(args: argparse.Namespace) -> int:
         import_modules(
             args.imports, option="--import", error=collect.CollectArgumentError
         )
+        resolve_env_id(args.env_id, what="ENV_ID", error=collect.CollectArgumentError)
         result = collect.collect(
             args.env_id,
             num_envs=args.num_envs,

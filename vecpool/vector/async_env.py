@@ -102,7 +102,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     """
 
     env_fns: Sequence[Callable[[], Env[Any, Any]]]
-    shared_memory: bool
+    shared_memory: bool | str
     copy: bool
     context: str | None
     daemon: bool
@@ -128,7 +128,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     def __init__(
         self,
         env_fns: Sequence[Callable[[], Env[Any, Any]]],
-        shared_memory: bool = True,
+        shared_memory: bool | str = "auto",
         copy: bool = True,
         context: str | None = None,
         daemon: bool = True,
@@ -148,8 +148,13 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
 
         Args:
             env_fns: Functions that create the environments.
-            shared_memory: If ``True``, observations come back through shared memory;
-                if ``False``, they are pickled through the pipes.
+            shared_memory: ``"auto"`` (default): observations come back through
+                shared memory where the space allows it (any Box, Discrete,
+                MultiDiscrete, MultiBinary, Text and Dict/Tuple of those), else
+                pickled through the pipes (a custom space such as MiniGrid's
+                ``MissionSpace``). ``True``: through shared memory, and a space
+                that cannot be raises Gymnasium's ``ValueError`` (Gymnasium's
+                default). ``False``: pickled through the pipes.
             copy: If ``True``, :meth:`reset` and :meth:`step` return copies of the
                 observations; if ``False``, views that the next call overwrites.
             context: ``multiprocessing`` start method (``"fork"``, ``"forkserver"``,
@@ -197,6 +202,11 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             RuntimeError: If the sub-environments' spaces do not match.
         """
         self.env_fns = env_fns
+        if isinstance(shared_memory, str) and shared_memory != "auto":
+            msg = (
+                f'`shared_memory` must be True, False or "auto", got {shared_memory!r}.'
+            )
+            raise ValueError(msg)
         self.shared_memory = shared_memory
         self.copy = copy
         self.context = context

@@ -1,0 +1,79 @@
+"""Observation spaces Gymnasium cannot put in shared memory, under the default.
+
+MiniGrid's observation is a Dict with a custom string leaf (``MissionSpace``):
+Gymnasium's AsyncVectorEnv refuses it with ``shared_memory=True`` (its default),
+and so did vecpool. With ``shared_memory="auto"`` (vecpool's default) such an
+observation travels pickled (vecpool/_engine/buffers.py) and the results are
+``SyncVectorEnv``'s; an explicit ``shared_memory=True`` keeps Gymnasium's error.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+
+import vecpool
+from vecpool.check import check_vector_env
+from vecpool.testing import MissionEnv, assert_same_data
+
+MODES = list(AutoresetMode)
+NUM_ENVS = 3
+
+
+def _fns():
+    return [functools.partial(MissionEnv, index=i) for i in range(NUM_ENVS)]
+
+
+@pytest.mark.parametrize("num_workers", [0, 1, NUM_ENVS])
+@pytest.mark.parametrize("mode", MODES, ids=[mode.value for mode in MODES])
+def test_a_custom_string_leaf_matches_sync_by_default(mode, num_workers, make_async):
+    reference = gym.vector.SyncVectorEnv(_fns(), autoreset_mode=mode)
+    candidate = make_async(_fns(), autoreset_mode=mode, num_workers=num_workers)
+    try:
+        assert candidate.shared_memory == "auto"
+        assert_same_data(reference.reset(seed=0), candidate.reset(seed=0), "reset")
+        rng = np.random.default_rng(0)
+        for step in range(30):
+            actions = rng.integers(0, 3, NUM_ENVS)
+            expected, actual = reference.step(actions), candidate.step(actions)
+            assert_same_data(expected, actual, f"step {step}")
+            assert isinstance(actual[0]["mission"], tuple)
+            done = expected[2] | expected[3]
+            if mode is AutoresetMode.DISABLED and done.any():
+                options = {"reset_mask": done}
+                assert_same_data(
+                    reference.reset(options=dict(options)),
+                    candidate.reset(options=dict(options)),
+                    f"step {step}: partial reset",
+                )
+    finally:
+        reference.close()
+
+
+def test_explicit_shared_memory_keeps_gymnasiums_error():
+    with pytest.raises(ValueError, match="shared_memory=True"):
+        vecpool.AsyncVectorEnv(_fns(), shared_memory=True)
+    with pytest.raises(ValueError, match="shared_memory=True"):
+        gym.vector.AsyncVectorEnv(_fns(), shared_memory=True)
+
+
+def test_the_checker_passes_on_the_default():
+    report = check_vector_env(lambda: vecpool.AsyncVectorEnv(_fns(), num_workers=2))
+    assert report.ok, report
+    assert "spaces.observations" in report.passed
+
+
+def test_send_recv_with_a_custom_leaf(make_async):
+    env = make_async(_fns(), num_workers=NUM_ENVS, batch_size=1)
+    env.reset(seed=0)
+    env.send(np.zeros(NUM_ENVS, np.int64))
+    for _ in range(10):
+        obs, *_, infos = env.recv()
+        assert isinstance(obs["mission"], tuple)
+        assert len(obs["mission"]) == 1
+        assert obs["mission"][0].startswith("get to the")
+        env.send(np.ones(1, np.int64), infos["env_id"])
