@@ -62,12 +62,13 @@ INTEGRATIONS = [
     "torch==2.13.0",
     "torchrl==0.14.1",
     "tensordict>=0.14.3,<0.15",
+    "minigrid",  # tests/integrations/test_minigrid.py
 ]
 
 
 @nox.session(python=PYTHON, default=False)
 def integrations(session: nox.Session) -> None:
-    """Run tests/integrations with Stable-Baselines3, TorchRL and Minari installed.
+    """Run tests/integrations with Stable-Baselines3, TorchRL, Minari and MiniGrid.
 
     The default ``tests`` session skips those tests cleanly where the libraries are
     absent; this one installs them (the ``sb3`` and ``minari`` extras, torch pinned)
