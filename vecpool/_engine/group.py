@@ -483,7 +483,7 @@ class WorkerGroup:
         try:
             with HELD:
                 for handle in live:
-                    handle.expect(handle.send_close())
+                    handle.expect(handle.send_close(timeout))
             self.wait("close", timeout, live)
         except Exception:  # noqa: BLE001 - the caller terminates the workers
             return False

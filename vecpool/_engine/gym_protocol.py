@@ -83,7 +83,7 @@ class GymProtocolHandle(WorkerHandle):
         """Set an attribute of the env."""
         return self._send_gym("none", ("_setattr", (name, values[0])))
 
-    def send_close(self) -> int:
+    def send_close(self, timeout: float | None = None) -> int:  # noqa: ARG002
         """Close the env and end the worker."""
         return self._send_gym("none", ("close", None))
 

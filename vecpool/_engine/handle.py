@@ -172,8 +172,12 @@ class WorkerHandle:
         """Set an attribute of every hosted env (one value each)."""
         return self.send(Command.SET_ATTR, (name, values))
 
-    def send_close(self) -> int:
-        """Close the hosted envs and end the worker."""
+    def send_close(self, timeout: float | None = None) -> int:  # noqa: ARG002
+        """Close the hosted envs and end the worker.
+
+        ``timeout``: the grace of ``close()`` (a worker that overruns it is
+        terminated; the in-process handle bounds each env's ``close`` with it).
+        """
         return self.send(Command.CLOSE, None)
 
     def send_check_spaces(

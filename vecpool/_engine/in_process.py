@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections import deque
 from typing import Any
 
 from vecpool._engine.handle import WorkerHandle
+from vecpool._util.closing import close_within
 from vecpool._wire.messages import KEPT, Reply, WorkerConfig
 from vecpool._worker.host import open_host, serve
 
@@ -96,11 +98,29 @@ class _LocalChannel:
         return self.buffer.popleft()
 
     def close_envs(self) -> None:
+        """Stop, and close the envs still open (within :data:`TERMINATE_SECONDS`)."""
         self.running = False
+        self.close_envs_within(TERMINATE_SECONDS)
+
+    def close_envs_within(self, seconds: float) -> None:
+        """Close the envs still open, giving up waiting after ``seconds`` in all."""
         envs, self.envs = self.envs, []
-        for env in envs:
-            with contextlib.suppress(Exception):
-                env.close()
+        if self.host is not None:
+            self.host.envs = []  # a CLOSE command then has nothing left to close
+        deadline = time.monotonic() + seconds
+        for local, env in enumerate(envs):
+            close_within(
+                env.close,
+                deadline - time.monotonic(),
+                f"in-process env {local} (num_workers=0)",
+            )
+
+
+CLOSE_SECONDS = 10.0
+"""How long ``close()`` waits for the in-process envs' ``close()`` by default."""
+
+TERMINATE_SECONDS = 1.0
+"""How long ``close(terminate=True)`` waits for the in-process envs' ``close()``."""
 
 
 class _LocalProcess:
@@ -172,6 +192,18 @@ class InProcessHandle(WorkerHandle):
             # call says so, as for a dead worker (the channel refuses it)
             self.out_of_step = False
             raise
+
+    def send_close(self, timeout: float | None = None) -> int:
+        """Close the envs here, within ``timeout`` seconds, then answer CLOSE.
+
+        An env's ``close()`` that hangs is left in a daemon thread with a warning
+        (vecpool/_util/closing.py): a worker's would be terminated after the same
+        grace.
+        """
+        channel = self.local_channel
+        if channel.running:
+            channel.close_envs_within(CLOSE_SECONDS if timeout is None else timeout)
+        return super().send_close()
 
     def death(self, what: str) -> str:
         """Why the envs are lost: a command stopped half-way, or they were closed."""

@@ -46,6 +46,7 @@ from vecpool._util.checks import (
     check_wait_strategy,
     resolve_num_workers,
 )
+from vecpool._util.closing import close_within
 from vecpool._util.spaces import observation_spaces
 from vecpool._util.threads import PolicyThreads, fitting_threads, warn_once
 from vecpool._wire.messages import Reply
@@ -60,6 +61,10 @@ from vecpool.errors import (
 __all__ = ["AsyncState", "AsyncVectorEnv"]
 
 _RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
+DUMMY_CLOSE_SECONDS = 2.0
+"""How long the constructor waits for the ``close()`` of the env it builds in this
+process to read the spaces (vecpool/_util/closing.py)."""
+
 CLOSE_GRACE = 10.0
 """Seconds ``close()`` (with ``timeout=None``) gives a pending call and the envs'
 own ``close`` before it terminates the workers."""
@@ -259,7 +264,12 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 self.observation_mode, dummy_env, self.env_fns, self.num_envs
             )
         finally:
-            dummy_env.close()
+            # in this process: a close() that hangs must not hang the constructor
+            close_within(
+                dummy_env.close,
+                DUMMY_CLOSE_SECONDS,
+                "env_fns[0]() (built to read the spaces)",
+            )
             del dummy_env
 
         ctx = multiprocessing.get_context(context)
