@@ -10,6 +10,7 @@ kind of handle follows from the settings: a vecpool worker process
 
 from __future__ import annotations
 
+import os
 import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -248,5 +249,6 @@ class Starter:
             autoreset_mode=spec.autoreset_mode,
             observation_mode=spec.observation_mode,
             check_spaces=(spec.observation_space, spec.action_space),
+            parent_pid=os.getpid(),
             **waiting,
         )

@@ -171,6 +171,8 @@ class WorkerConfig:
             that it holds the semaphore (so the parent can give back the permit of a
             worker that died holding it).
         restart: Set for a replacement worker (see :class:`RestartStart`).
+        parent_pid: The process that owns the vector env (under ``forkserver`` the
+            worker's parent is the fork server, not it); 0: the worker's parent.
     """
 
     index: int
@@ -191,6 +193,7 @@ class WorkerConfig:
     spin_max_gap: float = 0.0
     holding: Any = None
     restart: RestartStart | None = None
+    parent_pid: int = 0
 
 
 @dataclass

@@ -14,6 +14,7 @@ import os
 import select
 import signal
 import sys
+import threading
 import time
 from multiprocessing.connection import Connection
 from typing import Any
@@ -28,6 +29,51 @@ __all__ = ["run_worker"]
 
 def _ignore_signal(signum: int, frame: Any) -> None:
     """Swallow SIGINT in workers (the parent handles Ctrl-C and closes them)."""
+
+
+PARENT_WATCH_SECONDS = 0.2
+"""How often a worker checks that the process that started it still lives."""
+
+
+def _started(pid: int) -> bytes | None:
+    """The start time of process ``pid`` (``None``: gone, a zombie, or no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == b"Z" else fields[19]
+
+
+def _watch_parent(parent: int) -> None:
+    """End this worker (and what its envs forked) when the vector env's owner dies.
+
+    A worker waiting for a command notices a dead parent by its pipe; one stuck in
+    an env's step does not. A daemon thread checks every
+    :data:`PARENT_WATCH_SECONDS` that the process owning the vector env (``parent``;
+    under ``forkserver`` not this worker's parent) still lives, by its pid and
+    start time (a pid reused since is not it); where there is no ``/proc``, that
+    this worker's parent is unchanged. Once it is gone (SIGKILL, a crash), the
+    worker kills the process group it leads, itself included, so no orphan is left.
+    (An env stuck in C code that holds the GIL stops the check too.)
+    """
+    started = _started(parent)
+    ppid = os.getppid()
+
+    def alive() -> bool:
+        if started is not None:
+            return _started(parent) == started
+        return os.getppid() == ppid
+
+    def watch() -> None:
+        while alive():
+            time.sleep(PARENT_WATCH_SECONDS)
+        with contextlib.suppress(OSError):
+            if os.getpgid(0) == os.getpid():  # a group of its own: env children too
+                os.killpg(os.getpid(), signal.SIGKILL)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="vecpool parent watch", daemon=True).start()
 
 
 def run_worker(
@@ -50,6 +96,7 @@ def run_worker(
     # processes an env forked do not outlive it (nor hold its sentinel open)
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)
+    _watch_parent(config.parent_pid or os.getppid())
     if parent_conn is not None:
         parent_conn.close()
     envs: list[Any] = []
