@@ -372,3 +372,39 @@ def test_two_threads_get_a_clear_error_never_other_rows(shared_memory):
         assert run.wrong == []
     finally:
         _close_promptly(envs)
+
+
+def test_a_step_cut_between_its_halves_says_how_to_recover(monkeypatch):
+    # issue 22, item 8: a Ctrl-C inside step() after the actions went out left a
+    # pending step the user never called `step_async` for
+    import gymnasium as gym
+
+    import vecpool.vector.async_env as async_env
+
+    env = vecpool.AsyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2, num_workers=1)
+    try:
+        env.reset(seed=0)
+
+        def interrupted(self, timeout):
+            raise KeyboardInterrupt
+
+        with monkeypatch.context() as patch:
+            patch.setattr(async_env, "_RAW_STEP_WAIT", interrupted)
+            with pytest.raises(KeyboardInterrupt):
+                env.step(np.zeros(2, np.int64))
+        with pytest.raises(AlreadyPendingCallError) as raised:
+            env.step(np.zeros(2, np.int64))
+        message = str(raised.value)
+        # Gymnasium's sentence first (its suite matches it), then the way out
+        gymnasiums = "Calling `step_async` while waiting for a pending call to `step`"
+        assert message.startswith(gymnasiums)
+        assert "call `step_wait()`" in message
+        env.step_wait()
+        env.step(np.zeros(2, np.int64))  # back to normal
+        env.step_async(np.zeros(2, np.int64))
+        with pytest.raises(AlreadyPendingCallError) as again:
+            env.step_async(np.zeros(2, np.int64))
+        assert "interrupted" not in str(again.value)  # not a step() cut this time
+        env.step_wait()
+    finally:
+        env.close()

@@ -243,6 +243,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._policy_limits: PolicyThreads | None = None
 
         self._state = AsyncState.DEFAULT
+        self._step_interrupted = False  # a step() cut between its two halves
         self._lock = threading.RLock()
         self.processes = []
         self.parent_pipes = []
@@ -514,13 +515,16 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             Batched ``(observations, rewards, terminations, truncations, infos)``.
         """
         cls = type(self)
-        if cls.step_async is _STEP_ASYNC and cls.step_wait is _STEP_WAIT:
-            # not overridden: skip re-entering the lock this call already holds
-            _RAW_STEP_ASYNC(self, actions)
-            result: StepResult = _RAW_STEP_WAIT(self, None)
-            return result
-        self.step_async(actions)
-        return self.step_wait()
+        raw = cls.step_async is _STEP_ASYNC and cls.step_wait is _STEP_WAIT
+        # not overridden: skip re-entering the lock this call already holds
+        (_RAW_STEP_ASYNC(self, actions) if raw else self.step_async(actions))
+        try:
+            result: StepResult = _RAW_STEP_WAIT(self, None) if raw else self.step_wait()
+        except BaseException:
+            # e.g. a Ctrl-C between the two halves: the next call says what to do
+            self._step_interrupted = self._state is AsyncState.WAITING_STEP
+            raise
+        return result
 
     @exclusive
     def step_async(self, actions: Any) -> None:
@@ -569,6 +573,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 )
                 group.unseen_cuts.clear()
             self._state = AsyncState.WAITING_STEP
+            self._step_interrupted = False
 
     @exclusive
     def step_wait(self, timeout: float | None = None) -> StepResult:
@@ -1000,6 +1005,12 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 f"Calling `{method}` while waiting for a pending call to "
                 f"`{self._state.value}` to complete{end}"
             )
+            if self._step_interrupted and self._state is AsyncState.WAITING_STEP:
+                msg += (
+                    " (an earlier `step()` was interrupted after it had sent its "
+                    "actions: call `step_wait()` to collect that step's results, "
+                    "then go on)"
+                )
             raise AlreadyPendingCallError(msg, str(self._state.value))
         if batches and self._batches is not None:
             self._batches.assert_none_pending(method)
