@@ -135,3 +135,26 @@ def test_remote_traceback_shows_the_remote_text():
     text = INSTANCES["RemoteTraceback"].traceback_text
     assert text in str(INSTANCES["RemoteTraceback"])
     assert "explode" in str(pickle.loads(pickle.dumps(INSTANCES["RemoteTraceback"])))
+
+
+def test_env_fns_mistakes_name_the_fix():
+    # issue 23: Gymnasium says "'TimeLimit' object is not callable" and "object of
+    # type 'function' has no len()"; same types, messages that say what to pass
+    import multiprocessing
+
+    import gymnasium as gym
+
+    import vecpool
+
+    before = set(multiprocessing.active_children())
+    env: Any = gym.make("CartPole-v1")
+    with pytest.raises(
+        TypeError, match=r"`env_fns\[0\]` is a TimeLimit, not a function"
+    ):
+        vecpool.AsyncVectorEnv([env, env])
+    env.close()
+    with pytest.raises(TypeError, match="got a single function: wrap it in a list"):
+        vecpool.AsyncVectorEnv(lambda: gym.make("CartPole-v1"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="got int"):
+        vecpool.AsyncVectorEnv(3)  # type: ignore[arg-type]
+    assert set(multiprocessing.active_children()) == before

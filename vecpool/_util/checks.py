@@ -16,6 +16,7 @@ __all__ = [
     "WAIT_STRATEGIES",
     "available_cpus",
     "check_custom_worker",
+    "check_env_fns",
     "check_int",
     "check_max_concurrency",
     "check_platform",
@@ -101,6 +102,38 @@ def available_cpus() -> int:
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return os.cpu_count() or 1
+
+
+def check_env_fns(env_fns: object) -> None:
+    """Check ``env_fns``: a sequence of functions that each create an env.
+
+    Gymnasium raises ``TypeError``s that do not say what to pass instead
+    (``'TimeLimit' object is not callable``, ``object of type 'function' has no
+    len()``); these name the argument and the fix, with the same type.
+
+    Raises:
+        TypeError: If it is a single function or env, or holds something that is
+            not callable.
+    """
+    if callable(env_fns) or not hasattr(env_fns, "__len__"):
+        what = "a single function" if callable(env_fns) else type(env_fns).__name__
+        msg = (
+            "`env_fns` must be a list of functions that each create an env, e.g. "
+            "`[lambda: gym.make('CartPole-v1')] * 4`; got "
+            f"{what}: wrap it in a list (one entry per sub-environment)."
+        )
+        raise TypeError(msg)
+    entries: Any = env_fns
+    for index, env_fn in enumerate(entries):
+        if not callable(env_fn):
+            kind = type(env_fn).__name__
+            msg = (
+                f"`env_fns[{index}]` is a {kind}, not a function that creates an "
+                "env: pass the function itself (e.g. `lambda: gym.make(...)` or "
+                "`functools.partial(MyEnv, ...)`); each worker calls it to build "
+                "its own env."
+            )
+            raise TypeError(msg)
 
 
 def check_policy_threads(value: object) -> int | str | None:

@@ -38,6 +38,7 @@ from vecpool._util.checks import (
     available_cpus,
     check_batch_size,
     check_custom_worker,
+    check_env_fns,
     check_max_concurrency,
     check_platform,
     check_policy_threads,
@@ -226,6 +227,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         check_platform()
         self.max_concurrency = check_max_concurrency(max_concurrency)
         check_custom_worker(worker)
+        check_env_fns(env_fns)
         self.num_envs = len(env_fns)
         if self.num_envs == 0:
             msg = "`env_fns` is empty: pass at least one function that creates an env."
