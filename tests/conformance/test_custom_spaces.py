@@ -77,3 +77,39 @@ def test_send_recv_with_a_custom_leaf(make_async):
         assert len(obs["mission"]) == 1
         assert obs["mission"][0].startswith("get to the")
         env.send(np.ones(1, np.int64), infos["env_id"])
+
+
+class _SequenceEnv(gym.Env):
+    """A ``Sequence`` observation: Gymnasium's shared memory refuses it (TypeError)."""
+
+    observation_space = gym.spaces.Sequence(gym.spaces.Box(0, 1, (2,), np.float32))
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._observe(), {}
+
+    def _observe(self):
+        count = int(self.np_random.integers(0, 4))
+        return tuple(self.np_random.random(2).astype(np.float32) for _ in range(count))
+
+    def step(self, action):
+        self.t += 1
+        return self._observe(), 1.0, self.t >= 5, False, {}
+
+
+def test_a_sequence_observation_matches_sync_by_default(make_async):
+    # found by a review: "auto" caught CustomSpaceError only, not the TypeError
+    # Gymnasium raises for dynamic spaces
+    reference = gym.vector.SyncVectorEnv([_SequenceEnv] * 3)
+    candidate = make_async([_SequenceEnv] * 3, num_workers=2)
+    try:
+        assert repr(reference.reset(seed=1)) == repr(candidate.reset(seed=1))
+        for _ in range(8):
+            actions = np.zeros(3, np.int64)
+            assert repr(reference.step(actions)) == repr(candidate.step(actions))
+    finally:
+        reference.close()
+    with pytest.raises(TypeError):
+        vecpool.AsyncVectorEnv([_SequenceEnv] * 3, shared_memory=True)

@@ -9,6 +9,7 @@ speed claim).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -36,7 +37,7 @@ class Hangs(gym.Env):
         return np.zeros(1, np.float32), {}
     def step(self, action):
         child = subprocess.Popen(["sleep", "3600"])
-        print("grandchild", child.pid, flush=True)
+        os.write(1, f"grandchild {child.pid}\\n".encode())  # one write: no interleaving
         time.sleep(3600)
 
 if __name__ == "__main__":
@@ -72,8 +73,9 @@ def test_workers_and_their_children_die_with_the_parent(tmp_path, context):
         check=False,
     )
     assert done.returncode == -signal.SIGKILL, done.stderr
-    pids = [int(line.split()[1]) for line in done.stdout.splitlines() if line]
-    assert sum(line.startswith("worker") for line in done.stdout.splitlines()) == 2
+    found = re.findall(r"(worker|grandchild) (\d+)", done.stdout)
+    pids = [int(pid) for _, pid in found]
+    assert [kind for kind, _ in found].count("worker") == 2, done.stdout
     deadline = time.monotonic() + 20  # a watchdog on the check, not a speed claim
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)

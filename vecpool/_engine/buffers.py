@@ -187,10 +187,14 @@ class StepBuffers:
                 self.gym_obs_memory = create_shared_memory(
                     observation_space, n=num_envs, ctx=ctx
                 )
-            except GymCustomSpaceError as e:
-                if isinstance(shared_memory, str):  # "auto": what cannot, is pickled
+            except (GymCustomSpaceError, TypeError) as e:
+                # "auto": what cannot, is pickled (a custom space: CustomSpaceError;
+                # Sequence and Graph, of dynamic shape: Gymnasium's TypeError)
+                if isinstance(shared_memory, str):
                     self.transport = ObsTransport.PIPE
                     self.gym_obs_memory = None
+                elif isinstance(e, TypeError):
+                    raise  # Gymnasium's own error, as with its AsyncVectorEnv
                 else:
                     msg = (
                         "Using `AsyncVector(..., shared_memory=True)` caused an error, "

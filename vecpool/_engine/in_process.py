@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from collections import deque
 from typing import Any
 
 from vecpool._engine.handle import WorkerHandle
-from vecpool._util.closing import close_within
+from vecpool._util.closing import close_all_within
 from vecpool._wire.messages import KEPT, Reply, WorkerConfig
 from vecpool._worker.host import open_host, serve
 
@@ -57,6 +56,7 @@ class _LocalChannel:
 
     def __init__(self, config: WorkerConfig) -> None:
         self.envs: list[Any] = []
+        self.host: Any = None  # close_envs() reads it if a constructor is cut
         try:
             self.host, first = open_host(config, self.envs)
         except BaseException:
@@ -107,13 +107,13 @@ class _LocalChannel:
         envs, self.envs = self.envs, []
         if self.host is not None:
             self.host.envs = []  # a CLOSE command then has nothing left to close
-        deadline = time.monotonic() + seconds
-        for local, env in enumerate(envs):
-            close_within(
-                env.close,
-                deadline - time.monotonic(),
-                f"in-process env {local} (num_workers=0)",
-            )
+        close_all_within(
+            [
+                (env.close, f"in-process env {local} (num_workers=0)")
+                for local, env in enumerate(envs)
+            ],
+            seconds,
+        )
 
 
 CLOSE_SECONDS = 10.0

@@ -30,7 +30,7 @@ from vecpool._engine.lifecycle import STARTING_WORKERS
 from vecpool._engine.process import ProcessHandle
 from vecpool._util.slices import split
 from vecpool._wire.messages import ObsTransport, RestartStart, WorkerConfig
-from vecpool._worker.loop import run_worker
+from vecpool._worker.loop import owner_start, run_worker
 
 __all__ = ["EnvFns", "StartSpec", "Starter"]
 
@@ -250,5 +250,6 @@ class Starter:
             observation_mode=spec.observation_mode,
             check_spaces=(spec.observation_space, spec.action_space),
             parent_pid=os.getpid(),
+            parent_start=owner_start(),
             **waiting,
         )

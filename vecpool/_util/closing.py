@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from vecpool.errors import VecPoolWarning
 
-__all__ = ["close_within"]
+__all__ = ["close_all_within", "close_within"]
 
 
 def close_within(close: Callable[[], None], seconds: float, what: str) -> bool:
@@ -40,13 +40,57 @@ def close_within(close: Callable[[], None], seconds: float, what: str) -> bool:
 
     thread = threading.Thread(target=run, name=f"vecpool close {what}", daemon=True)
     thread.start()
-    thread.join(max(0.0, seconds))
+    seconds = max(0.0, seconds)
+    thread.join(seconds)
     if not thread.is_alive():
         return True
     warnings.warn(
         f"The close() of {what} did not return within {seconds:g} s: it was left "
         "running in a daemon thread of this process, which no longer waits for "
         "it (its resources may stay open until the process exits).",
+        VecPoolWarning,
+        stacklevel=3,
+    )
+    return False
+
+
+def close_all_within(
+    closes: list[tuple[Callable[[], None], str]], seconds: float
+) -> bool:
+    """Run each ``close()`` in turn in one daemon thread; wait ``seconds`` in all.
+
+    One thread, in order (as the caller would have closed them): an env that
+    hangs delays the ones after it instead of leaving each to a thread of its
+    own with no time left (a warning each, all closing at once).
+
+    Returns:
+        Whether every one returned in time.
+    """
+    if not closes:
+        return True
+    position = [0]
+
+    def run() -> None:
+        for index, (close, _) in enumerate(closes):
+            position[0] = index
+            with contextlib.suppress(Exception):  # closing anyway, as workers do
+                close()
+        position[0] = len(closes)
+
+    thread = threading.Thread(target=run, name="vecpool close", daemon=True)
+    thread.start()
+    seconds = max(0.0, seconds)
+    thread.join(seconds)
+    if not thread.is_alive():
+        return True
+    stuck = position[0]
+    left = ", ".join(what for _, what in closes[stuck + 1 :])
+    warnings.warn(
+        f"The close() of {closes[stuck][1]} did not return within {seconds:g} s: "
+        "it was left running in a daemon thread of this process, which no longer "
+        "waits for it"
+        + (f" (nor for {left}, closed after it)" if left else "")
+        + " (its resources may stay open until the process exits).",
         VecPoolWarning,
         stacklevel=3,
     )

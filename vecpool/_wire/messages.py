@@ -173,6 +173,8 @@ class WorkerConfig:
         restart: Set for a replacement worker (see :class:`RestartStart`).
         parent_pid: The process that owns the vector env (under ``forkserver`` the
             worker's parent is the fork server, not it); 0: the worker's parent.
+        parent_start: Its start time, read by the parent itself (a worker that
+            read it after the owner died could watch a process that reused the pid).
     """
 
     index: int
@@ -194,6 +196,7 @@ class WorkerConfig:
     holding: Any = None
     restart: RestartStart | None = None
     parent_pid: int = 0
+    parent_start: bytes | None = None
 
 
 @dataclass

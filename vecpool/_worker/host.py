@@ -122,10 +122,15 @@ class Host:
         # a replacement's cut rows show these observations (kept: the cut may have
         # to be shown again, see `cut_again`)
         self.cut_obs: list[Any] | None = None
+        self.cut_seeds: list[int | None] = [None] * len(envs)
+        # envs whose latest row marked the cut (and nothing since): the only ones
+        # `cut_again` marks again (a later step, reset or set_states ends it)
+        self.cut_open = [False] * len(envs)
         if restart is not None:
             self.last_obs = list(restart.last_obs)
             self.cut_obs = list(restart.last_obs)
             self.start_seeds = list(restart.seeds)
+            self.cut_seeds = list(restart.seeds)
 
     def _acquire(self) -> None:
         if self.semaphore is not None:
@@ -167,6 +172,7 @@ class Host:
     def _cut_shown(self, local: int) -> None:
         self.restarted[local] = False
         self.any_restarted = any(self.restarted)
+        self.cut_open[local] = True
 
     # -- commands ------------------------------------------------------------------
 
@@ -217,9 +223,11 @@ class Host:
                         )
                         marked = True  # pickled: the parent looks at this info
                     elif mode is AutoresetMode.NEXT_STEP and self.autoreset[local]:
+                        self.cut_open[local] = False
                         obs, info = env.reset(seed=self._take_seed(local))
                         reward, terminated, truncated = 0.0, False, False
                     else:
+                        self.cut_open[local] = False
                         action = (
                             actions[position]
                             if actions is not None
@@ -282,8 +290,14 @@ class Host:
         """
         if self.cut_obs is None:
             return
-        self.restarted = [True] * len(self.envs)
-        self.any_restarted = True
+        for local, shown in enumerate(self.cut_open):
+            if shown:  # its cut row answered the given-up call: show it again
+                self.restarted[local] = True
+                self.cut_open[local] = False
+                # as the parent last returned it (a masked reset shows it)
+                self.last_obs[local] = self.cut_obs[local]
+                self.start_seeds[local] = self.cut_seeds[local]
+        self.any_restarted = any(self.restarted)
 
     def accept_wide(self, tail: bytes | memoryview) -> None:
         """Switch to the wide-info area the parent accepted (a step command's tail)."""
@@ -375,9 +389,9 @@ class Host:
                         seed = seeds[local]
                     obs, info = env.reset(seed=seed, options=env_options)
                     self.autoreset[local] = False
+                    self.cut_open[local] = False
                     if self.any_restarted and self.restarted[local]:
-                        self.restarted[local] = False
-                        self.any_restarted = any(self.restarted)
+                        self._cut_shown(local)
                         info = {**info, "worker_restarted": True}
                     if write_obs is not None:
                         write_obs(index, obs)
@@ -488,6 +502,7 @@ class Host:
         methods = self._state_methods(local)
         self.restarted[local] = False  # the state given defines the env now
         self.any_restarted = any(self.restarted)
+        self.cut_open[local] = False
         if isinstance(state, EnvState):
             methods.set_state(state.state)
             self.autoreset[local] = bool(state.autoreset_pending)

@@ -35,17 +35,33 @@ PARENT_WATCH_SECONDS = 0.2
 """How often a worker checks that the process that started it still lives."""
 
 
+_UNKNOWN = b"?"
+"""What :func:`_started` says when it cannot tell (e.g. EMFILE, EACCES)."""
+
+
 def _started(pid: int) -> bytes | None:
-    """The start time of process ``pid`` (``None``: gone, a zombie, or no /proc)."""
+    """The start time of process ``pid`` (``None``: gone or a zombie).
+
+    :data:`_UNKNOWN` when ``/proc`` cannot be read now (no /proc, a full fd
+    table, a sandbox): never taken for a death.
+    """
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             fields = stat.read().rsplit(b")", 1)[1].split()
-    except OSError:
+    except (FileNotFoundError, ProcessLookupError):
         return None
+    except OSError:
+        return _UNKNOWN
     return None if fields[0] == b"Z" else fields[19]
 
 
-def _watch_parent(parent: int) -> None:
+def owner_start() -> bytes | None:
+    """This process's start time (``None`` where ``/proc`` cannot tell)."""
+    started = _started(os.getpid())
+    return None if started == _UNKNOWN else started
+
+
+def _watch_parent(parent: int, parent_start: bytes | None = None) -> None:
     """End this worker (and what its envs forked) when the vector env's owner dies.
 
     A worker waiting for a command notices a dead parent by its pipe; one stuck in
@@ -57,12 +73,13 @@ def _watch_parent(parent: int) -> None:
     worker kills the process group it leads, itself included, so no orphan is left.
     (An env stuck in C code that holds the GIL stops the check too.)
     """
-    started = _started(parent)
+    started = parent_start or _started(parent)
     ppid = os.getppid()
 
     def alive() -> bool:
-        if started is not None:
-            return _started(parent) == started
+        if started is not None and started != _UNKNOWN:
+            now = _started(parent)
+            return now in (_UNKNOWN, started)
         return os.getppid() == ppid
 
     def watch() -> None:
@@ -96,7 +113,7 @@ def run_worker(
     # processes an env forked do not outlive it (nor hold its sentinel open)
     with contextlib.suppress(OSError):
         os.setpgid(0, 0)
-    _watch_parent(config.parent_pid or os.getppid())
+    _watch_parent(config.parent_pid or os.getppid(), config.parent_start)
     if parent_conn is not None:
         parent_conn.close()
     envs: list[Any] = []

@@ -470,7 +470,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                     group.cut_tail(handle),
                 ),
             )
-            group.unseen_cuts.clear()
+            # kept until reset_wait returns the rows: a give-up shows them again
             self._state = AsyncState.WAITING_RESET
 
     @exclusive
@@ -573,7 +573,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                         + group.cut_tail(handle),
                     ),
                 )
-                group.unseen_cuts.clear()
+                # kept until step_wait returns the rows (a restart at this send
+                # too): a call that gives up again shows them again
             self._state = AsyncState.WAITING_STEP
             self._step_interrupted = False
 
