@@ -488,3 +488,38 @@ def test_processes_an_env_forked_die_with_the_worker(how, monkeypatch):
     # a hang guard, not a speed claim: bounded, not the (60 s) grace
     assert time.monotonic() - started < 10
     assert all(_gone(pid) for pid in children), children
+
+
+def test_a_forked_child_exiting_normally_leaves_the_parents_workers_alone():
+    # found by a review: the child's atexit hook (and its finalizers) closed the
+    # parent's vector env, whose next step raised WorkerCrashedError (SIGKILL)
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import os, sys
+        import gymnasium as gym, numpy as np, vecpool
+        fns = [lambda: gym.make("CartPole-v1")] * 2
+        env = vecpool.AsyncVectorEnv(fns, num_workers=2)
+        env.reset(seed=0)
+        pid = os.fork()
+        if pid == 0:
+            del env  # garbage collection in the child too
+            sys.exit(0)  # a normal exit: atexit hooks run in the child
+        os.waitpid(pid, 0)
+        env.step(np.zeros(2, np.int64))
+        env.close()
+        print("parent ok")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "parent ok" in done.stdout

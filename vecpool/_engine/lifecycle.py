@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import multiprocessing.util  # noqa: F401 - its exit hook must be registered first
+import multiprocessing.util  # its exit hook must be registered first (see below)
 import os
 import signal
 import time
@@ -59,6 +59,18 @@ def _drop_wide_areas() -> None:
         with contextlib.suppress(Exception):
             for handle in env._group.handles:
                 handle.info_wide = handle.wide_offer = None
+        # the child does not own the parent's envs: its exit (atexit, finalizers,
+        # __del__) must not close the parent's workers; nor may multiprocessing's
+        # own exit hook, which terminates and joins the children it lists (a raw
+        # os.fork() keeps the parent's list: a private set, hence the guard)
+        with contextlib.suppress(Exception):
+            if env._finalizer is not None:
+                env._finalizer.detach()
+        with contextlib.suppress(Exception):
+            children = multiprocessing.process._children  # type: ignore[attr-defined]
+            for process in env.processes:
+                children.discard(process)
+    LIVE_ENVS.clear()
 
 
 if hasattr(os, "register_at_fork"):

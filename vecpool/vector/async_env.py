@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import threading
 import time
 import weakref
@@ -245,6 +246,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._policy_limits: PolicyThreads | None = None
 
         self._state = AsyncState.DEFAULT
+        self._owner_pid = os.getpid()  # a forked child must not close our workers
         self._step_interrupted = False  # a step() cut between its two halves
         self._lock = threading.RLock()
         self.processes = []
@@ -942,6 +944,10 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             terminate: If ``True``, terminate the workers at once.
         """
         LIVE_ENVS.discard(self)
+        if getattr(self, "_owner_pid", os.getpid()) != os.getpid():
+            # a forked child (its exit, or its garbage collection): the workers
+            # are its parent's; nothing of theirs is touched from here
+            return
         if self._restarter is not None:
             self._restarter.closing = True  # another thread must not restart
         if getattr(self, "_holds_sigint", False):
