@@ -1,11 +1,18 @@
-"""Command-line argument types shared by the sub-commands (argparse ``type=``)."""
+"""Command-line arguments shared by the sub-commands (argparse types and options)."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
 
-__all__ = ["Handler", "Subparsers", "agent_ms", "num_workers_arg", "positive_int"]
+__all__ = [
+    "Handler",
+    "Subparsers",
+    "add_import_argument",
+    "agent_ms",
+    "num_workers_arg",
+    "positive_int",
+]
 
 Handler = Callable[[argparse.Namespace], int]
 """What a sub-command runs: parsed arguments -> exit status."""
@@ -58,3 +65,21 @@ def positive_int(text: str) -> int:
         msg = f"expected an integer >= 1, got {text!r}"
         raise argparse.ArgumentTypeError(msg)
     return value
+
+
+def add_import_argument(parser: argparse.ArgumentParser, target: str) -> None:
+    """Add ``--import PKG`` (repeatable): packages that register envs on import.
+
+    Args:
+        parser: The sub-command's parser.
+        target: How the command names its env id (``"ENV_ID"``, ``"TARGET"``).
+    """
+    parser.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        default=[],
+        metavar="PKG",
+        help="import PKG first: a package that registers its envs on import "
+        f"(repeatable; 'PKG:EnvId-v0' as {target} does the same)",
+    )

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from vecpool._util.arguments import Subparsers
+from vecpool._util.arguments import Subparsers, add_import_argument
 from vecpool._util.loading import import_modules, load_callable, resolve_env_id
 from vecpool.check.report import CHECKS, resolve_skip
 from vecpool.check.runner import DEFAULT_NUM_STEPS, check_vector_env
@@ -94,15 +94,7 @@ def add_check_parser(
         default=0,
         help="seeds resets and actions (default: %(default)s)",
     )
-    parser.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="PKG",
-        help="import PKG first: a package that registers its envs on import "
-        "(repeatable; 'PKG:EnvId-v0' as TARGET does the same)",
-    )
+    add_import_argument(parser, "TARGET")
     parser.add_argument(
         "--skip",
         action="append",

@@ -14,6 +14,7 @@ import threading
 from vecpool._util.arguments import (
     Handler,
     Subparsers,
+    add_import_argument,
     num_workers_arg,
     positive_int,
 )
@@ -185,15 +186,7 @@ def add_collect_parser(
         default=None,
         help="seeds the resets, random actions and pool (default: unseeded)",
     )
-    parser.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        default=[],
-        metavar="PKG",
-        help="import PKG first: a package that registers its envs on import "
-        "(repeatable; 'PKG:EnvId-v0' as ENV_ID does the same)",
-    )
+    add_import_argument(parser, "ENV_ID")
     parser.add_argument(
         "--policy",
         metavar="MODULE:CALLABLE",
