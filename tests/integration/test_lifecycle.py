@@ -523,3 +523,33 @@ def test_a_forked_child_exiting_normally_leaves_the_parents_workers_alone():
     )
     assert done.returncode == 0, done.stderr
     assert "parent ok" in done.stdout
+
+
+def test_spawn_without_a_main_guard_names_the_fix(tmp_path):
+    # issue 23: the WorkerCrashedError did not mention the guard; only the child's
+    # traceback did
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "no_guard.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import gymnasium as gym, vecpool
+            fns = [lambda: gym.make("CartPole-v1")] * 2
+            env = vecpool.AsyncVectorEnv(fns, context="spawn")
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("vecpool.errors.WorkerCrashedError")
+    assert 'if __name__ == "__main__":' in last

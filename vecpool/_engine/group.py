@@ -447,6 +447,15 @@ class WorkerGroup:
         handle.process.join(1.0)
         envs = handle.env_indices
         msg = handle.death(what)
+        method = getattr(getattr(handle.process, "_popen", None), "method", None)
+        if what == "__init__" and method in ("spawn", "forkserver"):
+            msg += (
+                f" With the {method!r} start method each worker imports the main "
+                "script again: if its traceback above says that a new process was "
+                "started before the current one finished its bootstrapping phase, "
+                "put the code that creates the vector env under "
+                '`if __name__ == "__main__":`.'
+            )
         error = WorkerCrashedError(
             msg, handle.index, tuple(envs), handle.process.exitcode
         )
