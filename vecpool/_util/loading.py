@@ -12,6 +12,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import gymnasium as gym
+
 __all__ = ["import_modules", "load_callable", "resolve_env_id"]
 
 
@@ -57,8 +59,6 @@ def resolve_env_id(
         ValueError: ``error``, if the module cannot be imported or the id is not
             registered; the message says how to fix it.
     """
-    import gymnasium as gym
-
     module, colon, name = env_id.partition(":")
     if colon:
         _on_path()
