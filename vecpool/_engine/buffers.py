@@ -502,26 +502,9 @@ class StepBuffers:
                 items.extend(reply.infos or [])
         if not columned.size:
             return merge_infos(items, self.num_envs)
-        ids = self.info_ids[columned]
-        first_id = int(ids[0])
-        if not items and (ids == first_id).all():  # one schema, nothing pickled
-            first = self._schema(first_id, int(columned[0]))
-            if first.wide:
-                return first.merge_parts(_wide_parts(handles, columned), self.num_envs)
-            return first.merge(self.info_rows[columned], columned, self.num_envs)
-        envs = columned.tolist()
-        schemas = [self._schema(int(ids[i]), env) for i, env in enumerate(envs)]
-        items.extend(
-            (
-                env,
-                schema.decode(
-                    _wide_row(handles, env) if schema.wide else self.info_rows[env]
-                ),
-            )
-            for env, schema in zip(envs, schemas, strict=True)
+        return self._merge_rows(
+            handles, items, columned, columned, self.info_ids[columned], self.num_envs
         )
-        items.sort(key=operator.itemgetter(0))  # env order, as Gymnasium merges
-        return merge_infos(items, self.num_envs)
 
     def merge_batch_infos(
         self,
@@ -547,16 +530,47 @@ class StepBuffers:
         positions = np.flatnonzero(schema_ids)
         if not positions.size:
             return merge_infos(items, count) if items else {}
-        envs = envs[positions]
-        first_id = int(schema_ids[positions[0]])
-        if not items and (schema_ids[positions] == first_id).all():
+        return self._merge_rows(
+            handles, items, envs[positions], positions, schema_ids[positions], count
+        )
+
+    def _merge_rows(
+        self,
+        handles: Sequence[Any],
+        items: list[tuple[int, dict[str, Any]]],
+        envs: npt.NDArray[np.intp],
+        rows: npt.NDArray[np.intp],
+        schema_ids: npt.NDArray[np.int64],
+        count: int,
+    ) -> dict[str, Any]:
+        """Merge pickled ``items`` with the infos in the shared rows of ``envs``.
+
+        Args:
+            handles: The worker handles (for wide rows).
+            items: ``(row, info)`` of the infos that came pickled.
+            envs: The envs whose infos are in shared memory (ascending rows).
+            rows: Their rows in the result (``envs`` itself for a full step).
+            schema_ids: Their schema ids.
+            count: Rows of the result.
+
+        Returns:
+            Gymnasium's merged infos: one assignment per key when every env has
+            one schema and nothing came pickled; else each row decoded and merged
+            in row order, as Gymnasium does.
+        """
+        first_id = int(schema_ids[0])
+        if not items and (schema_ids == first_id).all():  # one schema
             first = self._schema(first_id, int(envs[0]))
-            if not first.wide:  # one schema, nothing pickled
-                return first.merge(self.info_rows[envs], positions, count)
-        for position, env in zip(positions.tolist(), envs.tolist(), strict=True):
-            schema = self._schema(int(schema_ids[position]), env)
-            row = _wide_row(handles, env) if schema.wide else self.info_rows[env]
-            items.append((position, schema.decode(row)))
+            if not first.wide:
+                return first.merge(self.info_rows[envs], rows, count)
+            if rows is envs:  # a full step: each worker's wide rows as one part
+                return first.merge_parts(_wide_parts(handles, envs), count)
+        for row, env, schema_id in zip(
+            rows.tolist(), envs.tolist(), schema_ids.tolist(), strict=True
+        ):
+            schema = self._schema(schema_id, env)
+            data = _wide_row(handles, env) if schema.wide else self.info_rows[env]
+            items.append((row, schema.decode(data)))
         items.sort(key=operator.itemgetter(0))  # row order, as Gymnasium merges
         return merge_infos(items, count)
 
