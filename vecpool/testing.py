@@ -76,6 +76,7 @@ __all__ = [
     "WrongAutoresetStepVectorEnv",
     "WrongInfoMasksVectorEnv",
     "assert_same_data",
+    "assert_same_partial_reset",
     "assert_same_rollout",
     "assert_vector_env_conforms",
     "make_env_fns",
@@ -947,6 +948,35 @@ def make_env_fns(
 def _describe(data: Any) -> str:
     text = repr(data)
     return text if len(text) <= 2000 else text[:2000] + "..."
+
+
+def assert_same_partial_reset(
+    reference: Any, candidate: Any, step_result: Any, label: str
+) -> None:
+    """DISABLED mode: reset the envs that just ended in both; same results.
+
+    Does nothing in other modes, or when no env ended in ``step_result`` (the
+    reference's ``step`` result).
+
+    Example:
+        >>> import gymnasium as gym, numpy as np
+        >>> from gymnasium.vector import AutoresetMode, SyncVectorEnv
+        >>> fns = [lambda: gym.make("CartPole-v1")] * 2
+        >>> mode = AutoresetMode.DISABLED
+        >>> a, b = (SyncVectorEnv(fns, autoreset_mode=mode) for _ in "ab")
+        >>> _ = a.reset(seed=0), b.reset(seed=0)
+        >>> assert_same_partial_reset(a, b, a.step(np.zeros(2, np.int64)), "step 0")
+    """
+    done = np.asarray(step_result[2]) | np.asarray(step_result[3])
+    mode = reference.metadata.get("autoreset_mode")
+    if mode is not AutoresetMode.DISABLED or not done.any():
+        return
+    options = {"reset_mask": done}
+    assert_same_data(
+        reference.reset(options=dict(options)),
+        candidate.reset(options=dict(options)),
+        f"{label}: partial reset",
+    )
 
 
 def assert_same_data(expected: Any, actual: Any, label: str = "data") -> None:

@@ -22,7 +22,7 @@ from vecpool._wire.info_columns import (
     INFO_WIDE_MAX_BYTES,
     InfoSchema,
 )
-from vecpool.testing import InfoKindsEnv, assert_same_data
+from vecpool.testing import InfoKindsEnv, assert_same_data, assert_same_partial_reset
 
 MODES = list(AutoresetMode)
 NUM_ENVS = 4
@@ -54,7 +54,6 @@ def _keys(infos, prefix=""):
 
 
 def _lockstep(reference, candidate, steps, seed=0):
-    mode = reference.metadata["autoreset_mode"]
     assert_same_data(reference.reset(seed=seed), candidate.reset(seed=seed), "reset")
     rng = np.random.default_rng(seed)
     columned = 0
@@ -65,14 +64,7 @@ def _lockstep(reference, candidate, steps, seed=0):
         assert_same_data(expected, actual, f"step {step}")
         assert _keys(expected[4]) == _keys(actual[4]), f"step {step}: key order"
         columned += int(np.count_nonzero(candidate._buffers.info_ids))
-        done = expected[2] | expected[3]
-        if mode is AutoresetMode.DISABLED and done.any():
-            options = {"reset_mask": done}
-            assert_same_data(
-                reference.reset(options=dict(options)),
-                candidate.reset(options=dict(options)),
-                f"step {step}: partial reset",
-            )
+        assert_same_partial_reset(reference, candidate, expected, f"step {step}")
     return columned
 
 

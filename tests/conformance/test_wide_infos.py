@@ -26,7 +26,7 @@ from gymnasium.vector import AutoresetMode
 
 from vecpool._wire.info_columns import INFO_ROW_BYTES, InfoSchema
 from vecpool._wire.wide_infos import WIDE_INFOS, WideArea
-from vecpool.testing import assert_same_data
+from vecpool.testing import assert_same_data, assert_same_partial_reset
 
 MODES = list(AutoresetMode)
 NUM_ENVS = 4
@@ -93,7 +93,6 @@ def _keys(infos):
 
 
 def _lockstep(reference, candidate, steps, seed=0):
-    mode = reference.metadata["autoreset_mode"]
     assert_same_data(reference.reset(seed=seed), candidate.reset(seed=seed), "reset")
     rng = np.random.default_rng(seed)
     wide_steps = 0
@@ -104,14 +103,7 @@ def _lockstep(reference, candidate, steps, seed=0):
         assert_same_data(expected, actual, f"step {step}")
         assert _keys(expected[4]) == _keys(actual[4]), f"step {step}: key order"
         wide_steps += int(_wide_in_use(candidate))
-        done = expected[2] | expected[3]
-        if mode is AutoresetMode.DISABLED and done.any():
-            options = {"reset_mask": done}
-            assert_same_data(
-                reference.reset(options=dict(options)),
-                candidate.reset(options=dict(options)),
-                f"step {step}: partial reset",
-            )
+        assert_same_partial_reset(reference, candidate, expected, f"step {step}")
     return wide_steps
 
 
