@@ -67,6 +67,7 @@ __all__ = [
     "InfoKindsEnv",
     "MissionEnv",
     "MissionSpace",
+    "MixedLeavesEnv",
     "MutatingOptionsVectorEnv",
     "RaisingEnv",
     "ShuffledObservationsVectorEnv",
@@ -689,6 +690,88 @@ class MissionEnv(gym.Env[dict[str, Any], np.int64]):
         self.t = 0
         self.length = int(self.np_random.integers(4, 10))
         self.colour = int(self.np_random.integers(len(_COLOURS)))
+        return self._observe(), {}
+
+    def step(self, action: np.int64) -> StepResult:
+        """Move on one step."""
+        self.t += 1
+        terminated = self.t >= self.length
+        truncated = not terminated and self.t >= self.max_steps
+        return self._observe(int(action)), 1.0, terminated, truncated, {"t": self.t}
+
+
+class MixedLeavesEnv(gym.Env[dict[str, Any], np.int64]):
+    """A Dict observation with every kind of leaf shared memory cannot hold.
+
+    Beside two array leaves (a ``Box`` and, nested, a ``Discrete``), it holds a
+    ``Text``, a ``Graph``, a ``Sequence``, a ``OneOf`` and a ``Tuple`` of an array
+    and a ``Text``. Every leaf depends on the env, the step and the action, so rows
+    of another env or step show; the graphs' and sequences' sizes change with the
+    step. Episodes end after 3-8 steps (terminated) or at ``max_steps``
+    (truncated); the info holds the step.
+
+    Example:
+        >>> env = MixedLeavesEnv()
+        >>> obs, _ = env.reset(seed=0)
+        >>> sorted(obs)
+        ['choice', 'graph', 'nested', 'note', 'pair', 'position', 'trail']
+    """
+
+    def __init__(self, index: int = 0, max_steps: int = 6) -> None:
+        """Build the env (``index`` makes its observations differ from others')."""
+        self.index, self.max_steps = index, max_steps
+        self.observation_space = spaces.Dict(
+            {
+                "position": spaces.Box(-100.0, 100.0, (3,), np.float32),
+                "note": spaces.Text(max_length=16),
+                "graph": spaces.Graph(
+                    node_space=spaces.Box(-100.0, 100.0, (2,), np.float32),
+                    edge_space=spaces.Discrete(3),
+                ),
+                "trail": spaces.Sequence(spaces.Discrete(8)),
+                "choice": spaces.OneOf(
+                    (spaces.Discrete(4), spaces.Box(0.0, 1.0, (2,), np.float32))
+                ),
+                "pair": spaces.Tuple((spaces.Discrete(9), spaces.Text(max_length=8))),
+                "nested": spaces.Dict({"count": spaces.Discrete(64)}),
+            }
+        )
+        self.action_space = spaces.Discrete(3)
+        self.t = 0
+        self.length = 8
+
+    def _observe(self, action: int = 0) -> dict[str, Any]:
+        t, index = self.t, self.index
+        nodes = 1 + (t + index) % 3
+        node_values = np.arange(nodes * 2, dtype=np.float32).reshape(nodes, 2)
+        choice: tuple[int, Any] = (
+            (0, np.int64((t + action) % 4))
+            if t % 2
+            else (1, np.full(2, (index + 1) / 8, np.float32))
+        )
+        return {
+            "position": np.array([index, t, action], np.float32),
+            "note": f"env{index}step{t}",
+            "graph": spaces.GraphInstance(
+                nodes=node_values + index,
+                edges=np.full(nodes - 1, t % 3, np.int64),
+                edge_links=np.array(
+                    [[k, k + 1] for k in range(nodes - 1)], np.int64
+                ).reshape(-1, 2),
+            ),
+            "trail": tuple(np.int64((index + k) % 8) for k in range(t % 4)),
+            "choice": choice,
+            "pair": (np.int64((index + t) % 9), f"a{action}"),
+            "nested": {"count": np.int64(t % 64)},
+        }
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Start an episode of a random length."""
+        super().reset(seed=seed, options=options)
+        self.t = 0
+        self.length = int(self.np_random.integers(3, 9))
         return self._observe(), {}
 
     def step(self, action: np.int64) -> StepResult:

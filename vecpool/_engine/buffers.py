@@ -38,9 +38,12 @@ from vecpool._engine.env_errors import raise_env_errors
 from vecpool._util.spaces import (
     copy_tree,
     flatten_batch,
+    foreign_leaves,
+    is_hybrid,
     is_native,
     is_native_leaf,
     leaves,
+    make_extractor,
     make_views,
     make_writer,
     take_rows,
@@ -115,9 +118,10 @@ def _lossless(source: np.dtype[Any], target: np.dtype[Any]) -> bool:
 
 
 def batch_nbytes(space: Space[Any], num_envs: int) -> int:
-    """Bytes of one batch of observations of a native ``space``."""
+    """Bytes of one batch of the array leaves of a native or hybrid ``space``."""
     return num_envs * sum(
-        dtype.itemsize * math.prod(shape) for dtype, shape in leaves(space)
+        dtype.itemsize * math.prod(shape)
+        for dtype, shape in leaves(space, skip_foreign=True)
     )
 
 
@@ -181,6 +185,14 @@ class StepBuffers:
             self.transport = ObsTransport.PIPE
         elif vecpool_worker and is_native(observation_space):
             self.transport = ObsTransport.NATIVE
+        elif (
+            vecpool_worker
+            and isinstance(shared_memory, str)
+            and is_hybrid(observation_space)
+        ):
+            # "auto": the array leaves in shared memory, the others pickled (an
+            # explicit True keeps Gymnasium's error below)
+            self.transport = ObsTransport.HYBRID
         else:
             self.transport = ObsTransport.GYM
             try:
@@ -202,7 +214,8 @@ class StepBuffers:
                         "however this is slower."
                     )
                     raise ValueError(msg) from CustomSpaceError(str(e))
-        native = self.transport is ObsTransport.NATIVE
+        hybrid = self.transport is ObsTransport.HYBRID
+        native = hybrid or self.transport is ObsTransport.NATIVE
         native_actions = vecpool_worker and is_native(action_space)
         # With copy=True, observations rotate through several buffers: a step's
         # observations are handed out as views of a buffer nobody else holds any
@@ -241,7 +254,16 @@ class StepBuffers:
         self._info_schemas: dict[int, InfoSchema] = {}  # by id
         # a worker offered an area for wide infos: the next full step accepts it
         self.wide_offers = False
-        self.env_obs: list[Any] = [None] * num_envs  # observations that came by pipe
+        # observations that came by pipe (HYBRID: each env's leaves that are not
+        # arrays, see vecpool._util.spaces.make_extractor)
+        self.env_obs: list[Any] = [None] * num_envs
+        self._foreign_spaces = foreign_leaves(observation_space) if hybrid else []
+        self._foreign_empty = [
+            create_empty_array(leaf, n=num_envs) for leaf in self._foreign_spaces
+        ]
+        self._foreign: list[Any] = list(self._foreign_empty)  # the latest batches
+        self._extract = make_extractor(observation_space) if hybrid else None
+        self._obs_arrays: list[npt.NDArray[Any]] = []  # the latest's array leaves
         self.obs_index = self.obs_next = 0  # buffer of the latest / pending obs
         self._obs_fields: list[tuple[Any, ...]] = []
         self._obs_owners: list[npt.NDArray[np.uint8]] = []
@@ -259,8 +281,9 @@ class StepBuffers:
             # references to an owner while nothing but this list holds it
             self._obs_free_refs = sys.getrefcount(self._obs_owners[-1])
             self.step_messages = [STEP + bytes([k]) for k in range(count)]
+            self._obs_arrays = cut(self._obs_owners[0], self._obs_fields[0])
             self.observations: Any = make_views(
-                observation_space, cut(self._obs_owners[0], self._obs_fields[0])
+                observation_space, self._obs_arrays, self._foreign
             )
         elif self.transport is ObsTransport.GYM:
             self.observations = read_from_shared_memory(
@@ -592,6 +615,8 @@ class StepBuffers:
                 self.observation_space, self.env_obs, self.observations
             )
             return deepcopy(self.observations) if self.copy else self.observations
+        if self.transport is ObsTransport.HYBRID:
+            return self._read_hybrid()
         if self.transport is ObsTransport.NATIVE:
             if not self.copy:
                 return self.observations
@@ -608,6 +633,38 @@ class StepBuffers:
             return tree
         return deepcopy(self.observations) if self.copy else self.observations
 
+    def _foreign_batches(self, rows: list[int] | None = None) -> list[Any]:
+        """Batch the leaves that are not arrays of every env (or of ``rows``).
+
+        As ``SyncVectorEnv`` does (Gymnasium's ``concatenate``: a tuple of the
+        envs' values), deep-copied with ``copy=True``.
+        """
+        env_obs = self.env_obs
+        chosen = env_obs if rows is None else [env_obs[row] for row in rows]
+        batches = []
+        for k, leaf in enumerate(self._foreign_spaces):
+            out: Any = (
+                self._foreign_empty[k]
+                if rows is None
+                else create_empty_array(leaf, n=len(chosen))
+            )
+            values = [None if obs is None else obs[k] for obs in chosen]
+            batches.append(concatenate(leaf, values, out))
+        return deepcopy(batches) if self.copy else batches
+
+    def _read_hybrid(self) -> Any:
+        """The latest observations of a hybrid space: array views and batches."""
+        space = self.observation_space
+        self._foreign = foreign = self._foreign_batches()
+        owners, index = self._obs_owners, self.obs_index
+        if len(owners) > 1:  # copy=True: buffers in rotation
+            self._obs_arrays = cut(owners[index], self._obs_fields[index])
+        arrays = self._obs_arrays
+        self.observations = make_views(space, arrays, foreign)
+        if not self.copy or (len(owners) > 1 and index < len(owners) - 1):
+            return self.observations  # the buffers themselves, as Sync's
+        return make_views(space, [array.copy() for array in arrays], foreign)
+
     def put_observation(self, index: int, value: Any) -> None:
         """Overwrite env ``index``'s row of the current observations with ``value``."""
         if self.transport is ObsTransport.PIPE:
@@ -615,6 +672,14 @@ class StepBuffers:
         elif self.transport is ObsTransport.GYM:
             write_to_shared_memory(
                 self.observation_space, index, value, self.gym_obs_memory
+            )
+        elif self.transport is ObsTransport.HYBRID:
+            assert self._extract is not None
+            make_writer(self.observation_space, self._obs_arrays)(index, value)
+            self.env_obs[index] = self._extract(value)
+            self._foreign = self._foreign_batches()
+            self.observations = make_views(
+                self.observation_space, self._obs_arrays, self._foreign
             )
         else:
             leaves_ = flatten_batch(
@@ -630,6 +695,12 @@ class StepBuffers:
             ids = np.arange(ids.start, ids.stop, dtype=np.int64)
         if self.transport is ObsTransport.NATIVE:
             return take_rows(self.observations, ids)
+        if self.transport is ObsTransport.HYBRID:
+            return make_views(
+                self.observation_space,
+                [array[ids] for array in self._obs_arrays],
+                self._foreign_batches(ids.tolist()),
+            )
         items = (
             self.env_obs
             if self.transport is ObsTransport.PIPE
@@ -647,6 +718,13 @@ class StepBuffers:
         """
         if self.transport is ObsTransport.NATIVE:
             self.observations = copy_tree(self.observations)
+            self._obs_owners = []
+            self._obs_arrays = []
+        elif self.transport is ObsTransport.HYBRID:
+            self._obs_arrays = [array.copy() for array in self._obs_arrays]
+            self.observations = make_views(
+                self.observation_space, self._obs_arrays, self._foreign
+            )
             self._obs_owners = []
         self.action_views = []
         self.fast_action_view = None

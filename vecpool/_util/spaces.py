@@ -17,10 +17,13 @@ __all__ = [
     "NATIVE_LEAVES",
     "copy_tree",
     "flatten_batch",
+    "foreign_leaves",
     "integer_bounds",
+    "is_hybrid",
     "is_native",
     "is_native_leaf",
     "leaves",
+    "make_extractor",
     "make_reader",
     "make_views",
     "make_writer",
@@ -68,28 +71,140 @@ def is_native(space: spaces.Space[Any]) -> bool:
     return False
 
 
-def leaves(space: spaces.Space[Any]) -> list[tuple[np.dtype[Any], tuple[int, ...]]]:
+def is_hybrid(space: spaces.Space[Any]) -> bool:
+    """Whether ``space`` is a Dict/Tuple nest of array leaves and other leaves.
+
+    Its array leaves can go through shared memory and the others (Text, Graph,
+    Sequence, OneOf, custom spaces) travel pickled: vecpool's hybrid transport.
+
+    Args:
+        space: A single-environment space.
+
+    Returns:
+        ``True`` for a Dict or Tuple with at least one array leaf and one leaf
+        :func:`is_native` refuses.
+    """
+    if not isinstance(space, (spaces.Dict, spaces.Tuple)) or is_native(space):
+        return False
+    return bool(leaves(space, skip_foreign=True))
+
+
+def _is_foreign(space: spaces.Space[Any]) -> bool:
+    """A leaf with no shared-memory layout (any space but an array, Dict or Tuple)."""
+    return not isinstance(space, (spaces.Dict, spaces.Tuple)) and not is_native_leaf(
+        space
+    )
+
+
+def leaves(
+    space: spaces.Space[Any], *, skip_foreign: bool = False
+) -> list[tuple[np.dtype[Any], tuple[int, ...]]]:
     """List the ``(dtype, shape)`` of each array leaf of a native space, depth first.
 
     Args:
-        space: A space for which :func:`is_native` holds.
+        space: A space for which :func:`is_native` holds (or :func:`is_hybrid`,
+            with ``skip_foreign``).
+        skip_foreign: Leave out the leaves that are not arrays, instead of raising.
 
     Returns:
         One entry per leaf, in the order Dict keys / Tuple items are iterated.
+
+    Raises:
+        TypeError: On a leaf that is not an array, without ``skip_foreign``.
     """
-    if isinstance(space, NATIVE_LEAVES):
+    if isinstance(space, spaces.Dict):
+        subs: Sequence[spaces.Space[Any]] = list(space.spaces.values())
+    elif isinstance(space, spaces.Tuple):
+        subs = space.spaces
+    elif is_native_leaf(space):
         assert space.dtype is not None
         assert space.shape is not None
         return [(np.dtype(space.dtype), tuple(space.shape))]
+    elif skip_foreign:
+        return []
+    else:
+        msg = f"Space {space!r} has no vecpool shared-memory layout."
+        raise TypeError(msg)
+    return [leaf for sub in subs for leaf in leaves(sub, skip_foreign=skip_foreign)]
+
+
+def foreign_leaves(space: spaces.Space[Any]) -> list[spaces.Space[Any]]:
+    """The leaves of ``space`` that are not arrays, depth first.
+
+    Args:
+        space: A single-environment space.
+
+    Returns:
+        The leaf spaces (Text, Graph, Sequence, OneOf, custom), in the order Dict
+        keys / Tuple items are iterated; ``[space]`` itself if it is one.
+    """
     if isinstance(space, spaces.Dict):
-        return [leaf for sub in space.spaces.values() for leaf in leaves(sub)]
+        return [leaf for sub in space.spaces.values() for leaf in foreign_leaves(sub)]
     if isinstance(space, spaces.Tuple):
-        return [leaf for sub in space.spaces for leaf in leaves(sub)]
-    msg = f"Space {space!r} has no vecpool shared-memory layout."
-    raise TypeError(msg)
+        return [leaf for sub in space.spaces for leaf in foreign_leaves(sub)]
+    return [space] if _is_foreign(space) else []
 
 
-def make_views(space: spaces.Space[Any], arrays: list[np.ndarray[Any, Any]]) -> Any:
+def make_extractor(space: spaces.Space[Any]) -> Callable[[Any], list[Any]]:
+    """Compile a function that lists one value's :func:`foreign_leaves` values.
+
+    Args:
+        space: The single space of the values.
+
+    Returns:
+        ``extract(value)``: the values of the leaves that are not arrays, in
+        :func:`foreign_leaves` order (as they are: not copied).
+    """
+
+    def build(sub: spaces.Space[Any]) -> Callable[[Any, list[Any]], None] | None:
+        if isinstance(sub, spaces.Dict):
+            items = [
+                (key, part)
+                for key, value in sub.spaces.items()
+                if (part := build(value)) is not None
+            ]
+            if not items:
+                return None
+
+            def from_dict(value: Any, out: list[Any]) -> None:
+                for key, part in items:
+                    part(value[key], out)
+
+            return from_dict
+        if isinstance(sub, spaces.Tuple):
+            positions = [
+                (position, part)
+                for position, value in enumerate(sub.spaces)
+                if (part := build(value)) is not None
+            ]
+            if not positions:
+                return None
+
+            def from_tuple(value: Any, out: list[Any]) -> None:
+                for position, part in positions:
+                    part(value[position], out)
+
+            return from_tuple
+        if not _is_foreign(sub):
+            return None
+        return lambda value, out: out.append(value)
+
+    root = build(space)
+
+    def extract(value: Any) -> list[Any]:
+        out: list[Any] = []
+        if root is not None:
+            root(value, out)
+        return out
+
+    return extract
+
+
+def make_views(
+    space: spaces.Space[Any],
+    arrays: list[np.ndarray[Any, Any]],
+    foreign: Sequence[Any] = (),
+) -> Any:
     """Nest leaf arrays back into the structure Gymnasium batches ``space`` into.
 
     Dict spaces become ``dict``, Tuple spaces ``tuple`` and leaves arrays, exactly as
@@ -98,23 +213,33 @@ def make_views(space: spaces.Space[Any], arrays: list[np.ndarray[Any, Any]]) -> 
     Args:
         space: The single space the leaves were laid out from.
         arrays: The leaf arrays in :func:`leaves` order.
+        foreign: For a hybrid space (:func:`is_hybrid`), the batches of its
+            other leaves, in :func:`foreign_leaves` order.
 
     Returns:
         The nested batch structure.
     """
     if isinstance(space, (spaces.Dict, spaces.Tuple)):
-        return _nest(space, iter(arrays))
+        return _nest(space, iter(arrays), iter(foreign))
     return arrays[0]
 
 
-def _nest(space: spaces.Space[Any], arrays: Iterator[np.ndarray[Any, Any]]) -> Any:
+def _nest(
+    space: spaces.Space[Any],
+    arrays: Iterator[np.ndarray[Any, Any]],
+    foreign: Iterator[Any],
+) -> Any:
     # A module-level recursion: a self-referencing closure would make a reference
     # cycle, keeping the arrays (and the shared buffer under them) alive until the
     # garbage collector runs.
     if isinstance(space, spaces.Dict):
-        return {key: _nest(value, arrays) for key, value in space.spaces.items()}
+        return {
+            key: _nest(value, arrays, foreign) for key, value in space.spaces.items()
+        }
     if isinstance(space, spaces.Tuple):
-        return tuple(_nest(value, arrays) for value in space.spaces)
+        return tuple(_nest(value, arrays, foreign) for value in space.spaces)
+    if _is_foreign(space):
+        return next(foreign)
     return next(arrays)
 
 
@@ -161,7 +286,9 @@ Reader = Callable[[int], Any]
 def make_writer(space: spaces.Space[Any], arrays: list[np.ndarray[Any, Any]]) -> Writer:
     """Compile a function that writes one env's value into row ``i`` of leaf arrays.
 
-    Built once per worker, so the per-step cost is one assignment per leaf.
+    Built once per worker, so the per-step cost is one assignment per leaf. The
+    leaves of a hybrid space that are not arrays are left out (they travel
+    pickled: :func:`make_extractor`).
 
     Args:
         space: The single space of the values.
@@ -189,6 +316,8 @@ def make_writer(space: spaces.Space[Any], arrays: list[np.ndarray[Any, Any]]) ->
                     writer(index, item)
 
             return write_tuple
+        if _is_foreign(sub):  # a hybrid space's other leaf: travels pickled
+            return _write_nothing
         array = next(iterator)
         shape = array.shape[1:]
 
@@ -203,6 +332,10 @@ def make_writer(space: spaces.Space[Any], arrays: list[np.ndarray[Any, Any]]) ->
         return write_leaf
 
     return build(space)
+
+
+def _write_nothing(index: int, value: Any) -> None:
+    """A hybrid space's leaf that is not an array: not in shared memory."""
 
 
 def _check_shape(value: Any, shape: tuple[int, ...]) -> None:

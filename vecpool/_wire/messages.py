@@ -58,6 +58,10 @@ class ObsTransport(enum.Enum):
 
     NATIVE = "native"
     """vecpool's own shared block (Box/Discrete/... leaves, Dict and Tuple of them)."""
+    HYBRID = "hybrid"
+    """A Dict/Tuple's array leaves in vecpool's shared block, its other leaves
+    (Text, Graph, Sequence, OneOf, custom) pickled in the reply: one list of them
+    per env of the worker, in ``Reply.observations``."""
     GYM = "gym"
     """Gymnasium's shared memory (other spaces, or a custom ``worker=``)."""
     PIPE = "pipe"
@@ -105,7 +109,8 @@ class Reply(NamedTuple):
 
     Attributes:
         infos: ``(env_index, info)`` for every non-empty info.
-        observations: Every hosted env's observation, when observations go by pipe.
+        observations: Every hosted env's observation, when observations go by pipe
+            (``ObsTransport.HYBRID``: the list of its leaves that are not arrays).
         results: Per-env results of ``call`` (or of the start-up space check).
         errors: Exceptions raised by sub-environments.
         step_values: ``(env_index, reward, terminated, truncated)``; only used by

@@ -84,7 +84,8 @@ class Layout:
         Args:
             num_envs: Number of sub-environments.
             action_space: Single action space to place in shared memory, or ``None``.
-            observation_space: Single observation space to place, or ``None``.
+            observation_space: Single observation space whose array leaves to
+                place (a hybrid space's other leaves are not placed), or ``None``.
             obs_buffers: Number of observation buffers (fields are buffer-major).
 
         Returns:
@@ -105,7 +106,11 @@ class Layout:
         observations = tuple(
             place(dtype, shape)
             for _ in range(obs_buffers)
-            for dtype, shape in (leaves(observation_space) if observation_space else [])
+            for dtype, shape in (
+                leaves(observation_space, skip_foreign=True)
+                if observation_space
+                else []
+            )
         )
         rewards = place(np.dtype(np.float64), ())
         terminations = place(np.dtype(np.bool_), ())

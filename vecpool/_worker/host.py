@@ -21,7 +21,7 @@ from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import write_to_shared_memory
 
-from vecpool._util.spaces import leaves, make_reader, make_writer
+from vecpool._util.spaces import leaves, make_extractor, make_reader, make_writer
 from vecpool._wire.info_columns import (
     INFO_ROW_BYTES,
     InfoSchema,
@@ -71,8 +71,9 @@ class Host:
         )
         self.write_obs: Callable[[int, Any], None] | None = None
         self.obs_writers: list[Callable[[int, Any], None]] = []
-        if config.obs_transport is ObsTransport.NATIVE:
-            per_buffer = len(leaves(config.observation_space))
+        transport = config.obs_transport
+        if transport in (ObsTransport.NATIVE, ObsTransport.HYBRID):
+            per_buffer = len(leaves(config.observation_space, skip_foreign=True))
             fields = layout.observations
             self.obs_writers = [
                 make_writer(
@@ -89,7 +90,14 @@ class Host:
                 write_to_shared_memory(space, index, value, memory)
 
             self.write_obs = write_gym
-        self.by_pipe = config.obs_transport is ObsTransport.PIPE
+        # what every reply carries of each env's observation: all of it (PIPE), the
+        # leaves that are not arrays (HYBRID), or nothing
+        self.by_pipe = transport in (ObsTransport.PIPE, ObsTransport.HYBRID)
+        self.extract: Callable[[Any], Any] | None = (
+            make_extractor(config.observation_space)
+            if transport is ObsTransport.HYBRID
+            else None
+        )
         # num_workers=0: step and reset replies stay objects (nothing is pickled)
         self.keep_replies = False
         self.kept: Reply | None = None
@@ -420,7 +428,7 @@ class Host:
             return INFOS_IN_MEMORY if columns else b""
         reply = Reply(
             infos=infos or None,
-            observations=list(self.last_obs) if self.by_pipe else None,
+            observations=self._piped_observations() if self.by_pipe else None,
             errors=errors or None,
             columns=columns,
             wide_offer=wide_offer,
@@ -429,6 +437,13 @@ class Host:
             self.kept = reply
             return KEPT
         return encode_safely(reply, self.start)
+
+    def _piped_observations(self) -> list[Any]:
+        """Each hosted env's observation, or its leaves that are not arrays."""
+        extract = self.extract
+        if extract is None:
+            return list(self.last_obs)
+        return [None if obs is None else extract(obs) for obs in self.last_obs]
 
     def call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
         results: list[Any] = []

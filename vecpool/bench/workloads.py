@@ -249,6 +249,81 @@ class BigObsEnv(gym.Env[npt.NDArray[np.uint8], np.int64]):
         return self._frame.copy(), reward, False, self._steps >= self.max_steps, {}
 
 
+class GridEnv(gym.Env[dict[str, Any], np.int64]):
+    """A cheap MiniGrid-like env: a Dict of an image, a direction and a mission.
+
+    With ``mission="text"`` the mission is a string (a ``Text`` leaf, as
+    MiniGrid's ``MissionSpace``: the ``mission`` workload, a hybrid observation);
+    with ``mission="array"`` the same 32 characters come as ``uint8`` codes (the
+    ``mission-array`` workload, all arrays, the same size). Comparing the two
+    measures what the string leaf costs. Episodes are truncated after
+    ``max_steps`` steps; the mission changes with every episode.
+
+    Example:
+        >>> obs, _ = GridEnv().reset(seed=0)
+        >>> sorted(obs), type(obs["mission"]).__name__
+        (['direction', 'image', 'mission'], 'str')
+    """
+
+    MISSION_LENGTH: ClassVar[int] = 32
+
+    def __init__(self, mission: str = "text", max_steps: int = 100) -> None:
+        """Build the env (``mission``: ``"text"`` or ``"array"``)."""
+        if mission not in ("text", "array"):
+            msg = f'`mission` must be "text" or "array", got {mission!r}.'
+            raise ValueError(msg)
+        self.text, self.max_steps = mission == "text", max_steps
+        self.observation_space = spaces.Dict(
+            {
+                "image": spaces.Box(0, 255, (7, 7, 3), np.uint8),
+                "direction": spaces.Discrete(4),
+                "mission": (
+                    spaces.Text(
+                        max_length=self.MISSION_LENGTH,
+                        charset="abcdefghijklmnopqrstuvwxyz0123456789 ",
+                    )
+                    if self.text
+                    else spaces.Box(0, 255, (self.MISSION_LENGTH,), np.uint8)
+                ),
+            }
+        )
+        self.action_space = spaces.Discrete(3)
+        self._image = np.zeros((7, 7, 3), np.uint8)
+        self._mission = ""
+        self._steps = 0
+
+    def _observe(self, action: int) -> dict[str, Any]:
+        self._image[self._steps % 7, 0, 0] = action
+        mission: Any = self._mission
+        if not self.text:
+            mission = np.frombuffer(mission.encode(), np.uint8).copy()
+        return {
+            "image": self._image.copy(),
+            "direction": np.int64((self._steps + action) % 4),
+            "mission": mission,
+        }
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Start an episode with a new mission."""
+        super().reset(seed=seed, options=options)
+        self._steps = 0
+        colour = int(self.np_random.integers(100))
+        self._mission = f"go to the door of colour {colour:03d}  ".ljust(
+            self.MISSION_LENGTH
+        )[: self.MISSION_LENGTH]
+        return self._observe(0), {}
+
+    def step(
+        self, action: np.int64
+    ) -> tuple[dict[str, Any], SupportsFloat, bool, bool, dict[str, Any]]:
+        """Move on one step."""
+        self._steps += 1
+        truncated = self._steps >= self.max_steps
+        return self._observe(int(action)), 0.0, False, truncated, {}
+
+
 def make_atari(env_id: str = ATARI_ENV_ID) -> gym.Env[Any, Any]:
     """Create one Atari env preprocessed as in DQN/PPO training (``atari`` workload).
 
@@ -331,6 +406,14 @@ _BUILTIN_WORKLOADS: dict[str, Workload] = {
     "bigobs": Workload("bigobs", "BigObsEnv", BigObsEnv),
     "biginfo": Workload("biginfo", "BigInfoEnv", BigInfoEnv),
     "infos": Workload("infos", "CartPole-v1 + ALE infos", make_infos),
+    # MiniGrid-like: a Dict with a string leaf (hybrid transport) and its all-array
+    # twin of the same size, for what the string leaf costs
+    "mission": Workload("mission", "GridEnv (text mission)", GridEnv),
+    "mission-array": Workload(
+        "mission-array",
+        "GridEnv (uint8 mission)",
+        functools.partial(GridEnv, mission="array"),
+    ),
     "atari": Workload("atari", ATARI_ENV_ID, make_atari),
     # MuJoCo: physics steps of 40-50 us whose infos hold 4-6 floats every step
     "halfcheetah": Workload(

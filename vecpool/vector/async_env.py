@@ -51,7 +51,7 @@ from vecpool._util.checks import (
 from vecpool._util.closing import close_within
 from vecpool._util.spaces import observation_spaces
 from vecpool._util.threads import PolicyThreads, fitting_threads, warn_once
-from vecpool._wire.messages import Reply
+from vecpool._wire.messages import ObsTransport, Reply
 from vecpool._wire.spin import SpinPolicy
 from vecpool.errors import (
     AlreadyPendingCallError,
@@ -64,6 +64,12 @@ __all__ = ["AsyncState", "AsyncVectorEnv"]
 
 _RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
 DUMMY_CLOSE_SECONDS = 2.0
+_TRANSPORT_NAMES = {
+    ObsTransport.NATIVE: "shared",
+    ObsTransport.GYM: "shared",
+    ObsTransport.HYBRID: "hybrid",
+    ObsTransport.PIPE: "pickled",
+}
 """How long the constructor waits for the ``close()`` of the env it builds in this
 process to read the spaces (vecpool/_util/closing.py)."""
 
@@ -397,6 +403,19 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     @observations.setter
     def observations(self, value: Any) -> None:
         self._buffers.observations = value
+
+    @property
+    def observation_transport(self) -> str:
+        """How observations come back from the workers (``shared_memory`` decides).
+
+        ``"shared"``: through shared memory; ``"hybrid"``: a Dict/Tuple's array
+        leaves through shared memory and its other leaves (Text, Graph, Sequence,
+        OneOf, custom spaces) pickled with each reply (``shared_memory="auto"``);
+        ``"pickled"``: the whole observation pickled through the pipes
+        (``shared_memory=False``, or ``"auto"`` where no leaf is an array).
+        ``shared_memory`` itself reports the argument given, as Gymnasium's does.
+        """
+        return _TRANSPORT_NAMES[self._buffers.transport]
 
     # -- reset -------------------------------------------------------------------------
 

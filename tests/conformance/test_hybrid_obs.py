@@ -1,0 +1,215 @@
+"""Hybrid observations: array leaves in shared memory, the other leaves pickled.
+
+With ``shared_memory="auto"`` (the default), a Dict/Tuple observation whose leaves
+are partly arrays (Box, Discrete, ...) and partly spaces shared memory cannot hold
+(Text, Graph, Sequence, OneOf, a custom space such as MiniGrid's mission) sends
+its array leaves through shared memory and only the other leaves pickled in the
+worker's reply (vecpool/_engine/buffers.py, vecpool/_worker/host.py). Every
+result must be ``SyncVectorEnv``'s, bit for bit, in every autoreset mode, worker
+count and ``copy`` setting, through ``send``/``recv`` and a worker restart.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+import signal
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import iterate
+
+from vecpool.errors import VecPoolWarning
+from vecpool.testing import (
+    MissionEnv,
+    MixedLeavesEnv,
+    assert_same_data,
+    assert_same_partial_reset,
+)
+
+MODES = list(AutoresetMode)
+NUM_ENVS = 3
+ENVS = {"mission": MissionEnv, "mixed": MixedLeavesEnv}
+
+
+def _fns(kind: str, num_envs: int = NUM_ENVS):
+    return [functools.partial(ENVS[kind], index=i) for i in range(num_envs)]
+
+
+@pytest.mark.parametrize("kind", sorted(ENVS))
+@pytest.mark.parametrize("num_workers", [0, 1, NUM_ENVS])
+@pytest.mark.parametrize("mode", MODES, ids=[mode.value for mode in MODES])
+def test_hybrid_observations_match_sync(kind, mode, num_workers, make_async):
+    reference = gym.vector.SyncVectorEnv(_fns(kind), autoreset_mode=mode)
+    candidate = make_async(_fns(kind), autoreset_mode=mode, num_workers=num_workers)
+    try:
+        assert candidate.observation_transport == "hybrid"
+        assert_same_data(reference.reset(seed=3), candidate.reset(seed=3), "reset")
+        rng = np.random.default_rng(0)
+        for step in range(40):
+            actions = rng.integers(0, 3, NUM_ENVS)
+            expected, actual = reference.step(actions), candidate.step(actions)
+            assert_same_data(expected, actual, f"step {step}")
+            assert_same_partial_reset(reference, candidate, expected, f"step {step}")
+    finally:
+        reference.close()
+
+
+class _InPlaceEnv(gym.Env):
+    """Returns the same graph object every step, its arrays rewritten in place."""
+
+    observation_space = gym.spaces.Dict(
+        {
+            "position": gym.spaces.Box(-9.0, 9.0, (2,), np.float32),
+            "graph": gym.spaces.Graph(
+                gym.spaces.Box(-9.0, 9.0, (1,), np.float32), None
+            ),
+        }
+    )
+    action_space = gym.spaces.Discrete(3)
+
+    def __init__(self, index=0):
+        self.index = index
+        self.graph = gym.spaces.GraphInstance(
+            np.zeros((2, 1), np.float32), None, np.zeros((0, 2), np.int64)
+        )
+        self.t = 0
+
+    def _observe(self):
+        self.graph.nodes[:] = self.t + self.index
+        return {"position": np.full(2, self.t, np.float32), "graph": self.graph}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._observe(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._observe(), 0.0, self.t >= 4, False, {}
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("kind", ["mixed", "in-place"])
+@pytest.mark.parametrize("copy_obs", [True, False])
+def test_held_observations_stay_as_sync_leaves_them(
+    copy_obs, kind, num_workers, make_async
+):
+    # copy=True: what the user holds never changes, even where the env rewrites
+    # the object it returned; copy=False: the arrays are the buffers (rewritten in
+    # place), as Sync's are
+    fns = (
+        _fns("mixed")
+        if kind == "mixed"
+        else [functools.partial(_InPlaceEnv, i) for i in range(NUM_ENVS)]
+    )
+    reference = gym.vector.SyncVectorEnv(fns, copy=copy_obs)
+    candidate = make_async(fns, copy=copy_obs, num_workers=num_workers)
+    try:
+        held_expected = [reference.reset(seed=0)[0]]
+        held_actual = [candidate.reset(seed=0)[0]]
+        snapshots = [copy.deepcopy(held_actual[0])]
+        for step in range(12):
+            actions = np.full(NUM_ENVS, step % 3)
+            held_expected.append(reference.step(actions)[0])
+            held_actual.append(candidate.step(actions)[0])
+            snapshots.append(copy.deepcopy(held_actual[-1]))
+            # copy=False: Sync hands out the env's own objects, which an env may
+            # rewrite later; from another process they come as copies (as from
+            # Gymnasium's AsyncVectorEnv), so only the latest step can compare
+            aliased = not copy_obs and num_workers and kind == "in-place"
+            first = len(held_expected) - 1 if aliased else 0
+            for k in range(first, len(held_expected)):
+                assert_same_data(
+                    held_expected[k], held_actual[k], f"observations of step {k}"
+                )
+        if copy_obs:
+            for k, (snapshot, actual) in enumerate(
+                zip(snapshots, held_actual, strict=True)
+            ):
+                assert_same_data(snapshot, actual, f"held observations of step {k}")
+    finally:
+        reference.close()
+
+
+@pytest.mark.parametrize("kind", sorted(ENVS))
+def test_recv_batches_hold_their_own_envs_rows(kind, make_async):
+    # every env sent once per round and a batch of all of them received: the rows
+    # come in any order, each must be its own env's row of Sync's lockstep step
+    reference = gym.vector.SyncVectorEnv(_fns(kind, 4))
+    candidate = make_async(_fns(kind, 4), num_workers=2, batch_size=2)
+    try:
+        reference.reset(seed=1)
+        candidate.reset(seed=1)
+        rng = np.random.default_rng(1)
+        for step in range(15):
+            actions = rng.integers(0, 3, 4)
+            candidate.send(actions)
+            expected = reference.step(actions)
+            rows = list(iterate(reference.observation_space, expected[0]))
+            for _ in range(2):
+                obs, rewards, terminated, truncated, infos = candidate.recv()
+                batch_space = gym.vector.utils.batch_space(
+                    reference.single_observation_space, len(infos["env_id"])
+                )
+                got = list(iterate(batch_space, obs))
+                for position, env in enumerate(infos["env_id"].tolist()):
+                    assert_same_data(
+                        rows[env], got[position], f"step {step} env {env} obs"
+                    )
+                    assert rewards[position] == expected[1][env]
+                    assert terminated[position] == expected[2][env]
+                    assert truncated[position] == expected[3][env]
+    finally:
+        reference.close()
+
+
+def test_a_restart_shows_the_last_observations_leaves_included(make_async):
+    env = make_async(_fns("mixed", 4), num_workers=2, on_worker_crash="restart")
+    env.reset(seed=0)
+    before, *_ = env.step(np.ones(4, np.int64))
+    before_rows = list(iterate(env.observation_space, copy.deepcopy(before)))
+    os.kill(env.processes[0].pid, signal.SIGKILL)
+    env.processes[0].join(10)
+    with pytest.warns(VecPoolWarning, match="restarted it"):
+        after, _, _, truncated, infos = env.step(np.ones(4, np.int64))
+    after_rows = list(iterate(env.observation_space, after))
+    cut = np.flatnonzero(infos.get("_worker_restarted", np.zeros(4, bool)))
+    assert cut.tolist() == [0, 1]
+    assert truncated[cut].all()
+    for row in cut.tolist():  # a cut row shows the observation it restarted from
+        assert_same_data(before_rows[row], after_rows[row], f"cut row {row}")
+    for row in (2, 3):  # the other worker stepped on
+        assert after_rows[row]["note"] == f"env{row}step2"
+
+
+@pytest.mark.parametrize(
+    ("fns", "transport"),
+    [
+        (_fns("mission"), "hybrid"),
+        ([functools.partial(gym.make, "CartPole-v1")] * 2, "shared"),
+    ],
+    ids=["hybrid", "arrays"],
+)
+def test_the_transport_is_reported(fns, transport, make_async):
+    assert make_async(fns, num_workers=1).observation_transport == transport
+    assert make_async(fns, shared_memory=False).observation_transport == "pickled"
+
+
+@pytest.mark.parametrize("copy_obs", [True, False])
+def test_close_releases_the_shared_block_of_a_hybrid_env(copy_obs, make_async):
+    import gc
+    import weakref
+
+    env = make_async(_fns("mixed"), num_workers=1, copy=copy_obs)
+    env.reset(seed=0)
+    held, *_ = env.step(np.zeros(NUM_ENVS, np.int64))
+    block = weakref.ref(env._buffers.block.raw)
+    env.close()
+    gc.collect()
+    if copy_obs:  # what the user holds is theirs: it keeps nothing alive
+        assert block() is None
+    assert env.observations["note"] == held["note"]  # still readable after close
