@@ -44,6 +44,7 @@ from vecpool._util.spaces import (
     is_native_leaf,
     leaves,
     make_extractor,
+    make_nester,
     make_views,
     make_writer,
     take_rows,
@@ -63,6 +64,8 @@ OBS_BUFFERS_MIN_BYTES = 16 * 2**10
 """Smaller observation batches get one buffer, copied out: copying a few KiB costs
 less than the rotation's bookkeeping (cutting fresh views, reference counts)."""
 _NO_ENVS = np.zeros(0, np.intp)
+_IMMUTABLE = frozenset({str, bytes, int, float, bool, type(None)})
+"""Values a deep copy returns as they are (a hybrid leaf of strings: not copied)."""
 _MAX_SCHEMAS = 1024
 """Info schemas the parent keeps loaded (more: it starts over)."""
 
@@ -263,6 +266,7 @@ class StepBuffers:
         ]
         self._foreign: list[Any] = list(self._foreign_empty)  # the latest batches
         self._extract = make_extractor(observation_space) if hybrid else None
+        self._nest = make_nester(observation_space) if hybrid else None
         self._obs_arrays: list[npt.NDArray[Any]] = []  # the latest's array leaves
         self.obs_index = self.obs_next = 0  # buffer of the latest / pending obs
         self._obs_fields: list[tuple[Any, ...]] = []
@@ -649,21 +653,28 @@ class StepBuffers:
                 else create_empty_array(leaf, n=len(chosen))
             )
             values = [None if obs is None else obs[k] for obs in chosen]
-            batches.append(concatenate(leaf, values, out))
-        return deepcopy(batches) if self.copy else batches
+            batch = concatenate(leaf, values, out)
+            # copy=True: deep-copied as Gymnasium does, but for what cannot change
+            if self.copy and not (
+                type(batch) is tuple
+                and all(type(value) in _IMMUTABLE for value in batch)
+            ):
+                batch = deepcopy(batch)
+            batches.append(batch)
+        return batches
 
     def _read_hybrid(self) -> Any:
         """The latest observations of a hybrid space: array views and batches."""
-        space = self.observation_space
         self._foreign = foreign = self._foreign_batches()
         owners, index = self._obs_owners, self.obs_index
         if len(owners) > 1:  # copy=True: buffers in rotation
             self._obs_arrays = cut(owners[index], self._obs_fields[index])
-        arrays = self._obs_arrays
-        self.observations = make_views(space, arrays, foreign)
+        arrays, nest = self._obs_arrays, self._nest
+        assert nest is not None
+        self.observations = nest(arrays, foreign)
         if not self.copy or (len(owners) > 1 and index < len(owners) - 1):
             return self.observations  # the buffers themselves, as Sync's
-        return make_views(space, [array.copy() for array in arrays], foreign)
+        return nest([array.copy() for array in arrays], foreign)
 
     def put_observation(self, index: int, value: Any) -> None:
         """Overwrite env ``index``'s row of the current observations with ``value``."""

@@ -24,6 +24,7 @@ __all__ = [
     "is_native_leaf",
     "leaves",
     "make_extractor",
+    "make_nester",
     "make_reader",
     "make_views",
     "make_writer",
@@ -241,6 +242,65 @@ def _nest(
     if _is_foreign(space):
         return next(foreign)
     return next(arrays)
+
+
+Nester = Callable[[Sequence[Any], Sequence[Any]], Any]
+
+
+def make_nester(space: spaces.Space[Any]) -> Nester:
+    """Compile :func:`make_views` for a hybrid space: ``nest(arrays, foreign)``.
+
+    Built once, so a step's nesting reads each leaf by position instead of
+    examining the space again (a hybrid observation is nested on every step).
+
+    Args:
+        space: A Dict or Tuple space (hybrid or native).
+
+    Returns:
+        ``nest(arrays, foreign)``: the structure :func:`make_views` returns, the
+        array leaves taken from ``arrays`` in :func:`leaves` order
+        (``skip_foreign``) and the others from ``foreign`` in
+        :func:`foreign_leaves` order.
+    """
+    counts = [0, 0]  # array leaves, foreign leaves placed so far
+
+    def place(sub: spaces.Space[Any]) -> tuple[int, int]:
+        kind = 1 if _is_foreign(sub) else 0
+        counts[kind] += 1
+        return kind, counts[kind] - 1
+
+    def build(sub: spaces.Space[Any]) -> Nester:
+        if isinstance(sub, (spaces.Dict, spaces.Tuple)):
+            items = list(sub.spaces.items()) if isinstance(sub, spaces.Dict) else None
+            subs = [value for _, value in items] if items else list(sub.spaces)
+            if not any(isinstance(v, (spaces.Dict, spaces.Tuple)) for v in subs):
+                # a flat level (the common case): one comprehension, no calls
+                where = [place(value) for value in subs]
+                if items is not None:
+                    keyed = [
+                        (key, kind, at)
+                        for (key, _), (kind, at) in zip(items, where, strict=True)
+                    ]
+                    return lambda arrays, foreign: {
+                        key: (foreign if kind else arrays)[at]
+                        for key, kind, at in keyed
+                    }
+                return lambda arrays, foreign: tuple(
+                    (foreign if kind else arrays)[at] for kind, at in where
+                )
+            parts = [build(value) for value in subs]
+            if items is not None:
+                named = list(zip([key for key, _ in items], parts, strict=True))
+                return lambda arrays, foreign: {
+                    key: part(arrays, foreign) for key, part in named
+                }
+            return lambda arrays, foreign: tuple(
+                part(arrays, foreign) for part in parts
+            )
+        kind, at = place(sub)
+        return lambda arrays, foreign: (foreign if kind else arrays)[at]
+
+    return build(space)
 
 
 def take_rows(batch: Any, rows: np.ndarray[Any, Any] | slice) -> Any:
