@@ -272,7 +272,9 @@ def make_nester(space: spaces.Space[Any]) -> Nester:
     def build(sub: spaces.Space[Any]) -> Nester:
         if isinstance(sub, (spaces.Dict, spaces.Tuple)):
             items = list(sub.spaces.items()) if isinstance(sub, spaces.Dict) else None
-            subs = [value for _, value in items] if items else list(sub.spaces)
+            subs: list[spaces.Space[Any]] = (
+                [value for _, value in items] if items else list(sub.spaces)
+            )
             if not any(isinstance(v, (spaces.Dict, spaces.Tuple)) for v in subs):
                 # a flat level (the common case): one comprehension, no calls
                 where = [place(value) for value in subs]
