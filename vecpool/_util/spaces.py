@@ -271,17 +271,18 @@ def make_nester(space: spaces.Space[Any]) -> Nester:
 
     def build(sub: spaces.Space[Any]) -> Nester:
         if isinstance(sub, (spaces.Dict, spaces.Tuple)):
-            items = list(sub.spaces.items()) if isinstance(sub, spaces.Dict) else None
-            subs: list[spaces.Space[Any]] = (
-                [value for _, value in items] if items else list(sub.spaces)
-            )
+            keys: list[str] | None = None
+            if isinstance(sub, spaces.Dict):
+                keys, subs = list(sub.spaces), list(sub.spaces.values())
+            else:
+                subs = list(sub.spaces)
             if not any(isinstance(v, (spaces.Dict, spaces.Tuple)) for v in subs):
                 # a flat level (the common case): one comprehension, no calls
                 where = [place(value) for value in subs]
-                if items is not None:
+                if keys is not None:
                     keyed = [
                         (key, kind, at)
-                        for (key, _), (kind, at) in zip(items, where, strict=True)
+                        for key, (kind, at) in zip(keys, where, strict=True)
                     ]
                     return lambda arrays, foreign: {
                         key: (foreign if kind else arrays)[at]
@@ -291,8 +292,8 @@ def make_nester(space: spaces.Space[Any]) -> Nester:
                     (foreign if kind else arrays)[at] for kind, at in where
                 )
             parts = [build(value) for value in subs]
-            if items is not None:
-                named = list(zip([key for key, _ in items], parts, strict=True))
+            if keys is not None:
+                named = list(zip(keys, parts, strict=True))
                 return lambda arrays, foreign: {
                     key: part(arrays, foreign) for key, part in named
                 }
