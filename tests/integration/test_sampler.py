@@ -807,19 +807,21 @@ def test_policy_output_errors(make_sync):
 
 
 def test_unsupported_space(make_sync):
-    class TextEnv(gym.Env):
-        observation_space = gym.spaces.Text(5)
-        action_space = gym.spaces.Discrete(2)
+    # Text observations are stored (tests/integration/test_pool_other_leaves.py);
+    # actions must be arrays
+    class TextActionEnv(gym.Env):
+        observation_space = gym.spaces.Discrete(2)
+        action_space = gym.spaces.Text(5)
 
         def reset(self, *, seed=None, options=None):
             super().reset(seed=seed)
-            return "a", {}
+            return 0, {}
 
         def step(self, action):
-            return "a", 0.0, False, False, {}
+            return 0, 0.0, False, False, {}
 
-    env = make_sync([TextEnv, TextEnv])
-    with pytest.raises(ValueError, match=re.escape("single observation space Text(")):
+    env = make_sync([TextActionEnv, TextActionEnv])
+    with pytest.raises(ValueError, match=re.escape("single action space Text(")):
         Sampler(env, None, 4)
 
 

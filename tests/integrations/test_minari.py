@@ -109,3 +109,32 @@ def test_collect_writes_a_minari_dataset_beside_its_pool(tmp_path):
     loaded = minari.load_dataset("cartpole/cli-v0")
     assert loaded.total_episodes == len(episodes) > 0
     assert pool.to_minari("cartpole/method-v0")[0].total_episodes == len(episodes)
+
+
+def test_mission_strings_round_trip_as_text():
+    # a custom string space (MiniGrid's MissionSpace) is described to Minari as
+    # Text; the strings come back as they were recorded
+    from vecpool.testing import MissionEnv
+
+    pool = _collected([MissionEnv] * 3, 60)
+    episodes, _ = complete_episodes(pool)
+    dataset, _ = to_minari(pool, "mission/vecpool-v0")
+    assert isinstance(dataset.observation_space["mission"], gym.spaces.Text)
+    loaded = minari.load_dataset("mission/vecpool-v0")
+    for ours, theirs in zip(episodes, loaded.iterate_episodes(), strict=True):
+        assert (
+            list(theirs.observations["mission"])
+            == ours.observations["mission"].tolist()
+        )
+        np.testing.assert_array_equal(
+            theirs.observations["image"], ours.observations["image"]
+        )
+
+
+def test_a_leaf_minari_cannot_describe_is_refused_before_writing():
+    from vecpool.testing import MixedLeavesEnv
+
+    pool = _collected([MixedLeavesEnv] * 2, 40)
+    with pytest.raises(ValueError, match="a Minari dataset cannot hold"):
+        to_minari(pool, "mixed/vecpool-v0")
+    assert "mixed/vecpool-v0" not in minari.list_local_datasets()

@@ -41,3 +41,15 @@ def test_minigrid_matches_sync_with_the_defaults(num_workers):
 def test_vecpool_check_by_module_and_id(capsys):
     assert main(["check", f"minigrid:{ENV_ID}", "--num-envs", "4"]) == 0
     assert "check_vector_env: ok" in capsys.readouterr().out
+
+
+def test_vecpool_collect_records_the_missions(tmp_path, capsys):
+    out = tmp_path / "minigrid.npz"
+    argv = ["collect", f"minigrid:{ENV_ID}", "--steps", "400", "--num-envs", "4"]
+    assert main([*argv, "--out", str(out), "--quiet"]) == 0
+    pool = vecpool.ReplayPool.load(out)
+    stored = pool.get_pool()
+    assert len(stored.reward) >= 300
+    assert set(stored.obs["mission"].tolist()) == {"get to the green goal square"}
+    assert isinstance(pool.observation_space["mission"], gym.spaces.Text)
+    assert stored.obs["image"].shape[1:] == (7, 7, 3)

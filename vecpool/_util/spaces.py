@@ -6,6 +6,7 @@ worker, the replay pool, the sampler and the wrappers.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -22,6 +23,7 @@ __all__ = [
     "is_hybrid",
     "is_native",
     "is_native_leaf",
+    "is_storable",
     "leaves",
     "make_extractor",
     "make_nester",
@@ -29,6 +31,8 @@ __all__ = [
     "make_views",
     "make_writer",
     "observation_spaces",
+    "put_value",
+    "storage_leaves",
     "take_rows",
 ]
 
@@ -146,6 +150,131 @@ def foreign_leaves(space: spaces.Space[Any]) -> list[spaces.Space[Any]]:
     return [space] if _is_foreign(space) else []
 
 
+def is_storable(space: spaces.Space[Any]) -> bool:
+    """Whether a replay pool or a sampler can hold values of ``space`` in arrays.
+
+    Array leaves, Dict/Tuple nests, and leaves of any other kind in a nest or on
+    their own: those are stored as :func:`storage_leaves` says.
+
+    Args:
+        space: A single-environment space.
+
+    Returns:
+        ``True`` unless a leaf is an array space without a static shape or dtype.
+    """
+    if isinstance(space, spaces.Dict):
+        return all(is_storable(sub) for sub in space.spaces.values())
+    if isinstance(space, spaces.Tuple):
+        return all(is_storable(sub) for sub in space.spaces)
+    return not isinstance(space, NATIVE_LEAVES) or is_native_leaf(space)
+
+
+def storage_dtype(space: spaces.Space[Any]) -> np.dtype[Any]:
+    """The array dtype one value of a leaf that is not an array is stored as.
+
+    ``Text``: fixed-width unicode of its ``max_length`` (``<U{max_length}``);
+    any other leaf (Graph, Sequence, OneOf, a custom space such as a mission
+    string of unknown length): ``object``.
+    """
+    if isinstance(space, spaces.Text):
+        return np.dtype(f"<U{max(1, int(space.max_length))}")
+    return np.dtype(object)
+
+
+def storage_leaves(
+    space: spaces.Space[Any],
+) -> list[tuple[np.dtype[Any], tuple[int, ...]]]:
+    """:func:`leaves`, with every other leaf as one value of :func:`storage_dtype`.
+
+    Args:
+        space: A space for which :func:`is_storable` holds.
+
+    Returns:
+        One ``(dtype, shape)`` per leaf, depth first, leaves of every kind.
+    """
+    if isinstance(space, spaces.Dict):
+        return [leaf for sub in space.spaces.values() for leaf in storage_leaves(sub)]
+    if isinstance(space, spaces.Tuple):
+        return [leaf for sub in space.spaces for leaf in storage_leaves(sub)]
+    if _is_foreign(space):
+        return [(storage_dtype(space), ())]
+    return leaves(space)
+
+
+def put_value(array: np.ndarray[Any, Any], index: Any, value: Any, path: str) -> None:
+    """``array[index] = value`` for one stored value, refusing a silent change.
+
+    A string longer than a fixed-width unicode leaf would be cut short by numpy,
+    and a non-string would be turned into its text: both raise instead.
+
+    Raises:
+        ValueError: Naming ``path``, the value's length and the leaf's width.
+    """
+    if array.dtype.kind == "U":
+        _check_strings([value], array.dtype, path)
+    array[index] = value
+
+
+def _check_strings(values: Sequence[Any], dtype: np.dtype[Any], path: str) -> None:
+    """Refuse values a ``<U{n}`` leaf would store changed (see :func:`put_value`)."""
+    width = dtype.itemsize // 4
+    for value in values:
+        if not isinstance(value, str):
+            msg = (
+                f"`{path}` holds {type(value).__name__} {_short(value)}, not a "
+                "string, for a Text space: a replay pool stores its strings as given."
+            )
+            raise ValueError(msg)
+        if len(value) > width:
+            msg = (
+                f"`{path}` holds a string of {len(value)} characters, longer than its "
+                f"Text space's max_length {width}: it would be stored cut short. "
+                "Give the space a max_length that fits every value."
+            )
+            raise ValueError(msg)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _stored(
+    sub: spaces.Space[Any], value: Any, path: str, num_envs: int
+) -> np.ndarray[Any, Any]:
+    """A batch of a leaf that is not an array, as its :func:`storage_leaves` array.
+
+    Accepts Gymnasium's batch of it (a tuple of values) or such an array already.
+    ``object`` leaves hold deep copies of mutable values: an env may change the
+    object it returned later (strings and numbers are kept as they are).
+    """
+    dtype = storage_dtype(sub)
+    if (
+        isinstance(value, np.ndarray)
+        and value.dtype == dtype
+        and value.shape == (num_envs,)
+    ):
+        return value
+    if not isinstance(value, (tuple, list, np.ndarray)) or len(value) != num_envs:
+        length = f" of length {len(value)}" if hasattr(value, "__len__") else ""
+        msg = (
+            f"`{path}` must be a batch of {num_envs} values of {sub} (a tuple, as "
+            f"Gymnasium batches it), got {type(value).__name__}{length}."
+        )
+        raise ValueError(msg)
+    items = list(value)
+    if dtype.kind == "U":
+        _check_strings(items, dtype, path)
+        return np.array(items, dtype)
+    out = np.empty(num_envs, object)
+    for position, item in enumerate(items):
+        out[position] = item if type(item) in _IMMUTABLE else copy.deepcopy(item)
+    return out
+
+
+_IMMUTABLE = frozenset({str, bytes, int, float, bool, type(None)})
+
+
 def make_extractor(space: spaces.Space[Any]) -> Callable[[Any], list[Any]]:
     """Compile a function that lists one value's :func:`foreign_leaves` values.
 
@@ -204,7 +333,7 @@ def make_extractor(space: spaces.Space[Any]) -> Callable[[Any], list[Any]]:
 def make_views(
     space: spaces.Space[Any],
     arrays: list[np.ndarray[Any, Any]],
-    foreign: Sequence[Any] = (),
+    foreign: Sequence[Any] | None = None,
 ) -> Any:
     """Nest leaf arrays back into the structure Gymnasium batches ``space`` into.
 
@@ -213,7 +342,8 @@ def make_views(
 
     Args:
         space: The single space the leaves were laid out from.
-        arrays: The leaf arrays in :func:`leaves` order.
+        arrays: The leaf arrays in :func:`leaves` order (``foreign=None``: one
+            per leaf of every kind, in :func:`storage_leaves` order).
         foreign: For a hybrid space (:func:`is_hybrid`), the batches of its
             other leaves, in :func:`foreign_leaves` order.
 
@@ -221,7 +351,9 @@ def make_views(
         The nested batch structure.
     """
     if isinstance(space, (spaces.Dict, spaces.Tuple)):
-        return _nest(space, iter(arrays), iter(foreign))
+        leaf_arrays = iter(arrays)
+        others = leaf_arrays if foreign is None else iter(foreign)
+        return _nest(space, leaf_arrays, others)
     return arrays[0]
 
 
@@ -346,16 +478,23 @@ Writer = Callable[[int, Any], None]
 Reader = Callable[[int], Any]
 
 
-def make_writer(space: spaces.Space[Any], arrays: list[np.ndarray[Any, Any]]) -> Writer:
+def make_writer(
+    space: spaces.Space[Any],
+    arrays: list[np.ndarray[Any, Any]],
+    *,
+    every_leaf: bool = False,
+) -> Writer:
     """Compile a function that writes one env's value into row ``i`` of leaf arrays.
 
     Built once per worker, so the per-step cost is one assignment per leaf. The
     leaves of a hybrid space that are not arrays are left out (they travel
-    pickled: :func:`make_extractor`).
+    pickled: :func:`make_extractor`), unless ``every_leaf``: then ``arrays`` are
+    in :func:`storage_leaves` order and those leaves are stored too.
 
     Args:
         space: The single space of the values.
         arrays: Leaf arrays in :func:`leaves` order.
+        every_leaf: Whether ``arrays`` hold every leaf (a replay store).
 
     Returns:
         ``write(i, value)``.
@@ -379,8 +518,17 @@ def make_writer(space: spaces.Space[Any], arrays: list[np.ndarray[Any, Any]]) ->
                     writer(index, item)
 
             return write_tuple
-        if _is_foreign(sub):  # a hybrid space's other leaf: travels pickled
-            return _write_nothing
+        if _is_foreign(sub):
+            if not every_leaf:  # a hybrid space's other leaf: travels pickled
+                return _write_nothing
+            stored = next(iterator)  # a storage_leaves array
+
+            def write_other(index: int, value: Any) -> None:
+                if type(value) not in _IMMUTABLE:
+                    value = copy.deepcopy(value)
+                put_value(stored, index, value, "obs")
+
+            return write_other
         array = next(iterator)
         shape = array.shape[1:]
 
@@ -460,10 +608,13 @@ def flatten_batch(
 
     Returns:
         One value per leaf, in :func:`leaves` order, as given (not converted), each
-        of shape ``(num_envs, *leaf_shape)``.
+        of shape ``(num_envs, *leaf_shape)``; a leaf that is not an array (Text,
+        Graph, ...) as its :func:`storage_leaves` array (``<U`` or ``object``), in
+        :func:`storage_leaves` order.
 
     Raises:
-        ValueError: If the structure or a shape does not match, naming the expected one.
+        ValueError: If the structure or a shape does not match, naming the expected
+            one, or a string does not fit its Text leaf.
     """
     out: list[Any] = []
     _walk(space, batch, name, num_envs, out)
@@ -495,6 +646,9 @@ def _walk(
             raise ValueError(msg)
         for index, item in enumerate(sub.spaces):
             _walk(item, value[index], f"{path}[{index}]", num_envs, out)
+        return
+    if _is_foreign(sub):  # a Text, Graph, ... leaf: its storage array
+        out.append(_stored(sub, value, path, num_envs))
         return
     array = value if isinstance(value, np.ndarray) else np.asarray(value)
     shape = tuple(sub.shape or ())

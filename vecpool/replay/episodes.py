@@ -142,12 +142,22 @@ def complete_episodes(pool: RecordedPool) -> tuple[list[Episode], int]:
 def _same(
     next_obs: list[npt.NDArray[Any]], obs: list[npt.NDArray[Any]], row: int
 ) -> bool:
-    """Whether ``next_obs[row]`` is bitwise ``obs[row + 1]`` (the episode goes on)."""
-    return all(
-        np.ascontiguousarray(a[row]).tobytes()
-        == np.ascontiguousarray(b[row + 1]).tobytes()
-        for a, b in zip(next_obs, obs, strict=True)
-    )
+    """Whether ``next_obs[row]`` is bitwise ``obs[row + 1]`` (the episode goes on).
+
+    An ``object`` leaf (a Graph, a custom string, ...) counts as the same when it
+    holds the same object or an equal string.
+    """
+    for a, b in zip(next_obs, obs, strict=True):
+        if a.dtype.kind == "O":
+            x, y = a[row], b[row + 1]
+            if not (x is y or (type(x) is str and type(y) is str and x == y)):
+                return False
+        elif (
+            np.ascontiguousarray(a[row]).tobytes()
+            != np.ascontiguousarray(b[row + 1]).tobytes()
+        ):
+            return False
+    return True
 
 
 def _episode(

@@ -29,7 +29,8 @@ import numpy.typing as npt
 from gymnasium import spaces
 
 from vecpool._util.files import write_atomically
-from vecpool._util.spaces import leaves
+from vecpool._util.spaces import storage_leaves
+from vecpool.replay.portable import portable
 
 __all__ = [
     "COUNTERS",
@@ -110,8 +111,8 @@ def space_to_dict(space: spaces.Space[Any]) -> dict[str, Any]:
     """A JSON-able description of a space a ReplayPool can store.
 
     Args:
-        space: Box, Discrete, MultiDiscrete, MultiBinary, or a Dict/Tuple nest of
-            them.
+        space: Box, Discrete, MultiDiscrete, MultiBinary, Text, or a Dict/Tuple
+            nest of them.
 
     Returns:
         A dict of plain lists, numbers and strings; :func:`space_from_dict` rebuilds
@@ -144,6 +145,13 @@ def space_to_dict(space: spaces.Space[Any]) -> dict[str, Any]:
         }
     if isinstance(space, spaces.MultiBinary):
         return {"type": "MultiBinary", "n": np.asarray(space.n).tolist()}
+    if isinstance(space, spaces.Text):
+        return {
+            "type": "Text",
+            "max_length": int(space.max_length),
+            "min_length": int(space.min_length),
+            "charset": "".join(sorted(space.character_set)),
+        }
     if isinstance(space, spaces.Tuple):
         return {"type": "Tuple", "spaces": [space_to_dict(s) for s in space.spaces]}
     if isinstance(space, spaces.Dict):
@@ -151,7 +159,10 @@ def space_to_dict(space: spaces.Space[Any]) -> dict[str, Any]:
             "type": "Dict",
             "spaces": [[key, space_to_dict(s)] for key, s in space.spaces.items()],
         }
-    msg = f"{space} has no pool-file form (a ReplayPool stores only array spaces)."
+    msg = (
+        f"{space} has no pool-file form (a pool file holds array and Text spaces, "
+        "and Dict/Tuple nests of them)."
+    )
     raise ValueError(msg)
 
 
@@ -189,6 +200,19 @@ def space_from_dict(data: Any) -> spaces.Space[Any]:
             )
         if kind == "MultiBinary":
             return spaces.MultiBinary(data["n"])
+        if kind == "Text":
+            max_length, min_length = data["max_length"], data["min_length"]
+            charset = data["charset"]
+            if (
+                type(max_length) is not int
+                or type(min_length) is not int
+                or not 0 <= min_length <= max_length <= _MAX_TEXT
+                or not isinstance(charset, str)
+                or not charset
+            ):
+                msg = "a Text space needs 0 <= min_length <= max_length and a charset"
+                raise ValueError(msg)
+            return spaces.Text(max_length, min_length=min_length, charset=charset)
         if kind == "Tuple":
             return spaces.Tuple([space_from_dict(s) for s in data["spaces"]])
         if kind == "Dict":  # pairs, not a mapping: Gymnasium would sort a mapping
@@ -240,10 +264,25 @@ def write(
     for name in list(state):
         if per_row(name):
             state[name] = state[name][rows]
+    # string leaves as unicode under a Text space; any other object leaf refused
+    # here, before anything is written (vecpool/replay/portable.py)
+    observation_space = pool.observation_space
+    groups = ("obs", "next_obs", "tail", "extra")
+    names = [
+        [f"{group}_{index}" for group in groups if f"{group}_{index}" in state]
+        for index in range(len(storage_leaves(observation_space)))
+    ]
+    observation_space, columns = portable(
+        observation_space,
+        [[state[name] for name in leaf] for leaf in names],
+        "a pool file",
+    )
+    for leaf, converted in zip(names, columns, strict=True):
+        state.update(zip(leaf, converted, strict=True))
     header = {
         "format": FORMAT,
         **{name: getattr(pool, name) for name in _ARGUMENTS},
-        "observation_space": space_to_dict(pool.observation_space),
+        "observation_space": space_to_dict(observation_space),
         "action_space": space_to_dict(pool.action_space),
         "rng": pool.generator_state,
     }
@@ -331,6 +370,7 @@ def read(
 
 
 _INT_LIMIT = 2**62  # any count beyond this is a forgery (and overflows int64 maths)
+_MAX_TEXT = 2**20  # a longer Text leaf in a header is a forgery
 
 
 def _arguments(header: dict[str, Any]) -> dict[str, Any]:
@@ -387,13 +427,13 @@ def _check_sizes(
         rows = slots_rows
     try:
         shapes = {
-            group: [shape for _, shape in leaves(space)]
+            group: [shape for _, shape in storage_leaves(space)]
             for group, space in (("obs", observation_space), ("action", action_space))
         }
         row_bytes = sum(
             dtype.itemsize * math.prod(shape)
             for space in (observation_space, action_space)
-            for dtype, shape in leaves(space)
+            for dtype, shape in storage_leaves(space)
         )
     except (TypeError, ValueError) as exc:
         msg = f"its spaces have no array layout ({exc})"

@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from vecpool._util.spaces import flatten_batch
 from vecpool.replay.episodes import Episode, RecordedPool, complete_episodes
+from vecpool.replay.portable import portable
 
 __all__ = ["to_minari"]
 
@@ -35,7 +37,10 @@ def _lists(batch: Any) -> Any:
         return {key: _lists(value) for key, value in batch.items()}
     if isinstance(batch, tuple):
         return tuple(_lists(value) for value in batch)
-    return list(np.asarray(batch))
+    array = np.asarray(batch)
+    if array.dtype.kind in "UO":  # strings: Python's own, as Minari stores Text
+        return array.tolist()
+    return list(array)
 
 
 def to_minari(
@@ -82,12 +87,28 @@ def to_minari(
         **kwargs,
     }
     if env is None:
-        settings.setdefault("observation_space", pool.observation_space)
+        settings.setdefault("observation_space", _observation_space(pool, episodes))
         settings.setdefault("action_space", pool.action_space)
     dataset = minari.create_dataset_from_buffers(
         dataset_id, buffers, env=env, **settings
     )
     return dataset, partial
+
+
+def _observation_space(pool: RecordedPool, episodes: list[Episode]) -> Any:
+    """The pool's space, a custom string leaf as a ``Text`` Minari can describe.
+
+    Raises:
+        ValueError: If a leaf holds objects that are not strings (a Graph, ...),
+            which a Minari dataset cannot describe (vecpool/replay/portable.py).
+    """
+    space = pool.observation_space
+    leaves = [
+        flatten_batch(space, e.observations, len(e.rewards) + 1, "observations")
+        for e in episodes
+    ]
+    columns = [list(column) for column in zip(*leaves, strict=True)]
+    return portable(space, columns, "a Minari dataset")[0]
 
 
 def _buffer(cls: Any, index: int, episode: Episode) -> Any:

@@ -26,8 +26,10 @@ from vecpool._util.spaces import (
     flatten_batch,
     integer_bounds,
     is_native,
+    is_storable,
     leaves,
     make_views,
+    storage_leaves,
 )
 from vecpool.replay import files as pool_files
 from vecpool.replay.files import COUNTERS, per_row
@@ -143,17 +145,19 @@ class ReplayPool:
         self.window_size_ = settings.window_size_
         self.random = settings.random
         self.store_next_obs = settings.store_next_obs
-        for name, space in (
-            ("observation_space", observation_space),
-            ("action_space", action_space),
-        ):
-            if not is_native(space):
-                msg = (
-                    f"`{name}` {space} cannot be stored: a ReplayPool stores Box, "
-                    "Discrete, MultiDiscrete and MultiBinary spaces and Dict/Tuple "
-                    "nests of them."
-                )
-                raise ValueError(msg)
+        if not is_storable(observation_space):
+            msg = (
+                f"`observation_space` {observation_space} cannot be stored: an "
+                "array space of its leaves has no fixed shape or dtype."
+            )
+            raise ValueError(msg)
+        if not is_native(action_space):
+            msg = (
+                f"`action_space` {action_space} cannot be stored: a ReplayPool "
+                "stores Box, Discrete, MultiDiscrete and MultiBinary actions and "
+                "Dict/Tuple nests of them."
+            )
+            raise ValueError(msg)
         self.observation_space = observation_space
         self.action_space = action_space
         self._rng = np.random.default_rng(seed)
@@ -163,21 +167,22 @@ class ReplayPool:
         self._slots = self.capacity + 1
         rows = self.num_envs * self._slots
         self._base = np.arange(self.num_envs, dtype=np.int64)
-        self._obs = [np.zeros((rows, *s), d) for d, s in leaves(observation_space)]
+        # every leaf of the observations: arrays, and Text as fixed-width unicode,
+        # other leaves (Graph, Sequence, custom) as objects (storage_leaves)
+        obs_leaves = storage_leaves(observation_space)
+        self._obs = [_empty((rows, *s), d) for d, s in obs_leaves]
         self._action = [np.zeros((rows, *s), d) for d, s in leaves(action_space)]
         self._reward = np.zeros(rows, np.float64)
         self._terminated = np.zeros(rows, np.bool_)
         self._truncated = np.zeros(rows, np.bool_)
         if self.store_next_obs:
-            self._next_obs = [np.zeros_like(array) for array in self._obs]
+            self._next_obs = [_empty(array.shape, array.dtype) for array in self._obs]
         else:
             # next_obs of the newest row of each sub-pool, and of rows whose next
             # observation is not the following row's (kept in a growable store)
-            self._tail = [
-                np.zeros((self.num_envs, *s), d) for d, s in leaves(observation_space)
-            ]
+            self._tail = [_empty((self.num_envs, *s), d) for d, s in obs_leaves]
             self._own_next = np.full(rows, -1, np.int64)
-            self._extra = [np.zeros((0, *s), d) for d, s in leaves(observation_space)]
+            self._extra = [_empty((0, *s), d) for d, s in obs_leaves]
             self._free: list[int] = []
         # each sub-pool's rows are [end - length, end) modulo slots
         self._end = np.zeros(self.num_envs, np.int64)
@@ -844,6 +849,12 @@ class ReplayPool:
         has_newest = length > 0
         same = has_newest.copy()
         for tail, leaf in zip(self._tail, obs, strict=True):
+            if tail.dtype == object:  # the same object, or an equal string
+                same &= [
+                    a is b or (type(a) is str and type(b) is str and a == b)
+                    for a, b in zip(tail[env].tolist(), leaf.tolist(), strict=True)
+                ]
+                continue
             # bitwise, so -0.0 vs 0.0 or NaNs are never taken for one another
             flat_tail = np.ascontiguousarray(tail[env]).view(np.uint8)
             flat_leaf = np.ascontiguousarray(leaf, dtype=tail.dtype).view(np.uint8)
@@ -866,7 +877,7 @@ class ReplayPool:
             grown = max(16, size * 2)
             self._extra = [
                 np.concatenate(
-                    [extra, np.zeros((grown - size, *extra.shape[1:]), extra.dtype)]
+                    [extra, _empty((grown - size, *extra.shape[1:]), extra.dtype)]
                 )
                 for extra in self._extra
             ]
@@ -1043,6 +1054,16 @@ class ReplayPool:
         """
         pool: ReplayPool = pool_files.read(cls, path, trusted)
         return pool
+
+
+def _empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """Fresh storage: zeros, or empty strings for an ``object`` leaf.
+
+    A slot never written then reads as a string, which a pool file can hold.
+    """
+    if dtype.kind == "O":
+        return np.full(shape, "", object)
+    return np.zeros(shape, dtype)
 
 
 def _rounds(targets: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int64]]:

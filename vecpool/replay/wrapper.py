@@ -9,7 +9,12 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
-from vecpool._util.spaces import NATIVE_LEAVES, flatten_batch, leaves, make_writer
+from vecpool._util.spaces import (
+    NATIVE_LEAVES,
+    flatten_batch,
+    make_writer,
+    storage_leaves,
+)
 from vecpool.errors import VecPoolWarning
 from vecpool.replay.boundaries import AutoresetTracker, restarted_rows
 from vecpool.replay.pool import ReplayPool, Transitions
@@ -117,9 +122,11 @@ class ReplayPoolWrapper(_VectorWrapper):
         )
         space = env.single_observation_space
         n = env.num_envs
-        self._obs = [np.zeros((n, *shape), dtype) for dtype, shape in leaves(space)]
+        self._obs = [
+            np.zeros((n, *shape), dtype) for dtype, shape in storage_leaves(space)
+        ]
         self._next = [np.zeros_like(array) for array in self._obs]
-        self._write_next = make_writer(space, self._next)
+        self._write_next = make_writer(space, self._next, every_leaf=True)
         self._has_obs = False
         self._boundaries = AutoresetTracker(n, self.autoreset_mode)
         single_action = env.single_action_space

@@ -24,7 +24,15 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from vecpool._util.checks import check_int
-from vecpool._util.spaces import flatten_batch, is_native, leaves, make_views
+from vecpool._util.spaces import (
+    flatten_batch,
+    is_native,
+    is_storable,
+    leaves,
+    make_views,
+    put_value,
+    storage_leaves,
+)
 from vecpool.errors import VecPoolWarning
 from vecpool.replay.boundaries import AutoresetTracker, restarted_rows
 from vecpool.replay.pool import ReplayPool
@@ -352,17 +360,20 @@ class Sampler:
                 "autoreset_mode=AutoresetMode.DISABLED."
             )
             raise ValueError(msg)
-        for name, space in (
-            ("observation", env.single_observation_space),
-            ("action", env.single_action_space),
-        ):
-            if not is_native(space):
-                msg = (
-                    f"The env's single {name} space {space} cannot be batched into "
-                    "arrays: a Sampler supports Box, Discrete, MultiDiscrete and "
-                    "MultiBinary spaces and Dict/Tuple nests of them."
-                )
-                raise ValueError(msg)
+        if not is_storable(env.single_observation_space):
+            msg = (
+                f"The env's single observation space {env.single_observation_space} "
+                "cannot be batched into arrays: an array space of its leaves has no "
+                "fixed shape or dtype."
+            )
+            raise ValueError(msg)
+        if not is_native(env.single_action_space):
+            msg = (
+                f"The env's single action space {env.single_action_space} cannot be "
+                "batched into arrays: a Sampler supports Box, Discrete, "
+                "MultiDiscrete and MultiBinary actions and Dict/Tuple nests of them."
+            )
+            raise ValueError(msg)
         if pool is not None and pool.num_envs != self.num_envs:
             msg = (
                 f"`pool` has {pool.num_envs} sub-pools but the env has "
@@ -398,7 +409,9 @@ class Sampler:
         self._random_spaces: dict[tuple[int, int], spaces.Space[Any]] = {}
 
         steps, count = self.batch_T, self.num_envs
-        obs_leaves = leaves(self._obs_space)
+        # observations: Text leaves as fixed-width unicode, other leaves that are
+        # not arrays (Graph, custom spaces) as objects (storage_leaves)
+        obs_leaves = storage_leaves(self._obs_space)
         action_leaves = leaves(self._action_space)
         # the batch buffers, [T, B, ...] per leaf
         self._obs = [np.zeros((steps, count, *s), d) for d, s in obs_leaves]
@@ -888,7 +901,7 @@ class Sampler:
             for j in np.flatnonzero(ended).tolist():
                 values = _single_leaves(self._obs_space, final_obs[positions[j]])
                 for buffer, value in zip(self._next_obs, values, strict=True):
-                    buffer[rows[j], cols[j]] = value
+                    put_value(buffer, (rows[j], cols[j]), value, "final_obs")
         self._reward[rows, cols] = rewards
         self._terminated[rows, cols] = terminated
         self._truncated[rows, cols] = truncated
