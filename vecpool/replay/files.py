@@ -20,7 +20,7 @@ import math
 import os
 import pickle
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -322,43 +322,7 @@ def read(
     """
     try:
         with open(path, "rb") as handle:  # OSError (missing file, ...) passes
-            data = _members(handle)
-        header = _header(data)
-        if header["format"] == _PICKLED_FORMAT:
-            if not trusted:
-                msg = (
-                    "it was written by vecpool 0.1 (format 2), which stores the spaces "
-                    "with pickle, and unpickling can run code. Load it with "
-                    "`ReplayPool.load(path, trusted=True)` only if you trust the "
-                    "file, then `save()` it again to get a file without pickle"
-                )
-                raise _BadFile(msg)
-            try:
-                objects = pickle.loads(_array(data, "objects").tobytes())
-                observation_space, action_space, rng = objects
-            except _BadFile:
-                raise
-            except Exception as exc:
-                msg = f"its pickled spaces do not load ({type(exc).__name__}: {exc})"
-                raise _BadFile(msg) from exc
-        else:
-            observation_space = space_from_dict(header["observation_space"])
-            action_space = space_from_dict(header["action_space"])
-            rng = header["rng"]
-        arguments = _arguments(header)
-        compact = header["format"] == FORMAT
-        _check_sizes(data, observation_space, action_space, arguments, compact)
-        try:
-            pool = cls(observation_space, action_space, **arguments)
-        except (KeyError, TypeError, ValueError, OverflowError) as exc:
-            msg = f"its header holds no valid pool arguments: {exc}"
-            raise _BadFile(msg) from exc
-        try:
-            pool.generator_state = rng
-        except (KeyError, TypeError, ValueError, OverflowError) as exc:
-            msg = f"its generator state is not valid: {exc!r}"
-            raise _BadFile(msg) from exc
-        _restore(pool, data, compact)
+            return _read(cls, handle, trusted)
     except RecursionError as exc:
         msg = f"Cannot load {os.fspath(path)!r} as a vecpool.ReplayPool: its header "
         msg += "is nested too deeply to be one."
@@ -366,6 +330,51 @@ def read(
     except (_BadFile, ValueError) as exc:
         msg = f"Cannot load {os.fspath(path)!r} as a vecpool.ReplayPool: {exc}."
         raise ValueError(msg) from exc
+
+
+def _read(cls: Callable[..., StoredPool], handle: Any, trusted: bool) -> Any:
+    """:func:`read` on an open file: members are read only once checked.
+
+    Raises:
+        _BadFile: What is wrong with the file.
+    """
+    data = _Archive(handle)
+    header = _header(data)
+    if header["format"] == _PICKLED_FORMAT:
+        if not trusted:
+            msg = (
+                "it was written by vecpool 0.1 (format 2), which stores the spaces "
+                "with pickle, and unpickling can run code. Load it with "
+                "`ReplayPool.load(path, trusted=True)` only if you trust the "
+                "file, then `save()` it again to get a file without pickle"
+            )
+            raise _BadFile(msg)
+        try:
+            objects = pickle.loads(_array(data, "objects").tobytes())
+            observation_space, action_space, rng = objects
+        except _BadFile:
+            raise
+        except Exception as exc:
+            msg = f"its pickled spaces do not load ({type(exc).__name__}: {exc})"
+            raise _BadFile(msg) from exc
+    else:
+        observation_space = space_from_dict(header["observation_space"])
+        action_space = space_from_dict(header["action_space"])
+        rng = header["rng"]
+    arguments = _arguments(header)
+    compact = header["format"] == FORMAT
+    _check_sizes(data, observation_space, action_space, arguments, compact)
+    try:
+        pool = cls(observation_space, action_space, **arguments)
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        msg = f"its header holds no valid pool arguments: {exc}"
+        raise _BadFile(msg) from exc
+    try:
+        pool.generator_state = rng
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        msg = f"its generator state is not valid: {exc!r}"
+        raise _BadFile(msg) from exc
+    _restore(pool, data, compact)
     return pool
 
 
@@ -398,7 +407,7 @@ def _arguments(header: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_sizes(
-    data: dict[str, npt.NDArray[Any]],
+    data: _Archive,
     observation_space: spaces.Space[Any],
     action_space: spaces.Space[Any],
     arguments: dict[str, Any],
@@ -446,22 +455,24 @@ def _check_sizes(
             "memory"
         )
         raise _BadFile(msg)
-    reward = _array(data, "reward")
-    if reward.shape != (rows,):
+    reward = _shape(data, "reward")
+    if reward != (rows,):
         msg = (
             f"its header and `length` describe {rows} rows but `reward` has shape "
-            f"{reward.shape}"
+            f"{reward}"
         )
         raise _BadFile(msg)
     for group, group_shapes in shapes.items():
         for index, shape in enumerate(group_shapes):
-            array = _array(data, f"{group}_{index}")
-            if array.shape != (rows, *shape):
+            found = _shape(data, f"{group}_{index}")
+            if found != (rows, *shape):
                 msg = (
-                    f"its `{group}_{index}` member has shape {array.shape}, but the "
+                    f"its `{group}_{index}` member has shape {found}, but the "
                     f"header describes {(rows, *shape)}"
                 )
                 raise _BadFile(msg)
+    # from here on, members are read up to the size of the pool just checked
+    data.allowance += needed
 
 
 def _memory_bytes() -> int:
@@ -472,28 +483,158 @@ def _memory_bytes() -> int:
         return 2**40
 
 
-def _members(handle: Any) -> dict[str, npt.NDArray[Any]]:
-    """Every array in the archive, read now, without pickle."""
-    try:
-        archive = np.load(handle, allow_pickle=False)
-        if not isinstance(archive, np.lib.npyio.NpzFile):
-            msg = "it is a single .npy array, not a pool archive"
+_CONFIG_BYTES = 16 * 2**20
+"""What the members read before the header is checked (``config``, ``length``, a
+format-2 ``objects``) may take together."""
+_NPY_HEADER_BYTES = 2**16
+
+
+class _Archive(Mapping[str, npt.NDArray[Any]]):
+    """The members of a pool file, each read only after its declared size is checked.
+
+    A member's ``.npy`` header (its shape and dtype, a few hundred bytes) is read
+    first; its data is decompressed only if the zip entry holds exactly that many
+    bytes and they fit what is left of :attr:`allowance`, which starts at
+    :data:`_CONFIG_BYTES` and grows to the size of the pool the checked header
+    describes (:func:`_check_sizes`). So loading any file, a zip bomb included,
+    takes at most that much memory (plus a 1 MiB read buffer), and a forged shape is
+    refused before anything is allocated. Object arrays (pickle) are refused.
+
+    Raises:
+        _BadFile: On a file that is not such an archive.
+    """
+
+    def __init__(self, handle: Any) -> None:
+        try:
+            if handle.read(6) == b"\x93NUMPY":
+                msg = "it is a single .npy array, not a pool archive"
+                raise _BadFile(msg)
+            handle.seek(0)
+            self._zip = zipfile.ZipFile(handle)
+            entries = self._zip.infolist()
+        except (OSError, EOFError, ValueError, zipfile.BadZipFile) as exc:
+            msg = f"it is not a whole numpy archive ({type(exc).__name__}: {exc})"
+            raise _BadFile(msg) from exc
+        # the arrays (other members, never read, are not the pool's)
+        self._entries = {
+            entry.filename[: -len(".npy")]: entry
+            for entry in entries
+            if entry.filename.endswith(".npy")
+        }
+        declared = sum(entry.file_size for entry in self._entries.values())
+        if declared > _memory_bytes():
+            msg = (
+                f"its members declare {declared / 2**30:,.1f} GiB of data, more than "
+                "this machine's memory"
+            )
             raise _BadFile(msg)
-        with archive:
-            return {name: archive[name] for name in archive.files}
-    except _BadFile:
-        raise
-    except (OSError, EOFError, ValueError, zipfile.BadZipFile, KeyError) as exc:
-        # np.load: truncated zip, bad CRC, not a numpy file, object arrays
-        msg = f"it is not a whole numpy archive ({type(exc).__name__}: {exc})"
-        raise _BadFile(msg) from exc
+        self.allowance = _CONFIG_BYTES
+        self._headers: dict[str, tuple[tuple[int, ...], np.dtype[Any], bool, int]] = {}
+        self._arrays: dict[str, npt.NDArray[Any]] = {}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def describe(self, name: str) -> tuple[tuple[int, ...], np.dtype[Any]]:
+        """Member ``name``'s shape and dtype, from its ``.npy`` header only.
+
+        Raises:
+            KeyError: If there is no such member.
+            _BadFile: If its header is not a numpy one, declares objects, or
+                declares another size than the zip entry holds.
+        """
+        if name not in self._headers:
+            entry = self._entries[name]
+            try:
+                with self._zip.open(entry) as member:
+                    version = np.lib.format.read_magic(member)
+                    read_header = (
+                        np.lib.format.read_array_header_1_0
+                        if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0
+                    )
+                    shape, fortran, dtype = read_header(
+                        member, max_header_size=_NPY_HEADER_BYTES
+                    )
+                    offset = member.tell()
+            except (OSError, EOFError, zipfile.BadZipFile) as exc:
+                msg = (
+                    f"it is not a whole numpy archive: its `{name}` member does not "
+                    f"read back ({type(exc).__name__}: {exc})"
+                )
+                raise _BadFile(msg) from exc
+            except ValueError as exc:  # numpy: no magic, a bad header
+                msg = f"its `{name}` member is not a numpy array ({exc})"
+                raise _BadFile(msg) from exc
+            if dtype.hasobject:
+                msg = (
+                    f"its `{name}` member holds Python objects, which a pool file "
+                    "never does (they would need pickle)"
+                )
+                raise _BadFile(msg)
+            nbytes = math.prod(shape) * dtype.itemsize
+            if offset + nbytes != entry.file_size:
+                msg = (
+                    f"its `{name}` member declares {nbytes:,} bytes of data "
+                    f"{tuple(shape)} {dtype}, but its zip entry holds "
+                    f"{entry.file_size - offset:,}"
+                )
+                raise _BadFile(msg)
+            self._headers[name] = (tuple(shape), dtype, bool(fortran), offset)
+        shape, dtype, _, _ = self._headers[name]
+        return shape, dtype
+
+    def __getitem__(self, name: str) -> npt.NDArray[Any]:
+        """Member ``name``'s array, read (once) if it fits the allowance."""
+        if name in self._arrays:
+            return self._arrays[name]
+        shape, dtype = self.describe(name)
+        _, _, fortran, offset = self._headers[name]
+        nbytes = math.prod(shape) * dtype.itemsize
+        if nbytes > self.allowance:
+            msg = (
+                f"its `{name}` member declares {nbytes:,} bytes, more than the "
+                f"{self.allowance:,} left to read (a pool file's header is small "
+                "and its arrays hold the pool its header describes)"
+            )
+            raise _BadFile(msg)
+        self.allowance -= nbytes
+        array = np.empty(shape, dtype, order="F" if fortran else "C")
+        view = array.reshape(-1, order="A").view(np.uint8)  # the same memory
+        try:
+            with self._zip.open(self._entries[name]) as member:
+                member.read(offset)
+                done = 0
+                while done < nbytes:
+                    chunk = member.read(min(2**20, nbytes - done))
+                    if not chunk:
+                        break
+                    view[done : done + len(chunk)] = np.frombuffer(chunk, np.uint8)
+                    done += len(chunk)
+        except (OSError, EOFError, ValueError, zipfile.BadZipFile) as exc:
+            msg = (
+                f"it is not a whole numpy archive: its `{name}` member does not read "
+                f"back ({type(exc).__name__}: {exc})"
+            )
+            raise _BadFile(msg) from exc
+        if done != nbytes:
+            msg = f"its `{name}` member is cut short ({done:,} of {nbytes:,} bytes)"
+            raise _BadFile(msg)
+        self._arrays[name] = array
+        return array
 
 
-def _header(data: dict[str, npt.NDArray[Any]]) -> dict[str, Any]:
-    config = data.get("config")
-    if config is None:
+def _header(data: _Archive) -> dict[str, Any]:
+    if "config" not in data:
         msg = "it has no `config` member, so it was not written by ReplayPool.save"
         raise _BadFile(msg)
+    config = data["config"]
     try:
         header = json.loads(config.tobytes())
     except (UnicodeDecodeError, ValueError) as exc:
@@ -521,17 +662,22 @@ def _header(data: dict[str, npt.NDArray[Any]]) -> dict[str, Any]:
     return header
 
 
-def _array(data: dict[str, npt.NDArray[Any]], name: str) -> npt.NDArray[Any]:
-    try:
-        return data[name]
-    except KeyError:
+def _array(data: _Archive, name: str) -> npt.NDArray[Any]:
+    if name not in data:
         msg = f"it has no `{name}` member"
-        raise _BadFile(msg) from None
+        raise _BadFile(msg)
+    return data[name]
 
 
-def _restore(
-    pool: StoredPool, data: dict[str, npt.NDArray[Any]], compact: bool
-) -> None:
+def _shape(data: _Archive, name: str) -> tuple[int, ...]:
+    """Member ``name``'s shape, its data not read."""
+    if name not in data:
+        msg = f"it has no `{name}` member"
+        raise _BadFile(msg)
+    return data.describe(name)[0]
+
+
+def _restore(pool: StoredPool, data: _Archive, compact: bool) -> None:
     """Copy the file's arrays into ``pool``, each checked against the fresh one.
 
     A compact file (format 3) holds each sub-pool's filled rows, oldest first: they
@@ -546,24 +692,22 @@ def _restore(
     rows = int(_array(data, "length").sum()) if compact else 0
     loaded: dict[str, npt.NDArray[Any]] = {}
     for name, like in fresh.items():
-        array = _array(data, name)
-        if array.dtype != like.dtype or array.ndim != like.ndim:
+        shape = _shape(data, name)  # checked before its data is read
+        dtype = data.describe(name)[1]
+        if dtype != like.dtype or len(shape) != like.ndim:
             msg = (
-                f"its `{name}` member is {array.dtype}[{array.ndim}-D], "
+                f"its `{name}` member is {dtype}[{len(shape)}-D], "
                 f"expected {like.dtype}[{like.ndim}-D]"
             )
             raise _BadFile(msg)
         expected = like.shape
         if compact and per_row(name):
             expected = (rows, *like.shape[1:])
-        if name in growable:
-            same = array.shape[1:] == like.shape[1:]
-        else:
-            same = array.shape == expected
+        same = shape[1:] == like.shape[1:] if name in growable else shape == expected
         if not same:
-            msg = f"its `{name}` member has shape {array.shape}, expected {expected}"
+            msg = f"its `{name}` member has shape {shape}, expected {expected}"
             raise _BadFile(msg)
-        loaded[name] = array
+        loaded[name] = data[name]
     if compact:
         loaded["end"] = loaded["length"].copy()
     _check_counters(pool, loaded)

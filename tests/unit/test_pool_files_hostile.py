@@ -1,0 +1,160 @@
+"""Hostile pool files: memory stays bounded, every refusal is one ValueError.
+
+``ReplayPool.load`` reads a member's ``.npy`` header before its data and checks
+the declared size against the zip entry, the pool header and this machine
+(vecpool/replay/files.py ``_Archive``), so a zip bomb or a forged shape is refused
+before it is decompressed or allocated. Peak memory is measured in a fresh
+process (``ru_maxrss``), never a duration.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+import vecpool
+
+BOMB_BYTES = 256 * 2**20
+
+
+def _saved(tmp_path: Path) -> Path:
+    pool = vecpool.ReplayPool(
+        spaces.Box(0, 1, (4,), np.float32), spaces.Discrete(2), 2, 64
+    )
+    for _ in range(10):
+        obs = np.zeros((2, 4), np.float32)
+        pool.add(obs, np.zeros(2, np.int64), obs, np.ones(2), [False] * 2, [False] * 2)
+    return pool.save(tmp_path / "good.npz")
+
+
+def _npy_header(shape: tuple[int, ...], dtype: str = "<f4") -> bytes:
+    header = {"descr": dtype, "fortran_order": False, "shape": shape}
+    text = repr(header).encode()
+    text += b" " * (-(len(text) + 11) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text
+
+
+def _rewrite(source: Path, target: Path, replace: dict[str, bytes | None]) -> Path:
+    """Copy ``source`` with members replaced (raw bytes: a ``.npy`` file each)."""
+    with (
+        zipfile.ZipFile(source) as old,
+        zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as new,
+    ):
+        for entry in old.infolist():
+            name = entry.filename[:-4]
+            if name not in replace:
+                new.writestr(entry.filename, old.read(entry))
+            elif replace[name] is not None:
+                new.writestr(entry.filename, replace[name])
+        for name, data in replace.items():
+            if f"{name}.npy" not in old.namelist() and data is not None:
+                new.writestr(f"{name}.npy", data)
+    return target
+
+
+def _bomb(source: Path, target: Path, member: str) -> Path:
+    """``member`` replaced by BOMB_BYTES of deflated zeros (a consistent .npy)."""
+    _rewrite(source, target, {member: None})
+    with (
+        zipfile.ZipFile(target, "a", zipfile.ZIP_DEFLATED, compresslevel=1) as archive,
+        archive.open(f"{member}.npy", "w", force_zip64=True) as out,
+    ):
+        out.write(_npy_header((BOMB_BYTES // 4,)))
+        zeros = bytes(4 * 2**20)
+        for _ in range(BOMB_BYTES // len(zeros)):
+            out.write(zeros)
+    return target
+
+
+def _peak_growth_mib(path: Path) -> tuple[float, str]:
+    """Load ``path`` in a fresh process: (peak RSS growth in MiB, the error)."""
+    code = textwrap.dedent(
+        f"""
+        import resource, vecpool
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        try:
+            vecpool.ReplayPool.load({str(path)!r})
+            error = "loaded"
+        except ValueError as exc:
+            error = str(exc)
+        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print((after - before) / 1024)
+        print(error)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    return float(out[0]), out[1]
+
+
+@pytest.mark.parametrize("member", ["obs_0", "reward", "config"])
+def test_a_zip_bomb_is_refused_before_it_is_decompressed(tmp_path, member):
+    bomb = _bomb(_saved(tmp_path), tmp_path / "bomb.npz", member)
+    assert bomb.stat().st_size < BOMB_BYTES // 100  # a bomb indeed
+    growth, error = _peak_growth_mib(bomb)
+    assert error.startswith(f"Cannot load {str(bomb)!r}"), error
+    assert growth < 32, f"loading raised peak memory by {growth:.0f} MiB"
+
+
+def test_a_huge_declared_shape_is_a_value_error_not_a_memory_error(tmp_path):
+    forged = _rewrite(
+        _saved(tmp_path), tmp_path / "forged.npz", {"obs_0": _npy_header((2**45,))}
+    )
+    with pytest.raises(ValueError, match="Cannot load") as info:
+        vecpool.ReplayPool.load(forged)
+    assert "obs_0" in str(info.value)
+    assert str(forged) in str(info.value)
+
+
+def test_a_header_describing_a_pool_too_large_for_the_machine(tmp_path):
+    good = _saved(tmp_path)
+    with zipfile.ZipFile(good) as archive:
+        config = np.lib.format.read_array(archive.open("config.npy"))
+    header = json.loads(config.tobytes())
+    header["pool_size"] = 2**50
+    data = json.dumps(header).encode()
+    buffer = _npy_header((len(data),), "|u1") + data
+    forged = _rewrite(good, tmp_path / "big.npz", {"config": buffer})
+    with pytest.raises(ValueError, match="more than this machine's memory"):
+        vecpool.ReplayPool.load(forged)
+
+
+def test_an_object_array_says_what_it_is_not_how_to_unpickle(tmp_path):
+    path = tmp_path / "objects.npz"
+    np.savez(path, config=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(ValueError, match="Python objects") as info:
+        vecpool.ReplayPool.load(path)
+    assert "allow_pickle" not in str(info.value)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_bytes_and_truncations_are_one_value_error(tmp_path, seed):
+    good = _saved(tmp_path).read_bytes()
+    rng = np.random.default_rng(seed)
+    kind = seed % 3
+    if kind == 0:
+        data = rng.bytes(int(rng.integers(0, 4096)))
+    elif kind == 1:
+        data = good[: int(rng.integers(0, len(good)))]
+    else:
+        flipped = bytearray(good)
+        for position in rng.integers(0, len(good), 3):
+            flipped[position] ^= 0xFF
+        data = bytes(flipped)
+    path = tmp_path / "bad.npz"
+    path.write_bytes(data)
+    error: ValueError | None = None
+    try:
+        vecpool.ReplayPool.load(path)  # a flip may land where nothing is checked
+    except ValueError as exc:  # anything else (MemoryError, KeyError) fails
+        error = exc
+    assert error is None or str(path) in str(error)
