@@ -553,3 +553,27 @@ def test_spawn_without_a_main_guard_names_the_fix(tmp_path):
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("vecpool.errors.WorkerCrashedError")
     assert 'if __name__ == "__main__":' in last
+
+
+def test_deleting_many_envs_with_a_call_pending_leaks_nothing(leak_checker):
+    # issue 22, item 5: deleting 200 envs (never closed) with a call pending once
+    # left a /dev/shm entry; processes, shared memory and file descriptors must
+    # all come back
+    fds_before = len(os.listdir("/proc/self/fd"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Gymnasium's "close while pending" warning
+        for index in range(200):
+            env = vecpool.AsyncVectorEnv(
+                [lambda: gym.make("CartPole-v1")] * 2, num_workers=1 + index % 2
+            )
+            env.reset(seed=index)
+            if index % 3 == 0:
+                env.step_async(np.zeros(2, np.int64))
+            elif index % 3 == 1:
+                env.reset_async(seed=index)
+            else:
+                env.call_async("render")
+            del env
+            gc.collect()
+    leak_checker.assert_no_leaks()
+    assert len(os.listdir("/proc/self/fd")) <= fds_before + 2

@@ -598,13 +598,8 @@ def test_close_is_prompt_when_the_replacement_builds_slowly(make_async, tmp_path
 # ------------------------------------------------------------------ 4: timeouts
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: step_wait(timeout) is not honoured while a replacement starts: "
-    "the start-up wait in Restarter.replace has no deadline (a constructor that "
-    "hangs hangs step_wait(timeout=...) for ever)",
-)
 def test_step_wait_timeout_holds_while_a_replacement_builds(make_async, tmp_path):
+    # issue 22, item 6 (was a strict xfail): the start-up wait had no deadline
     # the replacement takes 2 x 6 s to build: waiting for it exceeds the guard below
     env = _slow_rebuild_env(make_async, tmp_path, slow=6.0)
     start = time.monotonic()
@@ -613,6 +608,46 @@ def test_step_wait_timeout_holds_while_a_replacement_builds(make_async, tmp_path
         with pytest.raises(multiprocessing.TimeoutError):
             env.step_wait(timeout=0.5)
     assert time.monotonic() - start < 10  # a hang guard, not a speed claim
+
+
+def test_the_call_after_a_timed_out_start_finishes_the_restart(make_async, tmp_path):
+    # the replacement takes 2 x 1 s to build: the first step_wait gives up on it,
+    # the next step waits for its start-up reply, then shows the cut rows
+    env = _slow_rebuild_env(make_async, tmp_path, slow=1.0)
+    last = env.observations.copy()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always", vecpool.VecPoolWarning)
+        with pytest.raises(multiprocessing.TimeoutError, match="`step_wait`"):
+            env.step_wait(timeout=0.2)
+        assert record == []  # not restarted yet: its envs are still being built
+        env.step_async(np.ones(4, np.int64))
+        obs, _, _, truncated, infos = env.step_wait(timeout=60)
+    assert [str(w.message) for w in record if "restarted it" in str(w.message)]
+    assert len(record) == 1
+    assert infos["worker_restarted"].tolist() == [False, False, True, True]
+    assert truncated[2:].all()
+    np.testing.assert_array_equal(obs[2:], last[2:])  # the last obs returned
+    obs, _, _, _, infos = env.step(np.ones(4, np.int64))
+    assert "worker_restarted" not in infos
+    np.testing.assert_array_equal(obs[2:, 2], [0, 0])  # NEXT_STEP: its reset step
+
+
+@pytest.mark.parametrize("then", ["reset", "close"])
+def test_a_reset_or_close_after_a_timed_out_start(then, make_async, tmp_path):
+    env = _slow_rebuild_env(make_async, tmp_path, slow=1.0)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always", vecpool.VecPoolWarning)
+        with pytest.raises(multiprocessing.TimeoutError):
+            env.step_wait(timeout=0.2)
+        if then == "close":
+            env.close(timeout=30)
+            assert env.closed
+            return
+        obs, infos = env.reset(seed=5)
+    assert len([w for w in record if "restarted it" in str(w.message)]) == 1
+    assert infos["worker_restarted"].tolist() == [False, False, True, True]
+    np.testing.assert_array_equal(obs[:, 2], [0, 0, 0, 0])
+    env.step(np.ones(4, np.int64))
 
 
 def test_a_kill_after_a_step_timeout_cuts_from_the_last_returned_obs(make_async):

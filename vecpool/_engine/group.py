@@ -59,6 +59,10 @@ class Restarting(Protocol):
         """Release the ``max_concurrency`` permit a dead worker died holding."""
         ...
 
+    def finish_start(self, group: WorkerGroup, record: Any, reply: Any) -> None:
+        """A replacement left starting by a timed-out call has answered."""
+        ...
+
     def lose_result(self, old: WorkerHandle, what: str) -> None:
         """Note the error a call that cannot be re-sent raises after the restart."""
         ...
@@ -91,6 +95,12 @@ class WorkerGroup:
         # (timeout, Ctrl-C, an env error): their next command marks the cut again
         self.unseen_cuts: list[WorkerHandle] = []
         self.lost: WorkerCrashedError | None = None
+        # the wait in progress: (timeout, name, deadline), for a replacement's
+        # start-up wait nested in it (it keeps the call's deadline)
+        self.waiting: tuple[float | None, str, float | None] = (None, "", None)
+        # replacements whose start-up reply a timed-out call left unread: each
+        # later wait reads it first, then the restart is finished (restart.py)
+        self.starting: list[Any] = []
 
     def put(self, handle: WorkerHandle) -> None:
         """Put a replacement's handle in the place of the worker it replaces."""
@@ -259,9 +269,35 @@ class WorkerGroup:
             poller, watched = poll_set(handles)
 
         if self._finished(handles, any_answer):
+            if self.starting:
+                self._finish_starts(what)
             return  # e.g. a call waited for again after an interrupt
         if deadline is None and timeout is not None:
             deadline = time.monotonic() + timeout
+        outer = self.waiting
+        if what != "restart":  # a replacement's start-up keeps the call's deadline
+            self.waiting = (timeout, label or what, deadline)
+        try:
+            self._wait_loop(what, handles, poller, watched, any_answer, deadline)
+        finally:
+            self.waiting = outer
+        if self.starting:
+            self._finish_starts(what)
+        if self.lost is not None and what != "restart":  # this call's results lost
+            error, self.lost = self.lost, None
+            raise error
+
+    def _wait_loop(
+        self,
+        what: str,
+        handles: list[WorkerHandle],
+        poller: select.poll,
+        watched: dict[int, tuple[WorkerHandle, bool]],
+        any_answer: bool,
+        deadline: float | None,
+    ) -> None:
+        """:meth:`wait`'s loop: read replies until the handles have their answers."""
+        timeout, name, _ = self.waiting
         spin = self.spin.before_wait()
         while True:
             # replies already read in bulk come first (no system call)
@@ -280,7 +316,6 @@ class WorkerGroup:
                     if remaining > 0:
                         events = poller.poll(max(1, math.ceil(remaining * 1000)))
             if not events:
-                name = label or what
                 msg = f"The call to `{name}` has timed out after {timeout} second(s)."
                 raise multiprocessing.TimeoutError(msg)
             with HELD:
@@ -297,9 +332,20 @@ class WorkerGroup:
                 else:
                     break
         self.spin.after_wait()
-        if self.lost is not None and what != "restart":  # this call's results lost
-            error, self.lost = self.lost, None
-            raise error
+
+    def _finish_starts(self, what: str) -> None:
+        """Finish the restarts whose replacement's start-up reply has come now.
+
+        Raises:
+            Exception: What an env constructor raised in such a replacement.
+        """
+        assert self.restarter is not None  # only restarts leave replacements starting
+        for record in list(self.starting):
+            came, reply = record.handle.numbers.take_pinned()
+            if came:
+                self.starting.remove(record)
+                if what != "close":
+                    self.restarter.finish_start(self, record, reply)
 
     @staticmethod
     def _finished(handles: list[WorkerHandle], any_answer: bool) -> bool:

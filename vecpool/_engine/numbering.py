@@ -56,7 +56,15 @@ class ReplyNumbers:
             was raised); the ``send``/``recv`` bookkeeping takes them out of flight.
     """
 
-    __slots__ = ("answers", "batches", "expected", "lost_batches", "received", "sent")
+    __slots__ = (
+        "answers",
+        "batches",
+        "expected",
+        "lost_batches",
+        "pinned",
+        "received",
+        "sent",
+    )
 
     def __init__(self, sent: int = 0) -> None:
         """Start after ``sent`` commands, all answered."""
@@ -66,6 +74,9 @@ class ReplyNumbers:
         self.answers: deque[tuple[int, Any]] = deque()
         self.batches: dict[int, list[int]] = {}
         self.lost_batches: list[list[int]] = []
+        # a replacement's start-up reply not yet read when its call gave up: later
+        # calls wait for it first (it survives `expect` and `give_up`)
+        self.pinned: int | None = None
 
     # -- send ------------------------------------------------------------------------
 
@@ -78,10 +89,13 @@ class ReplyNumbers:
 
     def expect(self, number: int) -> None:
         """A new call waits for reply ``number`` alone (earlier answers are dropped)."""
-        if self.expected:
-            self.expected.clear()
-        if self.answers:
-            self.answers.clear()
+        if self.pinned is not None:
+            self._clear_but_pinned()
+        else:
+            if self.expected:
+                self.expected.clear()
+            if self.answers:
+                self.answers.clear()
         self.expected.append(number)
 
     def expect_also(self, number: int) -> None:
@@ -91,7 +105,9 @@ class ReplyNumbers:
     def start_batch(self) -> None:
         """A ``send`` batch is about to go: drop the last plain call's answers."""
         if not self.batches:
+            pinned = self._pinned_answer()
             self.answers.clear()
+            self.answers.extend(pinned)
 
     def expect_batch(self, number: int, env_ids: list[int]) -> None:
         """A ``send`` batch of ``env_ids`` awaits reply ``number`` (besides others)."""
@@ -156,11 +172,34 @@ class ReplyNumbers:
     # -- give up ---------------------------------------------------------------------
 
     def give_up(self) -> None:
-        """Forget every awaited reply (they are dropped when they come)."""
-        self.expected.clear()
-        self.answers.clear()
+        """Forget every awaited reply but a pinned one (they are dropped)."""
         self.batches.clear()
         self.lost_batches.clear()
+        self._clear_but_pinned()
+
+    def _pinned_answer(self) -> list[tuple[int, Any]]:
+        """The pinned reply's answer, if it came (a list of 0 or 1)."""
+        return [item for item in self.answers if item[0] == self.pinned]
+
+    def _clear_but_pinned(self) -> None:
+        """Clear the awaited replies and answers, but the pinned reply's."""
+        kept = self._pinned_answer() if self.pinned is not None else []
+        self.expected.clear()
+        self.answers.clear()
+        self.answers.extend(kept)
+        if self.pinned is not None and self.received < self.pinned:
+            self.expected.append(self.pinned)  # not read yet: wait for it first
+
+    def take_pinned(self) -> tuple[bool, Any]:
+        """``(True, reply)`` once the pinned reply came (then unpinned).
+
+        Returns:
+            ``(False, None)`` while it has not come.
+        """
+        if self.pinned is None or not self.answers or self.answers[0][0] != self.pinned:
+            return False, None
+        self.pinned = None
+        return True, self.answers.popleft()[1]
 
     # -- replace ---------------------------------------------------------------------
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
+import multiprocessing
 import os
 import signal
 import warnings
@@ -43,7 +45,7 @@ from vecpool._engine.handle import WorkerHandle
 from vecpool._engine.startup import Starter
 from vecpool._util.seeding import derive_seed
 from vecpool._util.spaces import flatten_batch, is_native, leaves, make_reader
-from vecpool._wire.messages import STEP_SOME, RestartStart
+from vecpool._wire.messages import STEP_SOME, Reply, RestartStart
 from vecpool.errors import VecPoolWarning, WorkerCrashedError
 
 __all__ = [
@@ -164,6 +166,23 @@ class LastObservations:
         return [self.items[i] if self.seen[i] else None for i in env_indices]
 
 
+@dataclasses.dataclass(frozen=True)
+class Starting:
+    """A replacement whose start-up reply its call did not wait for (a timeout).
+
+    Attributes:
+        handle: The replacement's handle (its start-up reply number pinned).
+        old: The dead worker's handle.
+        what: The call that found it dead.
+        exitcode: The dead worker's exit code.
+    """
+
+    handle: WorkerHandle
+    old: WorkerHandle
+    what: str
+    exitcode: int | None
+
+
 class Restarter:
     """Replaces dead workers of one :class:`~vecpool._engine.group.WorkerGroup`.
 
@@ -242,21 +261,20 @@ class Restarter:
             # numbers go on from the old pipe's: answers already read keep theirs
             new = self.starter.spawn(group, index, envs, start, old.numbers.sent)
             group.put(new)
-        group.wait("restart", None, [new])
+        startup = new.numbers.sent  # the number of its start-up reply
+        try:
+            # within the deadline of the call that found the crash
+            group.wait("restart", None, [new], deadline=group.waiting[2])
+        except multiprocessing.TimeoutError:
+            if group.handles[index] is new:  # (a nested restart noted its own)
+                # the call gives up; its next waits read the start-up reply first
+                with HELD:
+                    new.numbers.pinned = startup
+                    new.numbers.take_over(old.numbers)
+                    group.starting.append(Starting(new, old, what, exitcode))
+            raise
         new = group.handles[index]  # a replacement of the replacement, maybe
-        self.startup_deaths[index] = 0
-        first = new.answer()
-        if first is not None and first.errors:
-            group.broken = WorkerCrashedError(
-                f"{old.died(what)}, and its replacement could not start: an env "
-                "constructor raised (above). Call `close()` and create a new vector "
-                "env.",
-                index,
-                tuple(envs),
-                exitcode,
-            )
-            raise_env_errors([first], self.owner)
-        self._warn(old, what)
+        self.finish_start(group, Starting(new, old, what, exitcode), new.answer())
         if what in ("step", "reset"):
             # its first rows mark the cut: shown again if this call gives up
             group.unseen_cuts.append(new)
@@ -269,6 +287,29 @@ class Restarter:
             if reissue and old.numbers.waiting:
                 self._reissue(group, old, new, what)
         return new
+
+    def finish_start(
+        self, group: WorkerGroup, record: Starting, first: Reply | None
+    ) -> None:
+        """The replacement answered its start-up check with ``first``.
+
+        Raises:
+            Exception: What an env constructor raised in the replacement (the
+                vector env is then unusable).
+        """
+        old, what, index = record.old, record.what, record.old.index
+        self.startup_deaths[index] = 0
+        if first is not None and first.errors:
+            group.broken = WorkerCrashedError(
+                f"{old.died(what)}, and its replacement could not start: an env "
+                "constructor raised (above). Call `close()` and create a new vector "
+                "env.",
+                index,
+                tuple(old.env_indices),
+                record.exitcode,
+            )
+            raise_env_errors([first], self.owner)
+        self._warn(old, what)
 
     def give_back_permit(self, dead: WorkerHandle) -> None:
         """Release the ``max_concurrency`` permit a dead worker died holding."""
