@@ -30,6 +30,7 @@ from vecpool._engine.lifecycle import STARTING_WORKERS
 from vecpool._engine.process import ProcessHandle
 from vecpool._util.slices import split
 from vecpool._wire.messages import ObsTransport, RestartStart, WorkerConfig
+from vecpool._wire.permits import LockPermits
 from vecpool._worker.loop import owner_start, run_worker
 
 __all__ = ["EnvFns", "StartSpec", "Starter"]
@@ -127,6 +128,15 @@ class Starter:
             custom is not None or spec.max_concurrency < spec.num_workers
         ):
             self.semaphore = ctx.BoundedSemaphore(spec.max_concurrency)
+        # vecpool's workers take permits the kernel gives back when one dies (locks,
+        # vecpool/_wire/permits.py); else the semaphore, and a mark per worker so
+        # the parent can give back the permit of a worker that died holding it
+        self.permits: LockPermits | None = None
+        if self.semaphore is not None and custom is None and spec.num_workers:
+            assert spec.max_concurrency is not None
+            self.permits = LockPermits.create(spec.max_concurrency)
+            if self.permits is not None:
+                self.semaphore = None
         self.holding: Any = (
             ctx.RawArray("b", spec.num_workers)
             if self.semaphore is not None and custom is None and spec.num_workers
@@ -231,6 +241,7 @@ class Starter:
             waiting = {
                 "semaphore": self.semaphore,
                 "holding": self.holding,
+                "permits": self.permits,
                 "restart": restart,
                 "spin": group.spin.worker_spin,
                 "spin_yield": group.spin.spin_yield,

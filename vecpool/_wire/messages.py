@@ -175,6 +175,8 @@ class WorkerConfig:
         holding: With a semaphore, a shared byte array in which each worker marks
             that it holds the semaphore (so the parent can give back the permit of a
             worker that died holding it).
+        permits: The ``max_concurrency`` permits as locks (see
+            vecpool/_wire/permits.py), used instead of ``semaphore``.
         restart: Set for a replacement worker (see :class:`RestartStart`).
         parent_pid: The process that owns the vector env (under ``forkserver`` the
             worker's parent is the fork server, not it); 0: the worker's parent.
@@ -199,6 +201,7 @@ class WorkerConfig:
     spin_yield: bool = False
     spin_max_gap: float = 0.0
     holding: Any = None
+    permits: Any = None
     restart: RestartStart | None = None
     parent_pid: int = 0
     parent_start: bytes | None = None

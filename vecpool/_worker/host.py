@@ -122,6 +122,9 @@ class Host:
         self.mode = config.autoreset_mode
         self.semaphore = config.semaphore
         self.holding = config.holding
+        self.permits = config.permits  # locks the kernel releases on death
+        if self.permits is not None:
+            self.permits.open()
         # a replacement worker (on_worker_crash="restart"): every env marks the cut
         restart = config.restart
         self.restarted = [restart is not None] * len(envs)
@@ -141,13 +144,17 @@ class Host:
             self.cut_seeds = list(restart.seeds)
 
     def _acquire(self) -> None:
-        if self.semaphore is not None:
+        if self.permits is not None:
+            self.permits.acquire(self.config.index)
+        elif self.semaphore is not None:
             self.semaphore.acquire()
             if self.holding is not None:  # a death from here on: the parent releases
                 self.holding[self.config.index] = 1
 
     def _release(self) -> None:
-        if self.semaphore is not None:
+        if self.permits is not None:
+            self.permits.release()
+        elif self.semaphore is not None:
             if self.holding is not None:
                 self.holding[self.config.index] = 0
             self.semaphore.release()

@@ -375,6 +375,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         )
         if self._restarter is not None:
             self._restarter.starter = starter
+        if starter.permits is not None:  # the parent's descriptor of the lock file
+            self._close_permits = weakref.finalize(self, starter.permits.close)
         starter.start(self._group)
         self._group.check_spaces(
             self.observation_mode,
@@ -1014,6 +1016,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 kill_groups(self.processes)
         if self._finalizer is not None:
             self._finalizer()  # terminates whatever is left, reaps, closes pipes
+        close_permits = getattr(self, "_close_permits", None)
+        if close_permits is not None:
+            close_permits()
         self._buffers.release()
         for handle in self._group.handles:  # the workers' wide areas go now too
             handle.info_wide = handle.wide_offer = None

@@ -1,0 +1,119 @@
+"""``max_concurrency`` permits the kernel gives back when a worker dies.
+
+A permit is a POSIX record lock (``fcntl.lockf``) on one byte of an anonymous
+``memfd`` of ``max_concurrency`` bytes: at most that many workers hold one at a
+time, and a worker that dies holding one, even SIGKILLed between taking it and
+anything else, loses it to the kernel, which releases every lock of a process
+that exits. (A semaphore plus a "holding" mark could lose a permit to a kill
+between the two: with ``max_concurrency=1`` the other workers then waited for
+ever.)
+
+The parent creates the file; each worker opens it through
+``/proc/<parent pid>/fd/<fd>`` (any start method: the lock belongs to the
+worker's own process, not to a descriptor it inherited). A worker first tries
+every byte without waiting, from its own (``index % count``), and waits on its own
+byte only when all are taken: the count is never exceeded, and a worker never
+waits while holding a permit, so no two can wait for each other. Where there is
+no ``memfd`` or ``/proc`` (not Linux), :meth:`LockPermits.create` returns ``None``
+and the vector env keeps its semaphore.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import sys
+from dataclasses import dataclass, field
+
+__all__ = ["LOCK_PERMITS", "LockPermits"]
+
+LOCK_PERMITS = hasattr(os, "memfd_create") and sys.platform.startswith("linux")
+"""Whether lock permits are possible here (Linux, with ``memfd_create``)."""
+
+_TAKEN = (errno.EAGAIN, errno.EACCES)
+
+
+@dataclass
+class LockPermits:
+    """``count`` permits as locks on the bytes of a ``memfd`` (see the module).
+
+    Pickled into each worker's configuration; :meth:`open` there.
+
+    Attributes:
+        count: Number of permits (``max_concurrency``).
+        pid: The parent's process id.
+        fd: The ``memfd`` in the parent.
+    """
+
+    count: int
+    pid: int
+    fd: int
+    _own: int = field(default=-1, repr=False)  # this process's descriptor
+    _held: int = field(default=-1, repr=False)  # the byte locked, or -1
+
+    @classmethod
+    def create(cls, count: int) -> LockPermits | None:
+        """A new set of ``count`` permits, or ``None`` where locks cannot be used."""
+        if not LOCK_PERMITS:
+            return None
+        try:
+            fd = os.memfd_create("vecpool-permits", os.MFD_CLOEXEC)
+            os.ftruncate(fd, count)
+        except OSError:
+            return None
+        return cls(count, os.getpid(), fd, fd)
+
+    def __getstate__(self) -> dict[str, int]:
+        """What a worker needs: not this process's descriptor or lock."""
+        return {"count": self.count, "pid": self.pid, "fd": self.fd}
+
+    def __setstate__(self, state: dict[str, int]) -> None:
+        """Rebuilt in a worker: :meth:`open` before the first :meth:`acquire`."""
+        self.count, self.pid, self.fd = state["count"], state["pid"], state["fd"]
+        self._own = self._held = -1
+
+    def open(self) -> None:
+        """Open the parent's file in this worker.
+
+        Raises:
+            OSError: If the parent's file cannot be opened (the parent gone).
+        """
+        if self._own < 0:
+            self._own = os.open(f"/proc/{self.pid}/fd/{self.fd}", os.O_RDWR)
+
+    def acquire(self, index: int) -> None:
+        """Take a permit: any free one at once, else wait for byte ``index % count``."""
+        import fcntl
+
+        if self._own < 0:
+            self.open()
+        count, own = self.count, self._own
+        first = index % count
+        for step in range(count):
+            byte = (first + step) % count
+            try:
+                fcntl.lockf(own, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, byte, os.SEEK_SET)
+            except OSError as exc:
+                if exc.errno in _TAKEN:
+                    continue
+                raise
+            self._held = byte
+            return
+        fcntl.lockf(own, fcntl.LOCK_EX, 1, first, os.SEEK_SET)
+        self._held = first
+
+    def release(self) -> None:
+        """Give back the permit held (nothing if none)."""
+        import fcntl
+
+        if self._held >= 0:
+            fcntl.lockf(self._own, fcntl.LOCK_UN, 1, self._held, os.SEEK_SET)
+            self._held = -1
+
+    def close(self) -> None:
+        """Close this process's descriptor (the parent's: the file goes with it)."""
+        if self._own >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._own)
+            self._own = self._held = -1
