@@ -532,6 +532,58 @@ def test_workers_left_running_by_close_are_reported_and_stopped():
     no_children_left()
 
 
+class _SleeperEnv(gym.Env):
+    """Starts a ``sleep`` in its own session: no process group kill reaches it."""
+
+    observation_space = gym.spaces.Discrete(2)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        import os
+
+        # forked and exec'd (no Popen object to complain when it is collected)
+        if os.fork() == 0:
+            os.setsid()
+            os.execvp("sleep", ["sleep", "60"])
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return 0, {}
+
+    def step(self, action):
+        return 0, 0.0, False, True, {}
+
+
+def _sleepers() -> set[int]:
+    import pathlib
+
+    found = set()
+    for cmdline in pathlib.Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if cmdline.read_bytes() == b"sleep\x0060\x00":
+                found.add(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("backend", ["vecpool", "gym-async"])
+def test_processes_envs_leave_behind_are_reported_and_ended(backend):
+    # issue 22, item 3: the check said "ok" while `sleep`s the envs had started
+    # ran on, reparented to init
+    before = _sleepers()
+    if backend == "vecpool":
+        make = lambda: vecpool.AsyncVectorEnv([_SleeperEnv] * 2, num_workers=2)  # noqa: E731
+    else:
+        make = lambda: gym.vector.AsyncVectorEnv([_SleeperEnv] * 2)  # noqa: E731
+    report = check_vector_env(make, num_steps=12)
+    failure = report.failure("api.close")
+    assert failure is not None, report
+    assert "the envs left" in failure.message
+    assert "sleep 60 (pid" in failure.message
+    assert _sleepers() - before == set()  # ended, and reaped: no zombie either
+
+
 class FailingInfo:
     pass
 

@@ -23,6 +23,7 @@ from vecpool.check.lockstep import (
     Outcome,
     call_env,
 )
+from vecpool.check.orphans import Orphans
 from vecpool.check.report import CHECKS, CheckFailure, CheckReport, resolve_skip
 from vecpool.check.rules import space_batching_breach
 from vecpool.errors import ReferenceFailedError
@@ -249,26 +250,39 @@ class _Checker:
     def run(self) -> CheckReport:
         start = time.perf_counter()
         children = set(multiprocessing.active_children())
-        try:
-            self._run()
-        except Exception as error:
-            if not self.opened:
-                raise  # the factory failed on its first call: no env, no report
-            self.report.errors.append(
-                f"the check stopped: {type(error).__name__}: {error}\n"
-                + traceback.format_exc()
-            )
-            self.skip_reason(CHECKS, "not reached: the check stopped (see errors)")
-        finally:
-            for env in reversed(self.opened):
-                self._close(env)  # idempotent: most are closed already
-            left = _stop_new_children(children)
-            self.report.duration = time.perf_counter() - start
+        # processes the envs start and leave running once their workers are gone
+        # are reparented here for the check (vecpool/check/orphans.py)
+        with Orphans() as orphans:
+            try:
+                self._run()
+            except Exception as error:
+                if not self.opened:
+                    raise  # the factory failed on its first call: no env, no report
+                self.report.errors.append(
+                    f"the check stopped: {type(error).__name__}: {error}\n"
+                    + traceback.format_exc()
+                )
+                self.skip_reason(CHECKS, "not reached: the check stopped (see errors)")
+            finally:
+                for env in reversed(self.opened):
+                    self._close(env)  # idempotent: most are closed already
+                left = _stop_new_children(children)
+                strays = orphans.collect()
+                self.report.duration = time.perf_counter() - start
         if left:
             self.fail(
                 "api.close",
                 f"close() returned but left {len(left)} child processes running "
                 f"({', '.join(left)}); the check terminated them",
+                phase="api",
+            )
+        if strays:
+            shown = ", ".join(strays[:5]) + (", ..." if len(strays) > 5 else "")
+            self.fail(
+                "api.close",
+                f"close() returned but the envs left {len(strays)} processes they "
+                f"started running ({shown}); the check ended them. End what an env "
+                "starts in its close(), or start it in the worker's process group.",
                 phase="api",
             )
         return self._finish()
