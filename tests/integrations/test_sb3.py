@@ -414,3 +414,100 @@ def test_vec_env_is_an_sb3_vec_env(closing):
     assert isinstance(env, VecEnv)
     assert env.unwrapped is env
     assert env.autoreset_mode is SAME
+
+
+# ------------------------------------------------------- SB3's make_vec_env
+
+
+def _make_vec_env(vec_env_cls: Any, n_envs: int = 4, **kwargs: Any) -> VecEnv:
+    from stable_baselines3.common.env_util import make_vec_env
+
+    return make_vec_env(
+        "CartPole-v1", n_envs=n_envs, seed=3, vec_env_cls=vec_env_cls, **kwargs
+    )
+
+
+@pytest.mark.parametrize(
+    "vec_env_kwargs",
+    [None, {"start_method": "forkserver"}, {"num_workers": 0}],
+    ids=["default", "forkserver", "in-process"],
+)
+def test_make_vec_env_with_sb3_vec_env_steps_as_dummy_vec_env(vec_env_kwargs, closing):
+    # issue 23, item 1: SB3's convention raised "'list' object has no attribute
+    # 'metadata'"
+    ours = _make_vec_env(SB3VecEnv, vec_env_kwargs=vec_env_kwargs)
+    closing(ours)
+    assert isinstance(ours.vector_env, vecpool.AsyncVectorEnv)
+    assert ours.vector_env.metadata["autoreset_mode"] is SAME
+    reference = _make_vec_env(DummyVecEnv)
+    closing(reference)
+    rng = np.random.default_rng(0)
+    assert_same_value(ours.reset(), reference.reset(), "reset obs")
+    for t in range(300):
+        actions = rng.integers(0, 2, 4)
+        got, expected = ours.step(actions), reference.step(actions)
+        for name, a, b in zip(("obs", "rewards", "dones"), got, expected, strict=False):
+            assert_same_value(a, b, f"{name} at step {t}")
+        assert_same_infos(_timeless(got[3]), _timeless(expected[3]), f"infos {t}")
+
+
+def _timeless(infos: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Infos without Monitor's wall-clock ``episode['t']``."""
+    return [
+        {**info, "episode": {k: v for k, v in info["episode"].items() if k != "t"}}
+        if "episode" in info
+        else info
+        for info in infos
+    ]
+
+
+@pytest.mark.filterwarnings(
+    "ignore:The environment is already wrapped with a `Monitor`"
+)
+def test_sb3_wrappers_stack_on_make_vec_env_output(closing):
+    from stable_baselines3.common.vec_env import VecFrameStack, VecMonitor, VecNormalize
+
+    def stacked(cls: Any) -> VecEnv:
+        env = VecFrameStack(VecNormalize(VecMonitor(_make_vec_env(cls))), n_stack=2)
+        closing(env)
+        return env
+
+    ours, reference = stacked(SB3VecEnv), stacked(DummyVecEnv)
+    rng = np.random.default_rng(1)
+    np.testing.assert_array_equal(ours.reset(), reference.reset())
+    for t in range(200):
+        actions = rng.integers(0, 2, 4)
+        got, expected = ours.step(actions), reference.step(actions)
+        for name, a, b in zip(("obs", "rewards", "dones"), got, expected, strict=False):
+            np.testing.assert_array_equal(a, b, err_msg=f"{name} at step {t}")
+        for a, b in zip(_timeless(got[3]), _timeless(expected[3]), strict=True):
+            assert a.get("episode") == b.get("episode")
+
+
+def test_ppo_on_make_vec_env_learns_as_with_dummy_vec_env(closing):
+    torch = pytest.importorskip("torch")
+    torch.set_num_threads(1)
+    weights = []
+    for cls in (SB3VecEnv, DummyVecEnv):
+        env = _make_vec_env(cls)
+        closing(env)
+        model = PPO(
+            "MlpPolicy",
+            env,
+            n_steps=64,
+            batch_size=64,
+            n_epochs=2,
+            seed=0,
+            device="cpu",
+        )
+        model.learn(512)
+        weights.append([p.detach().clone() for p in model.policy.parameters()])
+    for ours, reference in zip(*weights, strict=True):
+        assert torch.equal(ours, reference)  # the same data, so the same updates
+
+
+def test_arguments_with_a_ready_vector_env_are_refused(closing):
+    env = vecpool.AsyncVectorEnv(cartpole_fns(2), autoreset_mode=SAME)
+    closing(env)
+    with pytest.raises(TypeError, match="start_method, num_workers with a ready"):
+        SB3VecEnv(env, start_method="spawn", num_workers=1)

@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -91,6 +91,24 @@ _FINAL_KEYS = frozenset({"final_obs", "final_info", "_final_obs", "_final_info"}
 _CLASS_NAME = re.compile(r"<([A-Za-z_][A-Za-z0-9_]*)")
 
 
+def _from_env_fns(
+    env_fns: Any, start_method: str | None, kwargs: dict[str, Any]
+) -> VectorEnv[Any, Any, Any]:
+    """A ``vecpool.AsyncVectorEnv`` over SB3's env fns, in ``SAME_STEP`` mode."""
+    from vecpool.vector.async_env import AsyncVectorEnv
+
+    kwargs = {"autoreset_mode": AutoresetMode.SAME_STEP, **kwargs}
+    if start_method is not None:
+        if "context" in kwargs:
+            msg = "Pass `start_method` or `context`, not both (they are one setting)."
+            raise TypeError(msg)
+        kwargs["context"] = start_method
+    # vecpool's own checks name a wrong `env_fns` and the fix
+    return AsyncVectorEnv(
+        list(env_fns) if isinstance(env_fns, tuple) else env_fns, **kwargs
+    )
+
+
 class SB3VecEnv(VecEnv):
     """A Stable-Baselines3 ``VecEnv`` over a Gymnasium ``VectorEnv``.
 
@@ -100,17 +118,50 @@ class SB3VecEnv(VecEnv):
     too. Seeds set with :meth:`seed` and options set with ``set_options`` apply at the
     next :meth:`reset`, and :attr:`reset_infos` holds each env's latest reset info.
 
+    It also takes what SB3's ``make_vec_env(..., vec_env_cls=SB3VecEnv)`` passes,
+    as ``SubprocVecEnv`` does: a list of env fns (and ``vec_env_kwargs``), from which
+    it builds a ``vecpool.AsyncVectorEnv`` in ``SAME_STEP`` mode::
+
+        from stable_baselines3.common.env_util import make_vec_env
+        env = make_vec_env("CartPole-v1", n_envs=8, vec_env_cls=SB3VecEnv,
+                           vec_env_kwargs={"start_method": "forkserver"})
+
     Args:
-        vector_env: The vector env, in ``SAME_STEP`` or ``DISABLED`` autoreset mode.
-            :class:`SB3VecEnv` owns it from now on: :meth:`close` closes it.
+        vector_env: The vector env, in ``SAME_STEP`` or ``DISABLED`` autoreset mode,
+            or a list of functions that each create an env. :class:`SB3VecEnv` owns
+            it from now on: :meth:`close` closes it.
+        start_method: With env fns: the ``multiprocessing`` start method
+            (``SubprocVecEnv``'s argument; ``None``: vecpool's default).
+        **vector_env_kwargs: With env fns: more ``vecpool.AsyncVectorEnv``
+            arguments (``num_workers``, ``max_concurrency``, ...).
 
     Raises:
         ValueError: If the vector env's autoreset mode is ``NEXT_STEP`` (Gymnasium's
             default) or undeclared; the message names the fix.
+        TypeError: If ``start_method`` or other arguments come with a ready
+            vector env (they apply to one built here).
     """
 
-    def __init__(self, vector_env: VectorEnv[Any, Any, Any]) -> None:
-        """Wrap ``vector_env``; see the class docstring."""
+    def __init__(
+        self,
+        vector_env: VectorEnv[Any, Any, Any]
+        | Sequence[Callable[[], gym.Env[Any, Any]]],
+        start_method: str | None = None,
+        **vector_env_kwargs: Any,
+    ) -> None:
+        """Wrap ``vector_env`` (or build one from env fns); see the class docstring."""
+        if not isinstance(vector_env, VectorEnv):
+            vector_env = _from_env_fns(vector_env, start_method, vector_env_kwargs)
+        elif start_method is not None or vector_env_kwargs:
+            given = ["start_method"] if start_method is not None else []
+            given += list(vector_env_kwargs)
+            msg = (
+                f"SB3VecEnv got {', '.join(given)} with a ready vector env: those "
+                "arguments build the vector env from a list of env fns (as "
+                "make_vec_env passes them). Give them to the vector env you create "
+                "instead."
+            )
+            raise TypeError(msg)
         self.autoreset_mode = _autoreset_mode(vector_env)
         self.vector_env = vector_env
         unwrapped = vector_env.unwrapped
