@@ -81,6 +81,42 @@ def integrations(session: nox.Session) -> None:
     )
 
 
+# each extra alone in a fresh venv, and the path a user takes with it: pytest
+# arguments, or a `vecpool` command line (run in the session's temporary directory)
+EXTRAS: dict[str, list[str]] = {
+    "plot": ["vecpool", "collect", "CartPole-v1", "--steps", "2000", "--quiet",
+             "--out", "pool.npz", "--plot", "collect.png"],
+    "bench": ["pytest", "tests/unit/test_bench_atari.py"],
+    "mujoco": ["vecpool", "bench", "--quick", "--no-memory", "--quiet",
+               "--workloads", "halfcheetah", "--num-envs", "2",
+               "--backends", "raw", "vecpool"],
+    "sb3": ["pytest", "tests/integrations/test_sb3.py", "-k",
+            "make_vec_env or ppo_learns or rollout_equals"],
+    "minari": ["pytest", "tests/integrations/test_minari.py"],
+    "ray": ["pytest", "tests/distributed/test_ray.py"],
+}  # fmt: skip
+PINNED = {"sb3": ["torch==2.13.0"], "ray": ["torch==2.13.0"]}  # where torch comes in
+
+
+@nox.session(python=PYTHON, default=False)
+@nox.parametrize("extra", list(EXTRAS))
+def extras(session: nox.Session, extra: str) -> None:
+    """Install one extra alone (``vecpool[EXTRA]``, no test group) and run its path.
+
+    ``nox -s extras`` runs them all; ``nox -s "extras(extra='minari')"`` one. It
+    shows that each extra installs everything its feature needs.
+    """
+    command = EXTRAS[extra]
+    tools = ["pytest>=8", "pytest-timeout"] if command[0] == "pytest" else []
+    install_project(session, f".[{extra}]", *PINNED.get(extra, []), *tools)
+    if command[0] == "pytest":
+        session.run(*command, "-p", "no:cacheprovider", *session.posargs)
+    else:
+        tmp = session.create_tmp()
+        with session.chdir(tmp):
+            session.run(*command, *session.posargs)
+
+
 @nox.session(python=PYTHON, default=False)
 def ray(session: nox.Session) -> None:
     """Run the Ray tests (``tests/distributed``) with the ``ray`` extra installed.

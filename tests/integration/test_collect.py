@@ -670,3 +670,15 @@ def test_cli_takes_an_env_id_as_gym_make_does(tmp_path, monkeypatch):
     code, _, stderr = run_cli([*base, "--import", "no_such_pkg_here"])
     assert code == 2
     assert "--import no_such_pkg_here: cannot import" in stderr
+
+
+def test_the_plot_line_covers_every_episode_of_a_short_run():
+    # issue 23, item 4: with fewer than 100 episodes the moving average was one
+    # point (no line); the trailing mean has one point per episode
+    from vecpool.sampling.collect import trailing_mean
+
+    returns = np.arange(1.0, 11.0)  # 10 episodes
+    means = trailing_mean(returns, 100)
+    assert means.shape == (10,)
+    np.testing.assert_allclose(means, np.cumsum(returns) / np.arange(1, 11))
+    np.testing.assert_allclose(trailing_mean(returns, 3)[2:], [2, 3, 4, 5, 6, 7, 8, 9])

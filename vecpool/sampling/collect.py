@@ -724,13 +724,30 @@ def collect(
     )
 
 
+def trailing_mean(values: npt.NDArray[np.float64], window: int) -> npt.NDArray[Any]:
+    """The mean of each value and up to ``window - 1`` before it (one per value).
+
+    The first ``window - 1`` points average everything so far, so a short run
+    still draws a line (a plain moving average would give one point or none).
+
+    Example:
+        >>> trailing_mean(np.array([1.0, 3.0, 5.0, 7.0]), 2).tolist()
+        [1.0, 2.0, 4.0, 6.0]
+    """
+    sums = np.cumsum(np.concatenate([[0.0], values]))
+    stop = np.arange(1, values.size + 1)
+    start = np.maximum(stop - window, 0)
+    means: npt.NDArray[Any] = (sums[stop] - sums[start]) / (stop - start)
+    return means
+
+
 def plot_collection(result: CollectResult, path: str | os.PathLike[str]) -> None:
     """Draw the episode returns over env steps and the fill of each sub-pool.
 
-    Panel 1: each episode's return at the env step it ended (dots) and their moving
-    average over :data:`RECENT_EPISODES` episodes. Panel 2: transitions in each
-    sub-pool against the sub-pool capacity. Uses matplotlib's object-oriented API
-    (no pyplot, no global backend).
+    Panel 1: each episode's return at the env step it ended (dots) and their
+    trailing mean over :data:`RECENT_EPISODES` episodes (:func:`trailing_mean`).
+    Panel 2: transitions in each sub-pool against the sub-pool capacity. Uses
+    matplotlib's object-oriented API (no pyplot, no global backend).
 
     Args:
         result: What :func:`collect` returned.
@@ -748,11 +765,11 @@ def plot_collection(result: CollectResult, path: str | os.PathLike[str]) -> None
     returns = np.asarray(result.episode_returns, np.float64)
     if returns.size:
         returns_ax.scatter(ends, returns, s=4, alpha=0.3, label="episode return")
-        window = min(RECENT_EPISODES, returns.size)
-        sums = np.cumsum(np.concatenate([[0.0], returns]))
-        moving = (sums[window:] - sums[:-window]) / window
         returns_ax.plot(
-            ends[window - 1 :], moving, color="C1", label=f"mean of last {window}"
+            ends,
+            trailing_mean(returns, RECENT_EPISODES),
+            color="C1",
+            label=f"mean of the last {RECENT_EPISODES} (or all so far)",
         )
         returns_ax.legend(fontsize="small")
     else:
