@@ -158,3 +158,60 @@ def test_random_bytes_and_truncations_are_one_value_error(tmp_path, seed):
     except ValueError as exc:  # anything else (MemoryError, KeyError) fails
         error = exc
     assert error is None or str(path) in str(error)
+
+
+def _config_member(good: Path) -> dict:
+    with zipfile.ZipFile(good) as archive:
+        config = np.lib.format.read_array(archive.open("config.npy"))
+    return json.loads(config.tobytes())
+
+
+def _with_config(good: Path, target: Path, header: dict) -> Path:
+    data = json.dumps(header).encode()
+    return _rewrite(good, target, {"config": _npy_header((len(data),), "|u1") + data})
+
+
+def test_review_findings_on_the_loader_are_value_errors_with_no_growth(tmp_path):
+    # found by a review of the loader: each once escaped as another exception
+    # or took memory before any check (reproduced in a fresh process)
+    good = _saved(tmp_path)
+    cases = {}
+    # a BZIP2 member (zipfile does not bound its output per read)
+    bz2 = tmp_path / "bz2.npz"
+    with zipfile.ZipFile(good) as old, zipfile.ZipFile(bz2, "w") as new:
+        for entry in old.infolist():
+            new.writestr(entry.filename, old.read(entry), zipfile.ZIP_BZIP2)
+    cases["compression method 12"] = bz2
+    # a .npy header that declares a 1 GiB header
+    huge_header = b"\x93NUMPY\x02\x00" + (2**30).to_bytes(4, "little") + b"{" * 1000
+    cases["a .npy header of"] = _rewrite(
+        good, tmp_path / "hdr.npz", {"reward": huge_header}
+    )
+    # a Box of one bound and a huge shape (it would allocate its bounds)
+    header = _config_member(good)
+    header["observation_space"] = {
+        "type": "Box", "low": 0.0, "high": 1.0, "shape": [2**17, 2**17], "dtype": "<f8"
+    }  # fmt: skip
+    cases["more than this machine's memory"] = _with_config(
+        good, tmp_path / "box.npz", header
+    )
+    # a header of a million empty objects (parsing it builds them all)
+    header = _config_member(good)
+    header["junk"] = [0] * (2**20 + 10)  # "0, ": 3 bytes a value
+    cases["JSON values"] = _with_config(good, tmp_path / "json.npz", header)
+    for reason, path in cases.items():
+        growth, error = _peak_growth_mib(path)
+        assert error.startswith(f"Cannot load {str(path)!r}"), error
+        assert reason in error, error
+        assert growth < 32, f"{reason}: peak memory grew by {growth:.0f} MiB"
+
+
+def test_uniform_box_bounds_are_one_number_in_the_header(tmp_path):
+    header = _config_member(_saved(tmp_path))
+    assert header["observation_space"]["low"] == 0.0
+    box = spaces.Box(
+        np.array([0.0, -1.0], np.float32), np.array([1.0, 2.0], np.float32)
+    )
+    pool = vecpool.ReplayPool(box, spaces.Discrete(2), 1, 4)
+    loaded = vecpool.ReplayPool.load(pool.save(tmp_path / "b.npz"))
+    assert loaded.observation_space == box

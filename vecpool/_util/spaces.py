@@ -12,13 +12,16 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
+from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 __all__ = [
     "NATIVE_LEAVES",
+    "check_strings",
     "copy_tree",
     "flatten_batch",
     "foreign_leaves",
+    "fresh_objects",
     "integer_bounds",
     "is_hybrid",
     "is_native",
@@ -32,6 +35,7 @@ __all__ = [
     "make_writer",
     "observation_spaces",
     "put_value",
+    "same_value",
     "storage_leaves",
     "take_rows",
 ]
@@ -212,7 +216,50 @@ def put_value(array: np.ndarray[Any, Any], index: Any, value: Any, path: str) ->
     """
     if array.dtype.kind == "U":
         _check_strings([value], array.dtype, path)
+    elif array.dtype.kind == "O" and type(value) not in _IMMUTABLE:
+        value = copy.deepcopy(value)  # the env may change the object it returned
     array[index] = value
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two stored values of an ``object`` leaf are the same observation.
+
+    The same object, or equal in value with dtypes and types alike (Gymnasium's
+    ``data_equivalence(exact=True)``: a Graph's arrays, a Sequence's items).
+    """
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if type(a) is str:
+        return bool(a == b)
+    return bool(data_equivalence(a, b, exact=True))
+
+
+def fresh_objects(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``array`` itself, or for an ``object`` array a copy with fresh values.
+
+    Its mutable values are deep copies: what a pool hands out or takes in must not
+    be objects someone else may change.
+    """
+    if array.dtype.kind != "O":
+        return array
+    out = np.empty(array.shape, object)
+    flat, source = out.reshape(-1), array.reshape(-1)
+    for position, item in enumerate(source.tolist() if source.ndim else [source]):
+        flat[position] = item if type(item) in _IMMUTABLE else copy.deepcopy(item)
+    return out
+
+
+def check_strings(array: np.ndarray[Any, Any], dtype: np.dtype[Any], path: str) -> None:
+    """Refuse values a ``<U{n}`` leaf of ``dtype`` would store changed.
+
+    Raises:
+        ValueError: As :func:`put_value`.
+    """
+    if array.dtype.kind == "U" and array.dtype.itemsize <= dtype.itemsize:
+        return  # numpy strings fit (and hold no trailing NUL: numpy drops them)
+    _check_strings(array.reshape(-1).tolist(), dtype, path)
 
 
 def _check_strings(values: Sequence[Any], dtype: np.dtype[Any], path: str) -> None:
@@ -230,6 +277,14 @@ def _check_strings(values: Sequence[Any], dtype: np.dtype[Any], path: str) -> No
                 f"`{path}` holds a string of {len(value)} characters, longer than its "
                 f"Text space's max_length {width}: it would be stored cut short. "
                 "Give the space a max_length that fits every value."
+            )
+            raise ValueError(msg)
+        if value.endswith("\0"):
+            msg = (
+                f"`{path}` holds a string ending in a NUL character ({_short(value)}), "
+                "which a fixed-width unicode array drops: it would read back "
+                "changed. Strip the NULs, or use a custom string space (stored as "
+                "objects)."
             )
             raise ValueError(msg)
 
@@ -253,8 +308,11 @@ def _stored(
         isinstance(value, np.ndarray)
         and value.dtype == dtype
         and value.shape == (num_envs,)
-    ):
-        return value
+    ):  # already a storage array: strings checked, objects copied
+        if dtype.kind == "U":
+            check_strings(value, dtype, path)
+            return value
+        return fresh_objects(value)
     if not isinstance(value, (tuple, list, np.ndarray)) or len(value) != num_envs:
         length = f" of length {len(value)}" if hasattr(value, "__len__") else ""
         msg = (
@@ -524,8 +582,6 @@ def make_writer(
             stored = next(iterator)  # a storage_leaves array
 
             def write_other(index: int, value: Any) -> None:
-                if type(value) not in _IMMUTABLE:
-                    value = copy.deepcopy(value)
                 put_value(stored, index, value, "obs")
 
             return write_other

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from vecpool._util.spaces import flatten_batch, make_views
+from vecpool._util.spaces import flatten_batch, make_views, same_value
 
 __all__ = ["Episode", "RecordedPool", "complete_episodes"]
 
@@ -145,12 +145,11 @@ def _same(
     """Whether ``next_obs[row]`` is bitwise ``obs[row + 1]`` (the episode goes on).
 
     An ``object`` leaf (a Graph, a custom string, ...) counts as the same when it
-    holds the same object or an equal string.
+    holds an equal value (``vecpool._util.spaces.same_value``).
     """
     for a, b in zip(next_obs, obs, strict=True):
         if a.dtype.kind == "O":
-            x, y = a[row], b[row + 1]
-            if not (x is y or (type(x) is str and type(y) is str and x == y)):
+            if not same_value(a[row], b[row + 1]):
                 return False
         elif (
             np.ascontiguousarray(a[row]).tobytes()

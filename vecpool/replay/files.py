@@ -15,11 +15,13 @@ pool's public state (:meth:`ReplayPool.state_dict`, :meth:`ReplayPool.load_state
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
 import pickle
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -124,8 +126,8 @@ def space_to_dict(space: spaces.Space[Any]) -> dict[str, Any]:
     if isinstance(space, spaces.Box):
         return {
             "type": "Box",
-            "low": space.low.tolist(),
-            "high": space.high.tolist(),
+            "low": _bounds(space.low),
+            "high": _bounds(space.high),
             "shape": list(space.shape),
             "dtype": space.dtype.str,
         }
@@ -146,6 +148,12 @@ def space_to_dict(space: spaces.Space[Any]) -> dict[str, Any]:
     if isinstance(space, spaces.MultiBinary):
         return {"type": "MultiBinary", "n": np.asarray(space.n).tolist()}
     if isinstance(space, spaces.Text):
+        if space.max_length > _MAX_TEXT:
+            msg = (
+                f"{space} has a max_length above {_MAX_TEXT:,}, which a pool file "
+                "does not hold (strings that long: keep them out of the observation)"
+            )
+            raise ValueError(msg)
         return {
             "type": "Text",
             "max_length": int(space.max_length),
@@ -166,6 +174,19 @@ def space_to_dict(space: spaces.Space[Any]) -> dict[str, Any]:
     raise ValueError(msg)
 
 
+def _bounds(array: npt.NDArray[Any]) -> Any:
+    """A Box bound as JSON: one number when every entry is the same (bitwise)."""
+    flat = array.reshape(-1)
+    if (
+        flat.size
+        and (
+            flat.view(np.uint8).reshape(flat.size, -1) == flat[:1].view(np.uint8)
+        ).all()
+    ):
+        return flat[0].item()
+    return array.tolist()
+
+
 def space_from_dict(data: Any) -> spaces.Space[Any]:
     """Rebuild a space from :func:`space_to_dict`'s description.
 
@@ -183,9 +204,16 @@ def space_from_dict(data: Any) -> spaces.Space[Any]:
         kind = data["type"]
         if kind == "Box":
             dtype = np.dtype(data["dtype"])
+            shape = tuple(data["shape"])
             low = np.asarray(data["low"], dtype)
             high = np.asarray(data["high"], dtype)
-            return spaces.Box(low, high, tuple(data["shape"]), dtype)
+            for bound in (low, high):  # one number, or every entry
+                if bound.shape not in ((), shape):
+                    msg = f"a Box bound of shape {bound.shape}, not {shape}"
+                    raise ValueError(msg)
+            # (sizes checked before: `_check_described`)
+            low, high = (np.broadcast_to(b, shape).copy() for b in (low, high))
+            return spaces.Box(low, high, shape, dtype)
         if kind == "Discrete":
             dtype = np.dtype(data["dtype"])
             if dtype == np.int64:  # the default (Gymnasium 1.0 takes no dtype)
@@ -208,9 +236,12 @@ def space_from_dict(data: Any) -> spaces.Space[Any]:
                 or type(min_length) is not int
                 or not 0 <= min_length <= max_length <= _MAX_TEXT
                 or not isinstance(charset, str)
-                or not charset
+                or not 0 < len(charset) <= _MAX_CHARSET
             ):
-                msg = "a Text space needs 0 <= min_length <= max_length and a charset"
+                msg = (
+                    "a Text space needs 0 <= min_length <= max_length and a charset "
+                    f"of 1 to {_MAX_CHARSET:,} characters"
+                )
                 raise ValueError(msg)
             return spaces.Text(max_length, min_length=min_length, charset=charset)
         if kind == "Tuple":
@@ -358,6 +389,9 @@ def _read(cls: Callable[..., StoredPool], handle: Any, trusted: bool) -> Any:
             msg = f"its pickled spaces do not load ({type(exc).__name__}: {exc})"
             raise _BadFile(msg) from exc
     else:
+        # what the described spaces and pool take, before any space is built (a
+        # Box of one bound and a huge shape would allocate its bounds)
+        _check_described(header)
         observation_space = space_from_dict(header["observation_space"])
         action_space = space_from_dict(header["action_space"])
         rng = header["rng"]
@@ -380,6 +414,10 @@ def _read(cls: Callable[..., StoredPool], handle: Any, trusted: bool) -> Any:
 
 _INT_LIMIT = 2**62  # any count beyond this is a forgery (and overflows int64 maths)
 _MAX_TEXT = 2**20  # a longer Text leaf in a header is a forgery
+_MAX_CHARSET = 2**16
+_MAX_TOKENS = 2**20
+"""JSON values a header may hold (commas, brackets, braces): what parsing it
+builds in Python objects stays within ~100 MB whatever it holds."""
 
 
 def _arguments(header: dict[str, Any]) -> dict[str, Any]:
@@ -404,6 +442,53 @@ def _arguments(header: dict[str, Any]) -> dict[str, Any]:
             msg = f"its header's `{name}` is {_short(arguments[name])}, not a bool"
             raise _BadFile(msg)
     return arguments
+
+
+def _described_bytes(data: Any) -> int:
+    """Bytes of one value of the space ``data`` describes, and of a Box's bounds.
+
+    Raises:
+        ValueError: If ``data`` is not a description of a space.
+    """
+    try:
+        kind = data["type"]
+        if kind in ("Dict", "Tuple"):
+            items = data["spaces"]
+            subs = [item[1] for item in items] if kind == "Dict" else items
+            return sum(_described_bytes(sub) for sub in subs)
+        if kind == "Box":
+            count = math.prod(int(n) for n in data["shape"])
+            return 3 * count * int(np.dtype(data["dtype"]).itemsize)  # value, bounds
+        if kind == "Discrete":
+            return int(np.dtype(data["dtype"]).itemsize)
+        if kind == "MultiDiscrete":
+            return 2 * len(data["nvec"]) * int(np.dtype(data["dtype"]).itemsize)
+        if kind == "MultiBinary":
+            return int(math.prod(np.asarray(data["n"]).reshape(-1).tolist()))
+        if kind == "Text":
+            return 4 * int(data["max_length"])
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
+        msg = f"bad space description {_short(data)}: {type(exc).__name__}: {exc}"
+        raise ValueError(msg) from exc
+    msg = f"unknown space type in {_short(data)}"
+    raise ValueError(msg)
+
+
+def _check_described(header: dict[str, Any]) -> None:
+    """Refuse a header whose spaces and pool this machine cannot hold."""
+    arguments = _arguments(header)
+    row_bytes = _described_bytes(header["observation_space"])
+    row_bytes += _described_bytes(header["action_space"])
+    num_envs, pool_size = arguments["num_envs"], arguments["pool_size"]
+    slots_rows = num_envs * (-(-pool_size // num_envs) + 1)
+    needed = slots_rows * (2 * row_bytes + 20)
+    if needed > _memory_bytes():
+        msg = (
+            f"its header describes a pool of about {needed / 2**30:,.1f} GiB "
+            f"(num_envs={num_envs}, pool_size={pool_size}), more than this machine's "
+            "memory"
+        )
+        raise _BadFile(msg)
 
 
 def _check_sizes(
@@ -483,10 +568,63 @@ def _memory_bytes() -> int:
         return 2**40
 
 
-_CONFIG_BYTES = 16 * 2**20
+_CONFIG_BYTES = 4 * 2**20
 """What the members read before the header is checked (``config``, ``length``, a
 format-2 ``objects``) may take together."""
 _NPY_HEADER_BYTES = 2**16
+
+
+_READ_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    EOFError,
+    zipfile.BadZipFile,
+    zlib.error,  # corrupt deflate data
+    NotImplementedError,  # zipfile: an unsupported feature
+    RuntimeError,  # zipfile: an encrypted member
+)
+
+
+_READ_OR_VALUE_ERRORS: tuple[type[BaseException], ...] = (*_READ_ERRORS, ValueError)
+
+
+def _npy_header(member: Any) -> tuple[tuple[int, ...], np.dtype[Any], bool, int]:
+    """Read a ``.npy`` header of at most :data:`_NPY_HEADER_BYTES` from ``member``.
+
+    numpy's own readers read the declared header length in full (up to 4 GiB)
+    before they check it; here the length is checked first.
+
+    Returns:
+        ``(shape, fortran_order, dtype, offset of the data)``.
+
+    Raises:
+        ValueError: If it is not a ``.npy`` header, or an oversized one.
+    """
+    magic = member.read(8)
+    if len(magic) != 8 or magic[:6] != b"\x93NUMPY" or magic[6] not in (1, 2, 3):
+        msg = "no .npy magic string"
+        raise ValueError(msg)
+    size_bytes = member.read(2 if magic[6] == 1 else 4)
+    length = int.from_bytes(size_bytes, "little")
+    if length > _NPY_HEADER_BYTES:
+        msg = f"a .npy header of {length:,} bytes"
+        raise ValueError(msg)
+    header = member.read(length)
+    if len(header) != length:
+        msg = "a .npy header cut short"
+        raise ValueError(msg)
+    buffer = io.BytesIO(magic + size_bytes + header)
+    version = np.lib.format.read_magic(buffer)
+    read = (
+        np.lib.format.read_array_header_1_0
+        if version == (1, 0)
+        else np.lib.format.read_array_header_2_0
+    )
+    try:
+        shape, fortran, dtype = read(buffer, max_header_size=_NPY_HEADER_BYTES)
+    except ValueError:
+        msg = "a .npy header numpy cannot read"  # (its text suggests allow_pickle)
+        raise ValueError(msg) from None
+    return tuple(shape), dtype, bool(fortran), 8 + len(size_bytes) + length
 
 
 class _Archive(Mapping[str, npt.NDArray[Any]]):
@@ -521,6 +659,17 @@ class _Archive(Mapping[str, npt.NDArray[Any]]):
             for entry in entries
             if entry.filename.endswith(".npy")
         }
+        for name, entry in self._entries.items():
+            # bz2 and lzma output is not bounded per read: numpy writes neither
+            if entry.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                msg = (
+                    f"its `{name}` member uses zip compression method "
+                    f"{entry.compress_type}; pool files are stored or deflated"
+                )
+                raise _BadFile(msg)
+            if entry.flag_bits & 0x1:
+                msg = f"its `{name}` member is encrypted"
+                raise _BadFile(msg)
         declared = sum(entry.file_size for entry in self._entries.values())
         if declared > _memory_bytes():
             msg = (
@@ -553,23 +702,14 @@ class _Archive(Mapping[str, npt.NDArray[Any]]):
             entry = self._entries[name]
             try:
                 with self._zip.open(entry) as member:
-                    version = np.lib.format.read_magic(member)
-                    read_header = (
-                        np.lib.format.read_array_header_1_0
-                        if version == (1, 0)
-                        else np.lib.format.read_array_header_2_0
-                    )
-                    shape, fortran, dtype = read_header(
-                        member, max_header_size=_NPY_HEADER_BYTES
-                    )
-                    offset = member.tell()
-            except (OSError, EOFError, zipfile.BadZipFile) as exc:
+                    shape, dtype, fortran, offset = _npy_header(member)
+            except _READ_ERRORS as exc:
                 msg = (
                     f"it is not a whole numpy archive: its `{name}` member does not "
                     f"read back ({type(exc).__name__}: {exc})"
                 )
                 raise _BadFile(msg) from exc
-            except ValueError as exc:  # numpy: no magic, a bad header
+            except ValueError as exc:  # no magic, a bad or oversized header
                 msg = f"its `{name}` member is not a numpy array ({exc})"
                 raise _BadFile(msg) from exc
             if dtype.hasobject:
@@ -586,7 +726,7 @@ class _Archive(Mapping[str, npt.NDArray[Any]]):
                     f"{entry.file_size - offset:,}"
                 )
                 raise _BadFile(msg)
-            self._headers[name] = (tuple(shape), dtype, bool(fortran), offset)
+            self._headers[name] = (shape, dtype, fortran, offset)
         shape, dtype, _, _ = self._headers[name]
         return shape, dtype
 
@@ -617,7 +757,7 @@ class _Archive(Mapping[str, npt.NDArray[Any]]):
                         break
                     view[done : done + len(chunk)] = np.frombuffer(chunk, np.uint8)
                     done += len(chunk)
-        except (OSError, EOFError, ValueError, zipfile.BadZipFile) as exc:
+        except _READ_OR_VALUE_ERRORS as exc:
             msg = (
                 f"it is not a whole numpy archive: its `{name}` member does not read "
                 f"back ({type(exc).__name__}: {exc})"
@@ -634,9 +774,13 @@ def _header(data: _Archive) -> dict[str, Any]:
     if "config" not in data:
         msg = "it has no `config` member, so it was not written by ReplayPool.save"
         raise _BadFile(msg)
-    config = data["config"]
+    config = data["config"].tobytes()
+    tokens = config.count(b",") + config.count(b"[") + config.count(b"{")
+    if tokens > _MAX_TOKENS:
+        msg = f"its header holds {tokens:,} JSON values, more than a pool's spaces need"
+        raise _BadFile(msg)
     try:
-        header = json.loads(config.tobytes())
+        header = json.loads(config)
     except (UnicodeDecodeError, ValueError) as exc:
         msg = f"its `config` member is not JSON ({exc})"
         raise _BadFile(msg) from exc

@@ -23,12 +23,15 @@ from gymnasium import spaces
 from vecpool._util.checks import check_int
 from vecpool._util.spaces import (
     NATIVE_LEAVES,
+    check_strings,
     flatten_batch,
+    fresh_objects,
     integer_bounds,
     is_native,
     is_storable,
     leaves,
     make_views,
+    same_value,
     storage_leaves,
 )
 from vecpool.replay import files as pool_files
@@ -171,6 +174,8 @@ class ReplayPool:
         # other leaves (Graph, Sequence, custom) as objects (storage_leaves)
         obs_leaves = storage_leaves(observation_space)
         self._obs = [_empty((rows, *s), d) for d, s in obs_leaves]
+        # Text leaves: what is added must fit their width (never stored cut short)
+        self._text_leaves = [k for k, (d, _) in enumerate(obs_leaves) if d.kind == "U"]
         self._action = [np.zeros((rows, *s), d) for d, s in leaves(action_space)]
         self._reward = np.zeros(rows, np.float64)
         self._terminated = np.zeros(rows, np.bool_)
@@ -363,10 +368,10 @@ class ReplayPool:
                 values[newest] = tail[env[newest]]
                 values[kept] = extra[own[kept]]
                 next_obs.append(values)
-        return Transitions(
-            make_views(self.observation_space, obs),
+        return Transitions(  # object leaves: copies, never the pool's own objects
+            make_views(self.observation_space, [fresh_objects(a) for a in obs]),
             make_views(self.action_space, [a[row] for a in self._action]),
-            make_views(self.observation_space, next_obs),
+            make_views(self.observation_space, [fresh_objects(a) for a in next_obs]),
             self._reward[row],
             self._terminated[row],
             self._truncated[row],
@@ -464,6 +469,9 @@ class ReplayPool:
             ValueError: As :meth:`add`.
         """
         self._check_actions(action)
+        for k in self._text_leaves:
+            for name, batch in (("obs", obs), ("next_obs", next_obs)):
+                check_strings(np.asarray(batch[k]), self._obs[k].dtype, name)
         mask = None if valid is None else self._check_valid(valid, env_ids)
         if env_ids is None:
             shapes = self._plain_shapes
@@ -851,7 +859,7 @@ class ReplayPool:
         for tail, leaf in zip(self._tail, obs, strict=True):
             if tail.dtype == object:  # the same object, or an equal string
                 same &= [
-                    a is b or (type(a) is str and type(b) is str and a == b)
+                    same_value(a, b)
                     for a, b in zip(tail[env].tolist(), leaf.tolist(), strict=True)
                 ]
                 continue

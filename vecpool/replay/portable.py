@@ -93,6 +93,15 @@ def portable(
                 "arrays before recording (a gymnasium.ObservationWrapper)."
             )
             raise ValueError(msg)
+        nul = next((value for value in values if value.endswith("\0")), None)
+        if nul is not None:
+            msg = (
+                f"The observation leaf obs{paths[index]} holds a string ending in a "
+                f"NUL character ({nul[-12:]!r}), which {what} would store without "
+                "it (fixed-width unicode drops trailing NULs). Strip them before "
+                "recording."
+            )
+            raise ValueError(msg)
         width = max((len(value) for value in values), default=1) or 1
         charset = _DEFAULT_CHARSET.union(*(set(value) for value in values))
         replaced[index] = spaces.Text(width, min_length=0, charset=frozenset(charset))

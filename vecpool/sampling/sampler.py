@@ -26,6 +26,7 @@ from gymnasium.vector.utils import batch_space
 from vecpool._util.checks import check_int
 from vecpool._util.spaces import (
     flatten_batch,
+    fresh_objects,
     is_native,
     is_storable,
     leaves,
@@ -1008,7 +1009,10 @@ class Sampler:
 
     def _batch(self) -> SampleBatch:
         def out(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
-            return array.copy() if self.copy else array
+            if not self.copy:
+                return array
+            # object leaves: fresh values too, not the buffers' own objects
+            return fresh_objects(array) if array.dtype.kind == "O" else array.copy()
 
         return SampleBatch(
             obs=make_views(self._obs_space, [out(b) for b in self._obs]),
