@@ -213,3 +213,62 @@ def test_close_releases_the_shared_block_of_a_hybrid_env(copy_obs, make_async):
     if copy_obs:  # what the user holds is theirs: it keeps nothing alive
         assert block() is None
     assert env.observations["note"] == held["note"]  # still readable after close
+
+
+class _StringsEnv(gym.Env):
+    """Observations that are all Text/OneOf leaves, different at every step."""
+
+    def __init__(self, kind="text", index=0):
+        self.kind, self.index = kind, index
+        text = gym.spaces.Text(12)
+        one_of = gym.spaces.OneOf((gym.spaces.Discrete(5), gym.spaces.Discrete(7)))
+        self.observation_space = {
+            "text": text,
+            "one_of": one_of,
+            "dict": gym.spaces.Dict({"a": text, "b": one_of}),
+            "dict-with-array": gym.spaces.Dict(
+                {"n": gym.spaces.Discrete(9), "a": text}
+            ),
+        }[kind]
+        self.action_space = gym.spaces.Discrete(2)
+        self.t = 0
+
+    def _observe(self):
+        text = f"e{self.index}t{self.t}"
+        one_of = (self.t % 2, np.int64(self.t % 5))
+        return {
+            "text": text,
+            "one_of": one_of,
+            "dict": {"a": text, "b": one_of},
+            "dict-with-array": {"n": np.int64(self.t % 9), "a": text},
+        }[self.kind]
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._observe(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._observe(), 0.0, self.t >= 4, False, {}
+
+
+@pytest.mark.parametrize("shared_memory", ["auto", True])
+@pytest.mark.parametrize("kind", ["text", "one_of", "dict", "dict-with-array"])
+def test_text_and_one_of_leaves_are_never_placeholders(kind, shared_memory, make_async):
+    # found by a tester: Gymnasium's shared memory decodes a Text or OneOf leaf
+    # once, at construction, so every step returned '00000' or (0, 0)
+    fns = [functools.partial(_StringsEnv, kind, i) for i in range(3)]
+    reference = gym.vector.SyncVectorEnv(fns)
+    candidate = make_async(fns, num_workers=2, shared_memory=shared_memory)
+    try:
+        expected = "hybrid" if kind == "dict-with-array" else "pickled"
+        assert candidate.observation_transport == expected
+        assert_same_data(reference.reset(seed=0), candidate.reset(seed=0), "reset")
+        for step in range(9):
+            actions = np.zeros(3, np.int64)
+            assert_same_data(
+                reference.step(actions), candidate.step(actions), f"{step}"
+            )
+    finally:
+        reference.close()

@@ -128,6 +128,27 @@ def batch_nbytes(space: Space[Any], num_envs: int) -> int:
     )
 
 
+def _gymnasium_layout_or_raise(space: Space[Any], num_envs: int, ctx: Any) -> None:
+    """Raise what Gymnasium's ``AsyncVectorEnv(shared_memory=True)`` raises.
+
+    Its ``ValueError`` for a custom space, its ``TypeError`` for a dynamic one
+    (Sequence, Graph). The layout itself is not kept.
+
+    Raises:
+        ValueError: For a space Gymnasium's shared memory refuses as custom.
+        TypeError: Gymnasium's, for Sequence and Graph leaves.
+    """
+    try:
+        create_shared_memory(space, n=num_envs, ctx=ctx)
+    except GymCustomSpaceError as e:
+        msg = (
+            "Using `AsyncVector(..., shared_memory=True)` caused an error, "
+            "you can disable this feature with `shared_memory=False` "
+            "however this is slower."
+        )
+        raise ValueError(msg) from CustomSpaceError(str(e))
+
+
 class StepBuffers:
     """The per-step arrays of one vector env and the logic that fills and reads them.
 
@@ -188,14 +209,20 @@ class StepBuffers:
             self.transport = ObsTransport.PIPE
         elif vecpool_worker and is_native(observation_space):
             self.transport = ObsTransport.NATIVE
-        elif (
-            vecpool_worker
-            and isinstance(shared_memory, str)
-            and is_hybrid(observation_space)
-        ):
-            # "auto": the array leaves in shared memory, the others pickled (an
-            # explicit True keeps Gymnasium's error below)
-            self.transport = ObsTransport.HYBRID
+        elif vecpool_worker:
+            # Text, OneOf, Graph, Sequence, custom leaves: vecpool's workers never
+            # use Gymnasium's shared memory for them (its reader decodes a Text or
+            # OneOf leaf once, at construction: every later step would return
+            # those placeholders). Array leaves go through shared memory, the
+            # others pickled; an explicit True first raises what Gymnasium raises
+            # for a space it cannot lay out.
+            if not isinstance(shared_memory, str):
+                _gymnasium_layout_or_raise(observation_space, num_envs, ctx)
+            self.transport = (
+                ObsTransport.HYBRID
+                if is_hybrid(observation_space)
+                else ObsTransport.PIPE
+            )
         else:
             self.transport = ObsTransport.GYM
             try:
