@@ -346,3 +346,58 @@ def test_a_string_ending_in_nul_is_refused_not_changed():
     obs = {"a": np.zeros(1, np.int64), "t": ("ab\0",)}
     with pytest.raises(ValueError, match="NUL"):
         pool.add(obs, np.zeros(1, np.int64), obs, [0.0], [False], [False])
+
+
+class _TooLongOnceEnv(gym.Env):
+    """Step 2 returns a string longer than its Text space allows."""
+
+    observation_space = spaces.Dict({"t": spaces.Discrete(100), "s": spaces.Text(4)})
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return {"t": 0, "s": "ok"}, {}
+
+    def step(self, action):
+        self.t += 1
+        text = "much too long" if self.t == 2 else f"s{self.t}"
+        return {"t": self.t, "s": text}, float(self.t), False, False, {}
+
+
+def test_a_step_the_wrapper_cannot_record_links_nothing():
+    # found by a tester: after a refused step, the next transition started from the
+    # observation before it (t=1 -> t=3)
+    env = vecpool.ReplayPoolWrapper(gym.vector.SyncVectorEnv([_TooLongOnceEnv]), 100)
+    env.reset(seed=0)
+    for step in range(4):
+        if step == 1:
+            with pytest.raises(ValueError, match="max_length 4"):
+                env.step(np.ones(1, np.int64))
+        else:
+            env.step(np.ones(1, np.int64))
+    stored = env.get_pool()
+    pairs = list(
+        zip(stored.obs["t"].tolist(), stored.next_obs["t"].tolist(), strict=True)
+    )
+    assert pairs == [(0, 1), (3, 4)]
+
+
+@pytest.mark.parametrize("batch_size", [None, 2])
+def test_wait_reset_padding_repeats_object_leaves_whole(batch_size, make_async):
+    # found by a tester: the padding of parked envs broadcast a tuple (a Sequence,
+    # Graph or OneOf value) across rows: "could not broadcast" or its items spread
+    kwargs = {} if batch_size is None else {"batch_size": batch_size}
+    env = make_async(
+        _fns(MixedLeavesEnv, 4),
+        num_workers=2,
+        autoreset_mode=AutoresetMode.DISABLED,
+        **kwargs,
+    )
+    sampler = Sampler(env, None, 12, seed=0, wait_reset=True)
+    batch, _ = sampler.obtain_samples()
+    padded = np.argwhere(~batch.valid)
+    assert padded.size  # episodes of 3-8 steps in 12 rows: some envs wait
+    for t, b in padded.tolist():
+        row = {key: _take(value, t, b) for key, value in batch.obs.items()}
+        _check_row(row, 0, f"padding row {t}, env {b}")  # a whole observation

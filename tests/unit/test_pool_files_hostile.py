@@ -215,3 +215,28 @@ def test_uniform_box_bounds_are_one_number_in_the_header(tmp_path):
     pool = vecpool.ReplayPool(box, spaces.Discrete(2), 1, 4)
     loaded = vecpool.ReplayPool.load(pool.save(tmp_path / "b.npz"))
     assert loaded.observation_space == box
+
+
+def test_a_device_or_a_fifo_is_refused_not_read_for_ever(tmp_path):
+    # found by a tester: /dev/zero grew without bound, a FIFO blocked for ever
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in ("/dev/zero", fifo):
+        with pytest.raises(ValueError, match="not a regular file"):
+            vecpool.ReplayPool.load(path)
+
+
+def test_save_load_keeps_large_uneven_bounds_and_refuses_other_keys(tmp_path):
+    # found by a tester: 600k uneven Box bounds made a header load refused; a Dict
+    # with tuple keys saved a file load could not read
+    low = np.linspace(-1.0, 0.0, 600_000).astype(np.float32)
+    box = spaces.Box(low, low + 1.0, dtype=np.float32)
+    pool = vecpool.ReplayPool(box, spaces.Discrete(2), 1, 2)
+    loaded = vecpool.ReplayPool.load(pool.save(tmp_path / "wide.npz"))
+    assert loaded.observation_space == box
+    keyed = spaces.Dict({("a", 1): spaces.Discrete(2)})
+    with pytest.raises(ValueError, match="keys that are not strings"):
+        vecpool.ReplayPool(keyed, spaces.Discrete(2), 1, 2).save(tmp_path / "k.npz")
+    assert not (tmp_path / "k.npz").exists()

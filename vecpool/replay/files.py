@@ -15,11 +15,14 @@ pool's public state (:meth:`ReplayPool.state_dict`, :meth:`ReplayPool.load_state
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import io
 import json
 import math
 import os
 import pickle
+import stat
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -109,12 +112,17 @@ class _BadFile(Exception):
 # -- spaces as plain data --------------------------------------------------------------
 
 
-def space_to_dict(space: spaces.Space[Any]) -> dict[str, Any]:
+def space_to_dict(
+    space: spaces.Space[Any], members: dict[str, npt.NDArray[Any]] | None = None
+) -> dict[str, Any]:
     """A JSON-able description of a space a ReplayPool can store.
 
     Args:
         space: Box, Discrete, MultiDiscrete, MultiBinary, Text, or a Dict/Tuple
             nest of them.
+        members: Where large Box bounds that are not one number go, as arrays
+            (the description names them: ``{"member": "bounds_0"}``); ``None``
+            keeps every bound in the description.
 
     Returns:
         A dict of plain lists, numbers and strings; :func:`space_from_dict` rebuilds
@@ -126,8 +134,8 @@ def space_to_dict(space: spaces.Space[Any]) -> dict[str, Any]:
     if isinstance(space, spaces.Box):
         return {
             "type": "Box",
-            "low": _bounds(space.low),
-            "high": _bounds(space.high),
+            "low": _bounds(space.low, members),
+            "high": _bounds(space.high, members),
             "shape": list(space.shape),
             "dtype": space.dtype.str,
         }
@@ -161,11 +169,24 @@ def space_to_dict(space: spaces.Space[Any]) -> dict[str, Any]:
             "charset": "".join(sorted(space.character_set)),
         }
     if isinstance(space, spaces.Tuple):
-        return {"type": "Tuple", "spaces": [space_to_dict(s) for s in space.spaces]}
+        return {
+            "type": "Tuple",
+            "spaces": [space_to_dict(s, members) for s in space.spaces],
+        }
     if isinstance(space, spaces.Dict):
+        names: list[Any] = list(space.spaces)  # typed str, but any hashable works
+        keys = [key for key in names if not isinstance(key, str)]
+        if keys:
+            msg = (
+                f"{space} has keys that are not strings ({keys[0]!r}), which a pool "
+                "file (JSON) cannot name: use string keys"
+            )
+            raise ValueError(msg)
         return {
             "type": "Dict",
-            "spaces": [[key, space_to_dict(s)] for key, s in space.spaces.items()],
+            "spaces": [
+                [key, space_to_dict(s, members)] for key, s in space.spaces.items()
+            ],
         }
     msg = (
         f"{space} has no pool-file form (a pool file holds array and Text spaces, "
@@ -174,8 +195,17 @@ def space_to_dict(space: spaces.Space[Any]) -> dict[str, Any]:
     raise ValueError(msg)
 
 
-def _bounds(array: npt.NDArray[Any]) -> Any:
-    """A Box bound as JSON: one number when every entry is the same (bitwise)."""
+_INLINE_BOUNDS = 4096
+"""Box bounds of more entries (not all one number) go in an array member."""
+
+
+def _bounds(
+    array: npt.NDArray[Any], members: dict[str, npt.NDArray[Any]] | None
+) -> Any:
+    """A Box bound as JSON: one number when every entry is the same (bitwise).
+
+    A large bound of several values goes into ``members``, named in the JSON.
+    """
     flat = array.reshape(-1)
     if (
         flat.size
@@ -184,14 +214,21 @@ def _bounds(array: npt.NDArray[Any]) -> Any:
         ).all()
     ):
         return flat[0].item()
+    if members is not None and flat.size > _INLINE_BOUNDS:
+        name = f"bounds_{len(members)}"
+        members[name] = np.ascontiguousarray(array)
+        return {"member": name}
     return array.tolist()
 
 
-def space_from_dict(data: Any) -> spaces.Space[Any]:
+def space_from_dict(
+    data: Any, members: Mapping[str, npt.NDArray[Any]] | None = None
+) -> spaces.Space[Any]:
     """Rebuild a space from :func:`space_to_dict`'s description.
 
     Args:
         data: The description (as read back from JSON).
+        members: The arrays that large Box bounds name (a pool file's members).
 
     Returns:
         The space.
@@ -205,8 +242,7 @@ def space_from_dict(data: Any) -> spaces.Space[Any]:
         if kind == "Box":
             dtype = np.dtype(data["dtype"])
             shape = tuple(data["shape"])
-            low = np.asarray(data["low"], dtype)
-            high = np.asarray(data["high"], dtype)
+            low, high = (_bound(data[n], dtype, members) for n in ("low", "high"))
             for bound in (low, high):  # one number, or every entry
                 if bound.shape not in ((), shape):
                     msg = f"a Box bound of shape {bound.shape}, not {shape}"
@@ -245,9 +281,11 @@ def space_from_dict(data: Any) -> spaces.Space[Any]:
                 raise ValueError(msg)
             return spaces.Text(max_length, min_length=min_length, charset=charset)
         if kind == "Tuple":
-            return spaces.Tuple([space_from_dict(s) for s in data["spaces"]])
+            return spaces.Tuple([space_from_dict(s, members) for s in data["spaces"]])
         if kind == "Dict":  # pairs, not a mapping: Gymnasium would sort a mapping
-            return spaces.Dict([(key, space_from_dict(s)) for key, s in data["spaces"]])
+            return spaces.Dict(
+                [(key, space_from_dict(s, members)) for key, s in data["spaces"]]
+            )
     except (
         KeyError,
         TypeError,
@@ -261,6 +299,23 @@ def space_from_dict(data: Any) -> spaces.Space[Any]:
         raise ValueError(msg) from exc
     msg = f"unknown space type in {_short(data)}"
     raise ValueError(msg)
+
+
+def _bound(
+    value: Any, dtype: np.dtype[Any], members: Mapping[str, npt.NDArray[Any]] | None
+) -> npt.NDArray[Any]:
+    """A Box bound: a number, a list, or the array member a description names."""
+    if isinstance(value, dict):
+        name = value.get("member")
+        if members is None or not isinstance(name, str) or name not in members:
+            msg = f"a Box bound names no member of the file ({_short(value)})"
+            raise ValueError(msg)
+        array = members[name]
+        if array.dtype != dtype:
+            msg = f"the Box bound member `{name}` is {array.dtype}, not {dtype}"
+            raise ValueError(msg)
+        return array
+    return np.asarray(value, dtype)
 
 
 def _short(data: Any) -> str:
@@ -310,14 +365,19 @@ def write(
     )
     for leaf, converted in zip(names, columns, strict=True):
         state.update(zip(leaf, converted, strict=True))
+    bounds: dict[str, npt.NDArray[Any]] = {}  # large Box bounds, as members
     header = {
         "format": FORMAT,
         **{name: getattr(pool, name) for name in _ARGUMENTS},
-        "observation_space": space_to_dict(observation_space),
-        "action_space": space_to_dict(pool.action_space),
+        "observation_space": space_to_dict(observation_space, bounds),
+        "action_space": space_to_dict(pool.action_space, bounds),
         "rng": pool.generator_state,
     }
-    arrays = {"config": np.frombuffer(json.dumps(header).encode(), np.uint8), **state}
+    arrays = {
+        "config": np.frombuffer(json.dumps(header).encode(), np.uint8),
+        **state,
+        **bounds,
+    }
     savez: Any = np.savez_compressed if compress else np.savez  # stubs refuse **
     return write_atomically(Path(path), lambda handle: savez(handle, **arrays))
 
@@ -352,8 +412,20 @@ def read(
         OSError: If the file cannot be opened (e.g. it does not exist).
     """
     try:
-        with open(path, "rb") as handle:  # OSError (missing file, ...) passes
+        mode = os.stat(path).st_mode  # OSError (missing file, ...) passes
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        if not stat.S_ISREG(mode):  # /dev/zero never ends, a FIFO blocks
+            msg = "it is not a regular file"
+            raise _BadFile(msg)
+        with open(path, "rb") as handle:
             return _read(cls, handle, trusted)
+    except MemoryError as exc:  # within the bounds, yet not available now
+        msg = (
+            f"Cannot load {os.fspath(path)!r} as a vecpool.ReplayPool: this process "
+            "cannot allocate the pool its header describes (MemoryError)."
+        )
+        raise ValueError(msg) from exc
     except RecursionError as exc:
         msg = f"Cannot load {os.fspath(path)!r} as a vecpool.ReplayPool: its header "
         msg += "is nested too deeply to be one."
@@ -391,9 +463,9 @@ def _read(cls: Callable[..., StoredPool], handle: Any, trusted: bool) -> Any:
     else:
         # what the described spaces and pool take, before any space is built (a
         # Box of one bound and a huge shape would allocate its bounds)
-        _check_described(header)
-        observation_space = space_from_dict(header["observation_space"])
-        action_space = space_from_dict(header["action_space"])
+        data.allowance += _check_described(header)
+        observation_space = space_from_dict(header["observation_space"], data)
+        action_space = space_from_dict(header["action_space"], data)
         rng = header["rng"]
     arguments = _arguments(header)
     compact = header["format"] == FORMAT
@@ -474,14 +546,18 @@ def _described_bytes(data: Any) -> int:
     raise ValueError(msg)
 
 
-def _check_described(header: dict[str, Any]) -> None:
-    """Refuse a header whose spaces and pool this machine cannot hold."""
+def _check_described(header: dict[str, Any]) -> int:
+    """Refuse a header whose spaces and pool this machine cannot hold.
+
+    Returns:
+        The bytes they take (what reading the file may allocate).
+    """
     arguments = _arguments(header)
     row_bytes = _described_bytes(header["observation_space"])
     row_bytes += _described_bytes(header["action_space"])
     num_envs, pool_size = arguments["num_envs"], arguments["pool_size"]
     slots_rows = num_envs * (-(-pool_size // num_envs) + 1)
-    needed = slots_rows * (2 * row_bytes + 20)
+    needed = int(slots_rows * (2 * row_bytes + 20))
     if needed > _memory_bytes():
         msg = (
             f"its header describes a pool of about {needed / 2**30:,.1f} GiB "
@@ -489,6 +565,7 @@ def _check_described(header: dict[str, Any]) -> None:
             "memory"
         )
         raise _BadFile(msg)
+    return needed
 
 
 def _check_sizes(
@@ -556,16 +633,36 @@ def _check_sizes(
                     f"header describes {(rows, *shape)}"
                 )
                 raise _BadFile(msg)
-    # from here on, members are read up to the size of the pool just checked
-    data.allowance += needed
+    if not compact:  # format 2: the spaces were pickled, not described
+        data.allowance += needed
 
 
 def _memory_bytes() -> int:
-    """This machine's physical memory (a bound no pool file may exceed)."""
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (AttributeError, OSError, ValueError):
-        return 2**40
+    """The memory a load may take.
+
+    The least of this machine's physical memory, what it has available now, and
+    this process's address-space limit.
+    """
+    bounds: list[int] = []
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        bounds.append(int(pages) * int(size))
+    with (
+        contextlib.suppress(OSError, ValueError, IndexError),
+        open("/proc/meminfo") as meminfo,
+    ):
+        bounds += [
+            int(line.split()[1]) * 1024
+            for line in meminfo
+            if line.startswith("MemAvailable:")
+        ]
+    with contextlib.suppress(ImportError, OSError, ValueError):
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if limit != resource.RLIM_INFINITY:
+            bounds.append(int(limit))
+    return min(bounds, default=2**40)
 
 
 _CONFIG_BYTES = 4 * 2**20

@@ -214,12 +214,21 @@ class ReplayPoolWrapper(_VectorWrapper):
             result: What ``self.env.step(actions)`` returned.
         """
         obs, rewards, terminations, truncations, infos = result
-        current = self._split(obs)
-        cut = restarted_rows(infos)
-        if self._has_obs:
-            self._record(
-                actions, current, rewards, terminations, truncations, infos, cut
-            )
+        try:
+            current = self._split(obs)
+            cut = restarted_rows(infos)
+            if self._has_obs:
+                self._record(
+                    actions, current, rewards, terminations, truncations, infos, cut
+                )
+        except BaseException:
+            # the envs moved on, but this step could not be recorded (a value the
+            # pool refuses, a Ctrl-C): as after a failed step, nothing links the
+            # observations before it to those after it
+            self._has_obs = False
+            self.pool.abort_episodes(np.arange(self.num_envs))
+            self._boundaries.after_step(np.logical_or(terminations, truncations))
+            raise
         if cut is not None:  # the crash cut these episodes: never finished
             self.pool.abort_episodes(np.flatnonzero(cut))
         for store, leaf in zip(self._obs, current, strict=True):

@@ -988,10 +988,13 @@ class Sampler:
             return
         span = slice(start, stop)
         for col in cols.tolist():
-            for buffer, frozen in zip(self._obs, self._frozen, strict=True):
-                buffer[span, col] = frozen[col]
-            for buffer, frozen in zip(self._next_obs, self._frozen, strict=True):
-                buffer[span, col] = frozen[col]
+            for buffers in (self._obs, self._next_obs):
+                for buffer, frozen in zip(buffers, self._frozen, strict=True):
+                    if buffer.dtype.kind == "O":  # one object per row, never spread
+                        for row in range(start, stop):
+                            buffer[row, col] = frozen[col]
+                    else:
+                        buffer[span, col] = frozen[col]
             for buffer in self._action:
                 buffer[span, col] = 0
             self._reward[span, col] = 0.0
