@@ -682,3 +682,20 @@ def test_the_plot_line_covers_every_episode_of_a_short_run():
     assert means.shape == (10,)
     np.testing.assert_allclose(means, np.cumsum(returns) / np.arange(1, 11))
     np.testing.assert_allclose(trailing_mean(returns, 3)[2:], [2, 3, 4, 5, 6, 7, 8, 9])
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--clearing-freq", "10"], "--clearing-freq needs --clearing-size too"),
+        (["--clearing-size", "3"], "--clearing-size needs --clearing-freq too"),
+    ],
+)
+def test_a_clearing_flag_alone_names_the_other_flag(flags, message, capsys):
+    # issue 23, item 3: the message named Python's `window_size_`, not the flag
+    from vecpool.cli import main
+
+    assert main(["collect", "--steps", "100", "--quiet", *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "window_size_" not in err

@@ -529,3 +529,14 @@ def test_bench_tune_subcommand_runs(capsys):
     argv = ["bench", "tune", "--quick", "--workloads", "cartpole", "--num-envs", "2"]
     assert cli.main([*argv, "--seconds", "0.02", "--rounds", "1"]) == 0
     assert "autotune" in capsys.readouterr().out.lower()
+
+
+def test_bench_help_shows_one_way_to_pick_tune_or_pool(capsys):
+    # issue 23, item 4: the help offered a positional `tune | pool` and the
+    # `--tune`/`--pool` flags; the flags stay accepted, but hidden
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--help"])
+    text = capsys.readouterr().out
+    assert "[tune | pool]" in text
+    assert "--tune" not in text
+    assert "--pool" not in text

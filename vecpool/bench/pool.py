@@ -1,4 +1,4 @@
-"""Replay-pool benchmark (``vecpool bench --pool``): add, sample, wrapper cost, memory.
+"""Replay-pool benchmark (``vecpool bench pool``): add, sample, wrapper cost, memory.
 
 Figures, each the median of interleaved rounds:
 

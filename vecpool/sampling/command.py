@@ -36,6 +36,18 @@ def _collect(args: argparse.Namespace) -> int:
     steps: int = args.steps
     pool_size: int | None = args.pool_size
     try:
+        if (args.clearing_freq is None) != (args.window_size_ is None):
+            given, missing = (
+                ("--clearing-freq", "--clearing-size")
+                if args.window_size_ is None
+                else ("--clearing-size", "--clearing-freq")
+            )
+            msg = (
+                f"{given} needs {missing} too: `--clearing-freq F --clearing-size N` "
+                "drops a sub-pool's N oldest transitions every F it receives (set "
+                "both or neither)."
+            )
+            raise collect.CollectArgumentError(msg)
         if args.plot is not None:
             require_matplotlib()
         import_modules(
@@ -145,14 +157,16 @@ def add_collect_parser(
     )
     parser.add_argument(
         "--clearing-freq",
+        metavar="F",
         type=positive_int,
         default=None,
-        help="every CLEARING_FREQ transitions a sub-pool receives, drop its "
-        "--clearing-size oldest (set both or neither)",
+        help="every F transitions a sub-pool receives, drop its N oldest "
+        "(--clearing-size N; set both or neither)",
     )
     parser.add_argument(
         "--clearing-size",
         "--window-size_",  # the original Pool's keyword, still accepted
+        metavar="N",
         dest="window_size_",
         type=positive_int,
         default=None,
