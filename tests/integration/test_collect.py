@@ -368,9 +368,9 @@ def test_cli_plot_writes_a_png(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--clearing-freq", "5"], "`clearing_freq` and `window_size_` go together"),
-        (["--window-size_", "5"], "`clearing_freq` and `window_size_` go together"),
-        (["--clearing-size", "5"], "`clearing_freq` and `window_size_` go together"),
+        (["--clearing-freq", "5"], "--clearing-freq needs --clearing-size too"),
+        (["--window-size_", "5"], "--clearing-size needs --clearing-freq too"),
+        (["--clearing-size", "5"], "--clearing-size needs --clearing-freq too"),
         (["--steps", "10", "--window-size", "50"], "`window_size` must be"),
         (["--policy", "vecpool_no_such_module:act"], "Cannot import the policy"),
         (["--autoreset-mode", "later"], "Unknown autoreset mode 'later'"),
