@@ -37,6 +37,7 @@ from vecpool._util.spaces import (
 from vecpool.replay import files as pool_files
 from vecpool.replay.files import COUNTERS, per_row
 from vecpool.replay.minari import to_minari
+from vecpool.replay.portable import leaf_paths
 from vecpool.replay.settings import PoolSettings
 
 __all__ = ["EpisodeStats", "ReplayPool", "Transitions"]
@@ -175,7 +176,10 @@ class ReplayPool:
         obs_leaves = storage_leaves(observation_space)
         self._obs = [_empty((rows, *s), d) for d, s in obs_leaves]
         # Text leaves: what is added must fit their width (never stored cut short)
-        self._text_leaves = [k for k, (d, _) in enumerate(obs_leaves) if d.kind == "U"]
+        paths = leaf_paths(observation_space)
+        self._text_leaves = [
+            (k, paths[k]) for k, (d, _) in enumerate(obs_leaves) if d.kind == "U"
+        ]
         self._action = [np.zeros((rows, *s), d) for d, s in leaves(action_space)]
         self._reward = np.zeros(rows, np.float64)
         self._terminated = np.zeros(rows, np.bool_)
@@ -469,9 +473,9 @@ class ReplayPool:
             ValueError: As :meth:`add`.
         """
         self._check_actions(action)
-        for k in self._text_leaves:
+        for k, path in self._text_leaves:
             for name, batch in (("obs", obs), ("next_obs", next_obs)):
-                check_strings(np.asarray(batch[k]), self._obs[k].dtype, name)
+                check_strings(np.asarray(batch[k]), self._obs[k].dtype, name + path)
         mask = None if valid is None else self._check_valid(valid, env_ids)
         if env_ids is None:
             shapes = self._plain_shapes
