@@ -15,6 +15,7 @@ import copy
 import functools
 import os
 import signal
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -270,5 +271,39 @@ def test_text_and_one_of_leaves_are_never_placeholders(kind, shared_memory, make
             assert_same_data(
                 reference.step(actions), candidate.step(actions), f"{step}"
             )
+    finally:
+        reference.close()
+
+
+class _FloatInIntEnv(gym.Env):
+    """An integer leaf given a float: Sync raises numpy's TypeError."""
+
+    observation_space = gym.spaces.Dict(
+        {"n": gym.spaces.Discrete(5), "b": gym.spaces.Box(0, 9, (2,), np.int64)}
+    )
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return {"n": 3, "b": np.array([1, 2])}, {}
+
+    def step(self, action):
+        return {"n": 3.7, "b": np.array([1, 2])}, 0.0, False, False, {}
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_a_float_in_an_integer_leaf_raises_as_in_sync(num_workers, make_async):
+    # found by a tester: it was stored as 3 (silently), where Sync raises
+    reference = gym.vector.SyncVectorEnv([_FloatInIntEnv] * 2)
+    candidate = make_async([_FloatInIntEnv] * 2, num_workers=num_workers)
+    try:
+        assert_same_data(reference.reset(seed=0), candidate.reset(seed=0), "reset")
+        with pytest.raises(TypeError) as expected:
+            reference.step(np.zeros(2, np.int64))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Gymnasium's log of a worker's error
+            with pytest.raises(TypeError) as actual:
+                candidate.step(np.zeros(2, np.int64))
+        assert str(actual.value) == str(expected.value)
     finally:
         reference.close()

@@ -586,7 +586,7 @@ def make_writer(
 
             return write_other
         array = next(iterator)
-        shape = array.shape[1:]
+        shape, dtype = array.shape[1:], array.dtype
 
         def write_leaf(index: int, value: Any) -> None:
             # an array of the right shape passes on one attribute read; anything
@@ -594,11 +594,38 @@ def make_writer(
             # broadcast it silently where Gymnasium raises
             if getattr(value, "shape", None) != shape:
                 _check_shape(value, shape)
+            # and of a kind the leaf's dtype holds: 3.7 in an integer leaf raises,
+            # as SyncVectorEnv's concatenate does, instead of being stored as 3
+            if getattr(value, "dtype", None) is not dtype:
+                _check_kind(value, dtype)
             array[index] = value
 
         return write_leaf
 
     return build(space)
+
+
+_SAME_KIND = {int: "iu", bool: "biu", float: "f"}
+"""Python scalars a leaf of these dtype kinds takes without a check."""
+
+
+def _check_kind(value: Any, dtype: np.dtype[Any]) -> None:
+    """Refuse a value numpy would cast to ``dtype`` beyond ``same_kind``.
+
+    Raises:
+        TypeError: SyncVectorEnv's (numpy's) message for the same value.
+    """
+    if dtype.kind in _SAME_KIND.get(type(value), ""):
+        return
+    source = getattr(value, "dtype", None)
+    if source is None:
+        source = np.asarray(value).dtype
+    if not np.can_cast(source, dtype, "same_kind"):
+        msg = (
+            f"Cannot cast array data from {source!r} to {dtype!r} according to the "
+            "rule 'same_kind'"
+        )
+        raise TypeError(msg)
 
 
 def _write_nothing(index: int, value: Any) -> None:
