@@ -650,6 +650,62 @@ def test_a_reset_or_close_after_a_timed_out_start(then, make_async, tmp_path):
     env.step(np.ones(4, np.int64))
 
 
+def test_recv_after_a_timed_out_start_collects_the_owed_batches(make_async, tmp_path):
+    # found by a review: the old worker's `send` batches were never re-sent to a
+    # replacement whose start timed out, so a later recv() waited for ever
+    marker = str(tmp_path / "slow")
+    env = make_async(
+        _fns(4, BuildGate, marker=marker, slow=0.5, step_delay=0.2),
+        num_workers=2,
+        batch_size=4,
+        on_worker_crash="restart",
+    )
+    env.reset(seed=0)
+    Path(marker).touch()
+    env.send(np.zeros(4, np.int64))
+    time.sleep(0.05)
+    _kill(env, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", vecpool.VecPoolWarning)
+        with pytest.raises(multiprocessing.TimeoutError):
+            env.recv(timeout=0.1)
+        *_, truncated, infos = env.recv(timeout=60)  # a hang guard
+    order = np.argsort(infos["env_id"])
+    assert infos["env_id"][order].tolist() == [0, 1, 2, 3]
+    assert infos["worker_restarted"][order].tolist() == [False, False, True, True]
+    assert truncated[order].tolist() == [False, False, True, True]
+
+
+def test_cut_rows_read_by_a_call_that_gives_up_are_shown_again(make_async, tmp_path):
+    # found by a review: the call after a timed-out start read the replacement's
+    # cut rows, then timed out on a slow healthy worker; the next step showed the
+    # new incarnation's rows unmarked
+    marker = str(tmp_path / "slow")
+    env = make_async(
+        _fns(4, BuildGate, marker=marker, slow=0.25, min_len=50, max_len=50),
+        num_workers=2,
+        on_worker_crash="restart",
+    )
+    last, _ = env.reset(seed=0)
+    env.set_attr("step_delay", [1.0, 1.0, 0.1, 0.1])  # worker 0 is slow
+    Path(marker).touch()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", vecpool.VecPoolWarning)
+        env.step_async(np.zeros(4, np.int64))
+        time.sleep(0.05)
+        _kill(env, 1)
+        with pytest.raises(multiprocessing.TimeoutError):
+            env.step_wait(timeout=0.2)  # the replacement still builds
+        env.step_async(np.zeros(4, np.int64))
+        with pytest.raises(multiprocessing.TimeoutError):
+            env.step_wait(timeout=0.8)  # its cut rows came; worker 0's did not
+        env.step_async(np.zeros(4, np.int64))
+        obs, _, _, truncated, infos = env.step_wait(timeout=60)
+    assert infos["worker_restarted"].tolist() == [False, False, True, True]
+    assert truncated.tolist() == [False, False, True, True]
+    np.testing.assert_array_equal(obs[2:], last[2:])  # the last obs returned
+
+
 def test_a_kill_after_a_step_timeout_cuts_from_the_last_returned_obs(make_async):
     env = make_async(
         _fns(4, BuildGate, min_len=50, max_len=50),

@@ -59,7 +59,9 @@ class Restarting(Protocol):
         """Release the ``max_concurrency`` permit a dead worker died holding."""
         ...
 
-    def finish_start(self, group: WorkerGroup, record: Any, reply: Any) -> None:
+    def finish_start(
+        self, group: WorkerGroup, record: Any, reply: Any, *, deferred: bool = False
+    ) -> None:
         """A replacement left starting by a timed-out call has answered."""
         ...
 
@@ -345,7 +347,7 @@ class WorkerGroup:
             if came:
                 self.starting.remove(record)
                 if what != "close":
-                    self.restarter.finish_start(self, record, reply)
+                    self.restarter.finish_start(self, record, reply, deferred=True)
 
     @staticmethod
     def _finished(handles: list[WorkerHandle], any_answer: bool) -> bool:

@@ -267,11 +267,19 @@ class Restarter:
             group.wait("restart", None, [new], deadline=group.waiting[2])
         except multiprocessing.TimeoutError:
             if group.handles[index] is new:  # (a nested restart noted its own)
-                # the call gives up; its next waits read the start-up reply first
+                # the call gives up; later waits read the start-up reply first. The
+                # replacement gets the old worker's work now, queued in its pipe:
+                # `send` batches still owed (a later `recv` collects them) and a
+                # step or reset, whose cut rows are then shown again (unseen)
                 with HELD:
                     new.numbers.pinned = startup
                     new.numbers.take_over(old.numbers)
+                    new.info_wide = old.info_wide
                     group.starting.append(Starting(new, old, what, exitcode))
+                    if what in ("step", "reset"):
+                        group.unseen_cuts.append(new)
+                    if reissue and old.numbers.waiting and what in RESENT:
+                        self._reissue(group, old, new, what)
             raise
         new = group.handles[index]  # a replacement of the replacement, maybe
         self.finish_start(group, Starting(new, old, what, exitcode), new.answer())
@@ -289,9 +297,16 @@ class Restarter:
         return new
 
     def finish_start(
-        self, group: WorkerGroup, record: Starting, first: Reply | None
+        self,
+        group: WorkerGroup,
+        record: Starting,
+        first: Reply | None,
+        *,
+        deferred: bool = False,
     ) -> None:
         """The replacement answered its start-up check with ``first``.
+
+        ``deferred``: a later call read it (the call that restarted it timed out).
 
         Raises:
             Exception: What an env constructor raised in the replacement (the
@@ -310,6 +325,9 @@ class Restarter:
             )
             raise_env_errors([first], self.owner)
         self._warn(old, what)
+        if deferred and not any(record.handle is h for h in group.unseen_cuts):
+            # its first rows may answer the call now waiting, which may give up
+            group.unseen_cuts.append(record.handle)
 
     def give_back_permit(self, dead: WorkerHandle) -> None:
         """Release the ``max_concurrency`` permit a dead worker died holding."""
