@@ -584,6 +584,43 @@ def test_processes_envs_leave_behind_are_reported_and_ended(backend):
     assert _sleepers() - before == set()  # ended, and reaped: no zombie either
 
 
+def test_the_check_leaves_the_users_own_processes_alone():
+    # found by a review: new children of processes that were running before the
+    # check were counted as the envs' and terminated
+    loop = subprocess.Popen(["sh", "-c", "while true; do sleep 0.05; done"])
+    try:
+        report = check_vector_env(
+            lambda: vecpool.AsyncVectorEnv([_SleeperEnvFree] * 2, num_workers=2),
+            num_steps=12,
+        )
+        assert report.ok, report
+        assert loop.poll() is None  # still looping, its sleeps untouched
+    finally:
+        loop.kill()
+        loop.wait()
+
+
+class _SleeperEnvFree(gym.Env):
+    """Starts and ends its own helper in close() (a zombie until reaped)."""
+
+    observation_space = gym.spaces.Discrete(2)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        self.child = subprocess.Popen(["sleep", "60"])
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return 0, {}
+
+    def step(self, action):
+        return 0, 0.0, False, True, {}
+
+    def close(self):
+        self.child.kill()
+        self.child.wait()
+
+
 class FailingInfo:
     pass
 

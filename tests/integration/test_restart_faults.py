@@ -706,6 +706,41 @@ def test_cut_rows_read_by_a_call_that_gives_up_are_shown_again(make_async, tmp_p
     np.testing.assert_array_equal(obs[2:], last[2:])  # the last obs returned
 
 
+def test_a_timed_out_step_is_not_resent_so_batches_show_the_cut(make_async, tmp_path):
+    # found by a review of the fix above: re-sending the step that timed out used
+    # up the replacement's cut row, and the `recv` after it returned the new
+    # incarnation's rows unmarked
+    marker = str(tmp_path / "slow")
+    env = make_async(
+        _fns(
+            4,
+            BuildGate,
+            marker=marker,
+            slow=0.5,
+            step_delay=0.1,
+            min_len=50,
+            max_len=50,
+        ),
+        num_workers=2,
+        batch_size=4,
+        on_worker_crash="restart",
+    )
+    env.reset(seed=0)
+    Path(marker).touch()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", vecpool.VecPoolWarning)
+        env.step_async(np.zeros(4, np.int64))
+        time.sleep(0.05)
+        _kill(env, 1)
+        with pytest.raises(multiprocessing.TimeoutError):
+            env.step_wait(timeout=0.1)
+        env.send(np.zeros(4, np.int64), np.arange(4))
+        *_, truncated, infos = env.recv(timeout=60)
+    order = np.argsort(infos["env_id"])
+    assert infos["worker_restarted"][order].tolist() == [False, False, True, True]
+    assert truncated[order].tolist() == [False, False, True, True]
+
+
 def test_a_kill_after_a_step_timeout_cuts_from_the_last_returned_obs(make_async):
     env = make_async(
         _fns(4, BuildGate, min_len=50, max_len=50),

@@ -268,9 +268,8 @@ class Restarter:
         except multiprocessing.TimeoutError:
             if group.handles[index] is new:  # (a nested restart noted its own)
                 # the call gives up; later waits read the start-up reply first. The
-                # replacement gets the old worker's work now, queued in its pipe:
-                # `send` batches still owed (a later `recv` collects them) and a
-                # step or reset, whose cut rows are then shown again (unseen)
+                # replacement gets the `send` batches still owed at once, queued in
+                # its pipe (a later `recv` collects them)
                 with HELD:
                     new.numbers.pinned = startup
                     new.numbers.take_over(old.numbers)
@@ -278,7 +277,9 @@ class Restarter:
                     group.starting.append(Starting(new, old, what, exitcode))
                     if what in ("step", "reset"):
                         group.unseen_cuts.append(new)
-                    if reissue and old.numbers.waiting and what in RESENT:
+                    # only `send` batches: a step or reset whose call gave up is
+                    # not sent again (its cut rows then answer the next call)
+                    if reissue and old.numbers.batches and what in RESENT:
                         self._reissue(group, old, new, what)
             raise
         new = group.handles[index]  # a replacement of the replacement, maybe

@@ -11,19 +11,26 @@ ever.)
 The parent creates the file; each worker opens it through
 ``/proc/<parent pid>/fd/<fd>`` (any start method: the lock belongs to the
 worker's own process, not to a descriptor it inherited). A worker first tries
-every byte without waiting, from its own (``index % count``), and waits on its own
-byte only when all are taken: the count is never exceeded, and a worker never
-waits while holding a permit, so no two can wait for each other. Where there is
-no ``memfd`` or ``/proc`` (not Linux), :meth:`LockPermits.create` returns ``None``
-and the vector env keeps its semaphore.
+every byte without waiting, from its own (``index % count``). When all are taken,
+the waiters queue on one more byte (the turnstile): its holder polls every permit
+byte, sleeping 20 us to 1 ms between tries, so a freed permit goes to a waiter
+within about a millisecond whichever it is. The count is never exceeded, and a
+worker never waits while holding a permit, so no two can wait for each other.
+Limits: POSIX record locks belong to the process, so an env that closes a
+descriptor of this file (one inherited under ``fork``) drops its worker's permit;
+a parent that is not dumpable hides its descriptors, and the semaphore is used.
+Where there is no ``memfd`` or ``/proc`` (not Linux), :meth:`LockPermits.create`
+returns ``None`` and the vector env keeps its semaphore.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 
 __all__ = ["LOCK_PERMITS", "LockPermits"]
@@ -32,6 +39,23 @@ LOCK_PERMITS = hasattr(os, "memfd_create") and sys.platform.startswith("linux")
 """Whether lock permits are possible here (Linux, with ``memfd_create``)."""
 
 _TAKEN = (errno.EAGAIN, errno.EACCES)
+_FIRST_DELAY, _LAST_DELAY = 2e-5, 1e-3
+"""The polling waiter's sleeps between tries (doubling): a freed permit is taken
+within about a millisecond, at a few percent of one core."""
+_PR_GET_DUMPABLE = 3
+
+
+def _dumpable() -> bool:
+    """Whether workers may open this process's ``/proc/<pid>/fd`` (it is dumpable).
+
+    A process made non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``, a setuid start)
+    hides its descriptors from others of the same user: then the semaphore is used.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0) == 1)
+    except (OSError, AttributeError):
+        return False
 
 
 @dataclass
@@ -55,11 +79,11 @@ class LockPermits:
     @classmethod
     def create(cls, count: int) -> LockPermits | None:
         """A new set of ``count`` permits, or ``None`` where locks cannot be used."""
-        if not LOCK_PERMITS:
+        if not LOCK_PERMITS or not _dumpable():
             return None
         try:
             fd = os.memfd_create("vecpool-permits", os.MFD_CLOEXEC)
-            os.ftruncate(fd, count)
+            os.ftruncate(fd, count + 1)  # the permits, then the turnstile
         except OSError:
             return None
         return cls(count, os.getpid(), fd, fd)
@@ -100,8 +124,28 @@ class LockPermits:
                 raise
             self._held = byte
             return
-        fcntl.lockf(own, fcntl.LOCK_EX, 1, first, os.SEEK_SET)
-        self._held = first
+        # every permit taken: one waiter at a time (the holder of the turnstile
+        # byte, after the permits) polls them all; the others wait in the kernel
+        fcntl.lockf(own, fcntl.LOCK_EX, 1, count, os.SEEK_SET)
+        try:
+            delay = _FIRST_DELAY
+            while True:
+                for step in range(count):
+                    byte = (first + step) % count
+                    try:
+                        fcntl.lockf(
+                            own, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, byte, os.SEEK_SET
+                        )
+                    except OSError as exc:
+                        if exc.errno in _TAKEN:
+                            continue
+                        raise
+                    self._held = byte
+                    return
+                time.sleep(delay)
+                delay = min(2 * delay, _LAST_DELAY)
+        finally:
+            fcntl.lockf(own, fcntl.LOCK_UN, 1, count, os.SEEK_SET)
 
     def release(self) -> None:
         """Give back the permit held (nothing if none)."""

@@ -41,9 +41,9 @@ def _prctl() -> Any:
     return getattr(libc, "prctl", None)
 
 
-def _process_table() -> dict[int, tuple[int, str]]:
-    """``pid -> (ppid, command line)`` of every process, from ``/proc``."""
-    table: dict[int, tuple[int, str]] = {}
+def _process_table() -> dict[int, tuple[int, str, str]]:
+    """``pid -> (ppid, state, command line)`` of every process, from ``/proc``."""
+    table: dict[int, tuple[int, str, str]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             text = stat.read_text()
@@ -52,21 +52,28 @@ def _process_table() -> dict[int, tuple[int, str]]:
             continue
         fields = text[text.rindex(")") + 2 :].split()
         name = command.replace(b"\0", b" ").decode(errors="replace").strip()
-        table[int(stat.parent.name)] = (int(fields[1]), name or "?")
+        table[int(stat.parent.name)] = (int(fields[1]), fields[0], name or "?")
     return table
 
 
-def _descendants() -> dict[int, str]:
-    """This process's descendants: ``pid -> command line``."""
+def _descendants(roots: set[int] | None = None) -> dict[int, tuple[str, str]]:
+    """Descendants of this process: ``pid -> (state, command line)``.
+
+    Args:
+        roots: Only the subtrees of these direct children (``None``: all).
+    """
     table = _process_table()
     children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
+    for pid, (ppid, _, _) in table.items():
         children.setdefault(ppid, []).append(pid)
-    found: dict[int, str] = {}
-    stack = [os.getpid()]
+    found: dict[int, tuple[str, str]] = {}
+    me = os.getpid()
+    stack = [pid for pid in children.get(me, []) if roots is None or pid in roots]
+    for pid in stack:
+        found[pid] = table[pid][1:]
     while stack:
         for pid in children.get(stack.pop(), []):
-            found[pid] = table[pid][1]
+            found[pid] = table[pid][1:]
             stack.append(pid)
     return found
 
@@ -100,6 +107,8 @@ class Orphans:
     def __enter__(self) -> Orphans:
         """Become a child subreaper and note the descendants there are now."""
         self._before = set(_descendants()) if self._prctl is not None else set()
+        # (processes here before the check, and all their later children, are
+        # never counted: only what becomes a new child of this process)
         if self._prctl is not None:
             value = ctypes.c_int(0)
             if self._prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(value), 0, 0, 0) == 0:
@@ -122,7 +131,23 @@ class Orphans:
         if self._prctl is None:
             return []
         skip = self._before | _multiprocessing_pids()
-        found = {pid: name for pid, name in _descendants().items() if pid not in skip}
+        # this process's new direct children (orphans reparented here among them)
+        # and their subtrees: not new children of processes that were here before
+        me = os.getpid()
+        roots = {
+            pid
+            for pid, (ppid, _, _) in _process_table().items()
+            if ppid == me and pid not in skip
+        }
+        found: dict[int, str] = {}
+        for pid, (state, name) in _descendants(roots).items():
+            if pid in skip:
+                continue
+            if state == "Z":  # it ended: reap it if it is ours, report nothing
+                with contextlib.suppress(ChildProcessError, OSError):
+                    os.waitpid(pid, os.WNOHANG)
+                continue
+            found[pid] = name
         for pid in found:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGTERM)
