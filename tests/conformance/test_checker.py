@@ -572,6 +572,7 @@ def test_processes_envs_leave_behind_are_reported_and_ended(backend):
     # issue 22, item 3: the check said "ok" while `sleep`s the envs had started
     # ran on, reparented to init
     before = _sleepers()
+    make: Any
     if backend == "vecpool":
         make = lambda: vecpool.AsyncVectorEnv([_SleeperEnv] * 2, num_workers=2)  # noqa: E731
     else:

@@ -16,6 +16,7 @@ import functools
 import os
 import signal
 import warnings
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -80,7 +81,8 @@ class _InPlaceEnv(gym.Env):
         self.t = 0
 
     def _observe(self):
-        self.graph.nodes[:] = self.t + self.index
+        nodes: Any = self.graph.nodes
+        nodes[:] = self.t + self.index
         return {"position": np.full(2, self.t, np.float32), "graph": self.graph}
 
     def reset(self, *, seed=None, options=None):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import json
 import zipfile
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -160,7 +161,8 @@ def test_a_custom_string_space_loads_back_as_text(tmp_path, make_async):
     _drive(env, 25)
     before = env.pool.get_pool()
     loaded = vecpool.ReplayPool.load(env.pool.save(tmp_path / "missions.npz"))
-    mission = loaded.observation_space["mission"]
+    space: Any = loaded.observation_space
+    mission = space["mission"]
     assert isinstance(mission, spaces.Text)
     after = loaded.get_pool()
     longest = max(len(m) for m in before.obs["mission"])
@@ -223,7 +225,8 @@ def test_collect_records_the_missions(tmp_path, monkeypatch):
     missions = pool.get_pool().obs["mission"].tolist()
     assert len(missions) >= 150
     assert all(m.startswith("get to the") for m in missions)
-    assert isinstance(pool.observation_space["mission"], spaces.Text)
+    space: Any = pool.observation_space
+    assert isinstance(space["mission"], spaces.Text)
     gym.registry.pop("MissionGrid-v0", None)
 
 
@@ -268,7 +271,8 @@ class _GraphEnv(gym.Env):
         )
 
     def _obs(self):
-        self.graph.nodes[:] = self.t  # the same object, rewritten
+        nodes: Any = self.graph.nodes
+        nodes[:] = self.t  # the same object, rewritten
         return {"a": np.array([self.t], np.float32), "g": self.graph}
 
     def reset(self, *, seed=None, options=None):
@@ -325,7 +329,8 @@ def test_a_loaded_text_leaf_refuses_longer_strings_instead_of_cutting_them(tmp_p
     env = vecpool.ReplayPoolWrapper(gym.vector.SyncVectorEnv(_fns(MissionEnv)), 100)
     _drive(env, 5)
     loaded = vecpool.ReplayPool.load(env.pool.save(tmp_path / "m.npz"))
-    width = loaded.observation_space["mission"].max_length
+    space: Any = loaded.observation_space
+    width = space["mission"].max_length
     obs = env.pool.get_pool()
     rows = {key: value[:NUM_ENVS] for key, value in obs.obs.items()}  # one row per env
     rows["mission"] = np.array(["x" * (width + 1)] * NUM_ENVS, object)

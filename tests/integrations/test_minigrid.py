@@ -5,6 +5,8 @@ id. ``nox -s integrations`` installs ``minigrid``; elsewhere this file skips.
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -51,5 +53,6 @@ def test_vecpool_collect_records_the_missions(tmp_path, capsys):
     stored = pool.get_pool()
     assert len(stored.reward) >= 300
     assert set(stored.obs["mission"].tolist()) == {"get to the green goal square"}
-    assert isinstance(pool.observation_space["mission"], gym.spaces.Text)
+    space: Any = pool.observation_space
+    assert isinstance(space["mission"], gym.spaces.Text)
     assert stored.obs["image"].shape[1:] == (7, 7, 3)

@@ -7,6 +7,8 @@ batching puts them, at any depth, for Dict and Tuple roots alike.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from gymnasium import spaces
@@ -46,7 +48,8 @@ def test_leaves_split_and_nest_back_as_gymnasium_batches(name):
     assert not is_native(space)
     space.seed(0)
     samples = [space.sample() for _ in range(N)]
-    expected = concatenate(space, samples, create_empty_array(space, N))
+    empty: Any = create_empty_array(space, N)
+    expected = concatenate(space, samples, empty)
     arrays = [
         np.zeros((N, *shape), dtype)
         for dtype, shape in leaves(space, skip_foreign=True)

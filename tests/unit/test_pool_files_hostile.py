@@ -15,6 +15,7 @@ import sys
 import textwrap
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -52,8 +53,8 @@ def _rewrite(source: Path, target: Path, replace: dict[str, bytes | None]) -> Pa
             name = entry.filename[:-4]
             if name not in replace:
                 new.writestr(entry.filename, old.read(entry))
-            elif replace[name] is not None:
-                new.writestr(entry.filename, replace[name])
+            elif (data := replace[name]) is not None:
+                new.writestr(entry.filename, data)
         for name, data in replace.items():
             if f"{name}.npy" not in old.namelist() and data is not None:
                 new.writestr(f"{name}.npy", data)
@@ -160,13 +161,14 @@ def test_random_bytes_and_truncations_are_one_value_error(tmp_path, seed):
     assert error is None or str(path) in str(error)
 
 
-def _config_member(good: Path) -> dict:
+def _config_member(good: Path) -> dict[str, Any]:
     with zipfile.ZipFile(good) as archive:
         config = np.lib.format.read_array(archive.open("config.npy"))
-    return json.loads(config.tobytes())
+    header: dict[str, Any] = json.loads(config.tobytes())
+    return header
 
 
-def _with_config(good: Path, target: Path, header: dict) -> Path:
+def _with_config(good: Path, target: Path, header: dict[str, Any]) -> Path:
     data = json.dumps(header).encode()
     return _rewrite(good, target, {"config": _npy_header((len(data),), "|u1") + data})
 
@@ -236,7 +238,8 @@ def test_save_load_keeps_large_uneven_bounds_and_refuses_other_keys(tmp_path):
     pool = vecpool.ReplayPool(box, spaces.Discrete(2), 1, 2)
     loaded = vecpool.ReplayPool.load(pool.save(tmp_path / "wide.npz"))
     assert loaded.observation_space == box
-    keyed = spaces.Dict({("a", 1): spaces.Discrete(2)})
+    keys: Any = {("a", 1): spaces.Discrete(2)}  # not str: what the check refuses
+    keyed = spaces.Dict(keys)
     with pytest.raises(ValueError, match="keys that are not strings"):
         vecpool.ReplayPool(keyed, spaces.Discrete(2), 1, 2).save(tmp_path / "k.npz")
     assert not (tmp_path / "k.npz").exists()
