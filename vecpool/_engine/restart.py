@@ -266,21 +266,29 @@ class Restarter:
             # within the deadline of the call that found the crash
             group.wait("restart", None, [new], deadline=group.waiting[2])
         except multiprocessing.TimeoutError:
-            if group.handles[index] is new:  # (a nested restart noted its own)
-                # the call gives up; later waits read the start-up reply first. The
-                # replacement gets the `send` batches still owed at once, queued in
-                # its pipe (a later `recv` collects them)
-                with HELD:
+            # the call gives up; later waits read the start-up reply first. The
+            # replacement now starting (this one, or one a nested restart started
+            # when this one died) takes over `old`'s work at once: the `send`
+            # batches still owed, queued in its pipe (a later `recv` collects
+            # them). A step or reset whose call gave up is not sent again: its cut
+            # rows answer the next call.
+            current = group.handles[index]
+            nested = next((r for r in group.starting if r.handle is current), None)
+            with HELD:
+                if current is new:
                     new.numbers.pinned = startup
-                    new.numbers.take_over(old.numbers)
-                    new.info_wide = old.info_wide
                     group.starting.append(Starting(new, old, what, exitcode))
-                    if what in ("step", "reset"):
-                        group.unseen_cuts.append(new)
-                    # only `send` batches: a step or reset whose call gave up is
-                    # not sent again (its cut rows then answer the next call)
-                    if reissue and old.numbers.batches and what in RESENT:
-                        self._reissue(group, old, new, what)
+                elif nested is not None:  # it reports this call's crash
+                    position = group.starting.index(nested)
+                    group.starting[position] = Starting(current, old, what, exitcode)
+                else:
+                    raise
+                current.numbers.take_over(old.numbers)
+                current.info_wide = old.info_wide
+                if what in ("step", "reset"):
+                    group.unseen_cuts.append(current)
+                if reissue and old.numbers.batches and what in RESENT:
+                    self._reissue(group, old, current, what)
             raise
         new = group.handles[index]  # a replacement of the replacement, maybe
         self.finish_start(group, Starting(new, old, what, exitcode), new.answer())
