@@ -416,6 +416,10 @@ class WorkerGroup:
                 restart of this worker in this call.
         """
         restarter = self.restarter
+        if self.starting and any(r.handle is handle for r in self.starting):
+            # a replacement left starting: what it said at start-up comes first
+            # (an env constructor's error, raised here, explains its exit)
+            self._finish_starts(what)
         if restarter is None or not restarter.allows(handle, what):
             self.crashed(handle, what)
         if handle not in self.dead:
