@@ -94,8 +94,9 @@ class SlowCloseEnv(IncarnationEnv):
 
 
 class BuildGate(IncarnationEnv):
-    """IncarnationEnv whose constructor sleeps (``slow``) or dies (``die``) once
-    the marker file exists; its steps take ``step_delay`` seconds."""
+    """IncarnationEnv whose constructor sleeps (``slow``), dies (``die``) or then
+    raises (``refuse``) once the marker file exists; its steps take ``step_delay``
+    seconds."""
 
     def __init__(
         self,
@@ -103,12 +104,16 @@ class BuildGate(IncarnationEnv):
         slow: float = 0.0,
         die: bool = False,
         step_delay: float = 0.0,
+        refuse: bool = False,
         **kwargs: Any,
     ) -> None:
         if marker and os.path.exists(marker):
             if die:
                 os._exit(7)
             time.sleep(slow)
+            if refuse:
+                msg = "this constructor refuses in the replacement"
+                raise RuntimeError(msg)
         super().__init__(**kwargs)
         self.step_delay = step_delay
 
@@ -739,6 +744,35 @@ def test_a_timed_out_step_is_not_resent_so_batches_show_the_cut(make_async, tmp_
     order = np.argsort(infos["env_id"])
     assert infos["worker_restarted"][order].tolist() == [False, False, True, True]
     assert truncated[order].tolist() == [False, False, True, True]
+
+
+@pytest.mark.parametrize("max_restarts", [1, 3])
+def test_a_constructor_error_after_a_timed_out_start_is_raised(
+    max_restarts, make_async, tmp_path
+):
+    # found by a review: with no restart left, the replacement's exit (after its
+    # constructor raised) came out as "died with exit code 0"
+    marker = str(tmp_path / "slow")
+    env = make_async(
+        _fns(4, BuildGate, marker=marker, slow=0.5, refuse=True, step_delay=0.1),
+        num_workers=2,
+        on_worker_crash="restart",
+        max_restarts=max_restarts,
+    )
+    env.reset(seed=0)
+    Path(marker).touch()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the restart's and Gymnasium's logs
+        env.step_async(np.zeros(4, np.int64))
+        time.sleep(0.05)
+        _kill(env, 1)
+        with pytest.raises(multiprocessing.TimeoutError):
+            env.step_wait(timeout=0.1)
+        env.step_async(np.zeros(4, np.int64))
+        with pytest.raises(RuntimeError, match="refuses in the replacement"):
+            env.step_wait(timeout=60)
+        with pytest.raises(vecpool.errors.WorkerCrashedError, match="could not start"):
+            env.step(np.zeros(4, np.int64))
 
 
 def test_a_kill_after_a_step_timeout_cuts_from_the_last_returned_obs(make_async):
