@@ -36,6 +36,7 @@ from gymnasium.vector.utils import (
 
 from vecpool._engine.env_errors import raise_env_errors
 from vecpool._util.spaces import (
+    IMMUTABLE,
     copy_tree,
     flatten_batch,
     foreign_leaves,
@@ -64,8 +65,6 @@ OBS_BUFFERS_MIN_BYTES = 16 * 2**10
 """Smaller observation batches get one buffer, copied out: copying a few KiB costs
 less than the rotation's bookkeeping (cutting fresh views, reference counts)."""
 _NO_ENVS = np.zeros(0, np.intp)
-_IMMUTABLE = frozenset({str, bytes, int, float, bool, type(None)})
-"""Values a deep copy returns as they are (a hybrid leaf of strings: not copied)."""
 _MAX_SCHEMAS = 1024
 """Info schemas the parent keeps loaded (more: it starts over)."""
 
@@ -684,7 +683,7 @@ class StepBuffers:
             # copy=True: deep-copied as Gymnasium does, but for what cannot change
             if self.copy and not (
                 type(batch) is tuple
-                and all(type(value) in _IMMUTABLE for value in batch)
+                and all(type(value) in IMMUTABLE for value in batch)
             ):
                 batch = deepcopy(batch)
             batches.append(batch)

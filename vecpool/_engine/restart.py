@@ -283,27 +283,44 @@ class Restarter:
                     group.starting[position] = Starting(current, old, what, exitcode)
                 else:
                     raise
-                current.numbers.take_over(old.numbers)
-                current.info_wide = old.info_wide
-                if what in ("step", "reset"):
-                    group.unseen_cuts.append(current)
-                if reissue and old.numbers.batches and what in RESENT:
-                    self._reissue(group, old, current, what)
+                self._hand_over(
+                    group,
+                    old,
+                    current,
+                    what,
+                    resend=reissue and bool(old.numbers.batches) and what in RESENT,
+                )
             raise
         new = group.handles[index]  # a replacement of the replacement, maybe
         self.finish_start(group, Starting(new, old, what, exitcode), new.answer())
-        if what in ("step", "reset"):
-            # its first rows mark the cut: shown again if this call gives up
-            group.unseen_cuts.append(new)
         with HELD:
-            new.numbers.take_over(old.numbers)
-            # rows answered before the crash and not yet returned by `recv` may be
-            # wide: they stay readable in the old area (mapped here) until the
-            # replacement's own area is accepted
-            new.info_wide = old.info_wide
-            if reissue and old.numbers.waiting:
-                self._reissue(group, old, new, what)
+            self._hand_over(
+                group, old, new, what, resend=reissue and bool(old.numbers.waiting)
+            )
         return new
+
+    def _hand_over(
+        self,
+        group: WorkerGroup,
+        old: WorkerHandle,
+        new: WorkerHandle,
+        what: str,
+        *,
+        resend: bool,
+    ) -> None:
+        """``new`` takes over ``old``'s replies, wide rows and (``resend``) work.
+
+        Its first rows of a step or reset mark the cut: shown again if the call
+        that reads them gives up. Rows answered before the crash and not yet
+        returned by ``recv`` may be wide: they stay readable in the old area
+        (mapped here) until the replacement's own area is accepted.
+        """
+        if what in ("step", "reset"):
+            group.unseen_cuts.append(new)
+        new.numbers.take_over(old.numbers)
+        new.info_wide = old.info_wide
+        if resend:
+            self._reissue(group, old, new, what)
 
     def finish_start(
         self,

@@ -16,6 +16,7 @@ from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 __all__ = [
+    "IMMUTABLE",
     "NATIVE_LEAVES",
     "check_strings",
     "copy_tree",
@@ -216,7 +217,7 @@ def put_value(array: np.ndarray[Any, Any], index: Any, value: Any, path: str) ->
     """
     if array.dtype.kind == "U":
         _check_strings([value], array.dtype, path)
-    elif array.dtype.kind == "O" and type(value) not in _IMMUTABLE:
+    elif array.dtype.kind == "O" and type(value) not in IMMUTABLE:
         value = copy.deepcopy(value)  # the env may change the object it returned
     array[index] = value
 
@@ -247,7 +248,7 @@ def fresh_objects(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     out = np.empty(array.shape, object)
     flat, source = out.reshape(-1), array.reshape(-1)
     for position, item in enumerate(source.tolist() if source.ndim else [source]):
-        flat[position] = item if type(item) in _IMMUTABLE else copy.deepcopy(item)
+        flat[position] = item if type(item) in IMMUTABLE else copy.deepcopy(item)
     return out
 
 
@@ -326,11 +327,12 @@ def _stored(
         return np.array(items, dtype)
     out = np.empty(num_envs, object)
     for position, item in enumerate(items):
-        out[position] = item if type(item) in _IMMUTABLE else copy.deepcopy(item)
+        out[position] = item if type(item) in IMMUTABLE else copy.deepcopy(item)
     return out
 
 
-_IMMUTABLE = frozenset({str, bytes, int, float, bool, type(None)})
+IMMUTABLE = frozenset({str, bytes, int, float, bool, type(None)})
+"""Types whose values a deep copy returns as they are (never copied)."""
 
 
 def make_extractor(space: spaces.Space[Any]) -> Callable[[Any], list[Any]]:

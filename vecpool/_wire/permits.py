@@ -107,13 +107,31 @@ class LockPermits:
             self._own = os.open(f"/proc/{self.pid}/fd/{self.fd}", os.O_RDWR)
 
     def acquire(self, index: int) -> None:
-        """Take a permit: any free one at once, else wait for byte ``index % count``."""
+        """Take a permit: any free one at once, else queue on the turnstile."""
         import fcntl
 
         if self._own < 0:
             self.open()
+        first = index % self.count
+        if self._take_free(first):
+            return
+        # every permit taken: one waiter at a time (the holder of the turnstile
+        # byte, after the permits) polls them all; the others wait in the kernel
+        turnstile = self.count
+        fcntl.lockf(self._own, fcntl.LOCK_EX, 1, turnstile, os.SEEK_SET)
+        try:
+            delay = _FIRST_DELAY
+            while not self._take_free(first):
+                time.sleep(delay)
+                delay = min(2 * delay, _LAST_DELAY)
+        finally:
+            fcntl.lockf(self._own, fcntl.LOCK_UN, 1, turnstile, os.SEEK_SET)
+
+    def _take_free(self, first: int) -> bool:
+        """Lock the first free permit byte from ``first`` on; whether one was."""
+        import fcntl
+
         count, own = self.count, self._own
-        first = index % count
         for step in range(count):
             byte = (first + step) % count
             try:
@@ -123,29 +141,8 @@ class LockPermits:
                     continue
                 raise
             self._held = byte
-            return
-        # every permit taken: one waiter at a time (the holder of the turnstile
-        # byte, after the permits) polls them all; the others wait in the kernel
-        fcntl.lockf(own, fcntl.LOCK_EX, 1, count, os.SEEK_SET)
-        try:
-            delay = _FIRST_DELAY
-            while True:
-                for step in range(count):
-                    byte = (first + step) % count
-                    try:
-                        fcntl.lockf(
-                            own, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, byte, os.SEEK_SET
-                        )
-                    except OSError as exc:
-                        if exc.errno in _TAKEN:
-                            continue
-                        raise
-                    self._held = byte
-                    return
-                time.sleep(delay)
-                delay = min(2 * delay, _LAST_DELAY)
-        finally:
-            fcntl.lockf(own, fcntl.LOCK_UN, 1, count, os.SEEK_SET)
+            return True
+        return False
 
     def release(self) -> None:
         """Give back the permit held (nothing if none)."""

@@ -69,6 +69,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
+from vecpool.vector.async_env import AsyncVectorEnv
+
 try:
     from stable_baselines3.common.env_util import is_wrapped
     from stable_baselines3.common.vec_env import VecEnv
@@ -95,8 +97,6 @@ def _from_env_fns(
     env_fns: Any, start_method: str | None, kwargs: dict[str, Any]
 ) -> VectorEnv[Any, Any, Any]:
     """A ``vecpool.AsyncVectorEnv`` over SB3's env fns, in ``SAME_STEP`` mode."""
-    from vecpool.vector.async_env import AsyncVectorEnv
-
     kwargs = {"autoreset_mode": AutoresetMode.SAME_STEP, **kwargs}
     if start_method is not None:
         if "context" in kwargs:

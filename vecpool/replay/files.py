@@ -558,6 +558,12 @@ def _check_described(header: dict[str, Any]) -> int:
     num_envs, pool_size = arguments["num_envs"], arguments["pool_size"]
     slots_rows = num_envs * (-(-pool_size // num_envs) + 1)
     needed = int(slots_rows * (2 * row_bytes + 20))
+    _refuse_oversized(needed, num_envs, pool_size)
+    return needed
+
+
+def _refuse_oversized(needed: int, num_envs: int, pool_size: int) -> None:
+    """Refuse a pool of ``needed`` bytes this machine cannot hold now."""
     if needed > _memory_bytes():
         msg = (
             f"its header describes a pool of about {needed / 2**30:,.1f} GiB "
@@ -565,7 +571,6 @@ def _check_described(header: dict[str, Any]) -> int:
             "memory"
         )
         raise _BadFile(msg)
-    return needed
 
 
 def _check_sizes(
@@ -610,13 +615,7 @@ def _check_sizes(
         msg = f"its spaces have no array layout ({exc})"
         raise _BadFile(msg) from exc
     needed = slots_rows * (2 * row_bytes + 20)
-    if needed > _memory_bytes():
-        msg = (
-            f"its header describes a pool of about {needed / 2**30:,.1f} GiB "
-            f"(num_envs={num_envs}, pool_size={pool_size}), more than this machine's "
-            "memory"
-        )
-        raise _BadFile(msg)
+    _refuse_oversized(needed, num_envs, pool_size)
     reward = _shape(data, "reward")
     if reward != (rows,):
         msg = (
