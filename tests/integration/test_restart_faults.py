@@ -133,6 +133,17 @@ def _kill(env: vecpool.AsyncVectorEnv, worker: int) -> None:
     process.join(10.0)
 
 
+def _step_times_out_while_worker_1_restarts(
+    env: vecpool.AsyncVectorEnv, timeout: float
+) -> None:
+    """Kill worker 1 in a step whose ``step_wait(timeout)`` then gives up."""
+    env.step_async(np.zeros(4, np.int64))
+    time.sleep(0.05)
+    _kill(env, 1)
+    with pytest.raises(multiprocessing.TimeoutError):
+        env.step_wait(timeout=timeout)
+
+
 def _kill_later(env: vecpool.AsyncVectorEnv, worker: int, delay: float) -> Any:
     pid = env.processes[worker].pid
     timer = threading.Timer(delay, os.kill, (pid, signal.SIGKILL))
@@ -696,11 +707,7 @@ def test_cut_rows_read_by_a_call_that_gives_up_are_shown_again(make_async, tmp_p
     Path(marker).touch()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
-        env.step_async(np.zeros(4, np.int64))
-        time.sleep(0.05)
-        _kill(env, 1)
-        with pytest.raises(multiprocessing.TimeoutError):
-            env.step_wait(timeout=0.2)  # the replacement still builds
+        _step_times_out_while_worker_1_restarts(env, 0.2)
         env.step_async(np.zeros(4, np.int64))
         with pytest.raises(multiprocessing.TimeoutError):
             env.step_wait(timeout=0.8)  # its cut rows came; worker 0's did not
@@ -734,11 +741,7 @@ def test_a_timed_out_step_is_not_resent_so_batches_show_the_cut(make_async, tmp_
     Path(marker).touch()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
-        env.step_async(np.zeros(4, np.int64))
-        time.sleep(0.05)
-        _kill(env, 1)
-        with pytest.raises(multiprocessing.TimeoutError):
-            env.step_wait(timeout=0.1)
+        _step_times_out_while_worker_1_restarts(env, 0.1)
         env.send(np.zeros(4, np.int64), np.arange(4))
         *_, truncated, infos = env.recv(timeout=60)
     order = np.argsort(infos["env_id"])
@@ -763,11 +766,7 @@ def test_a_constructor_error_after_a_timed_out_start_is_raised(
     Path(marker).touch()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the restart's and Gymnasium's logs
-        env.step_async(np.zeros(4, np.int64))
-        time.sleep(0.05)
-        _kill(env, 1)
-        with pytest.raises(multiprocessing.TimeoutError):
-            env.step_wait(timeout=0.1)
+        _step_times_out_while_worker_1_restarts(env, 0.1)
         env.step_async(np.zeros(4, np.int64))
         with pytest.raises(RuntimeError, match="refuses in the replacement"):
             env.step_wait(timeout=60)
