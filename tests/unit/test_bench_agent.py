@@ -23,7 +23,7 @@ from vecpool.bench.agent import (
 )
 from vecpool.bench.workloads import ActionPlan
 from vecpool.cli import main
-from vecpool.testing import CountingEnv
+from vecpool.testing import CountingEnv, MissionEnv
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -82,6 +82,30 @@ def test_policy_reads_every_observation_kind():
     first = float(policy(batch.sample()))
     assert np.isfinite(first)
     assert policy.total == pytest.approx(first)  # consumed: it cannot be skipped
+
+
+def test_policy_skips_the_leaves_that_are_not_numbers():
+    # a MiniGrid-like observation: the policy reads the image and the direction;
+    # the mission string is not a number and must not break it (nor count)
+    space = MissionEnv().observation_space
+    assert isinstance(space, spaces.Dict)
+    arrays: dict[str, spaces.Space[Any]] = {
+        k: v for k, v in space.items() if isinstance(v, (spaces.Box, spaces.Discrete))
+    }
+    assert 0 < len(arrays) < len(space)
+    size = obs_size(space)
+    assert size == obs_size(spaces.Dict(arrays))
+    batch = gym.vector.utils.batch_space(space, 3)
+    batch.seed(0)
+    policy = Policy(size, 3, milliseconds=0.05)
+    assert np.isfinite(float(policy(batch.sample())))
+
+
+def test_bench_agent_mode_runs_a_workload_with_a_string_leaf(capsys):
+    argv = ["bench", "--quick", "--workloads", "mission", "--num-envs", "2"]
+    argv += ["--backends", "gym-sync", "vecpool", "--agent", "0.05", "--no-memory"]
+    assert main([*argv, "--quiet"]) == 0
+    assert "agent in the loop" in capsys.readouterr().out
 
 
 def test_cpu_seconds_counts_a_process_and_sums_several():

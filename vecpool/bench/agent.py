@@ -153,8 +153,13 @@ def _median_seconds(call: Callable[[], Any], repeats: int) -> float:
 
 
 def _flat_rows(obs: Any, size: int) -> npt.NDArray[np.float32]:
-    """The batch as float32 rows of ``size`` values (every leaf, flattened)."""
-    parts = [np.asarray(leaf).reshape(len(leaf), -1) for leaf in _leaves_of(obs)]
+    """The batch as float32 rows of ``size`` values (every numeric leaf, flattened).
+
+    Leaves that are not numbers (a mission string, a graph) are left out, as
+    :func:`obs_size` leaves them out: a policy reads them some other way.
+    """
+    arrays = (np.asarray(leaf) for leaf in _leaves_of(obs))
+    parts = [a.reshape(len(a), -1) for a in arrays if a.dtype.kind in "biuf"]
     rows = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
     return rows.reshape(rows.shape[0], size).astype(np.float32, copy=False)
 
@@ -168,8 +173,12 @@ def _leaves_of(obs: Any) -> list[Any]:
 
 
 def obs_size(space: spaces.Space[Any]) -> int:
-    """Number of values in one observation of ``space`` (every leaf, flattened)."""
-    return sum(max(1, math.prod(shape)) for _, shape in leaves(space))
+    """Number of values in one observation of ``space`` (every array leaf, flattened).
+
+    Leaves that are not arrays (Text, Graph, custom spaces) are left out.
+    """
+    shapes = [shape for _, shape in leaves(space, skip_foreign=True)]
+    return sum(max(1, math.prod(shape)) for shape in shapes)
 
 
 def _schedstat_seconds(pids: list[int]) -> float | None:
