@@ -175,6 +175,7 @@ class Batches:
             ValueError: On bad ids or actions (nothing is sent then).
             WorkerCrashedError: If a worker's pipe is broken.
         """
+        self.group.spin.before_send()
         run = self._consecutive(env_ids)
         if run is not None:
             ids, first = run

@@ -245,7 +245,7 @@ class Starter:
                 "restart": restart,
                 "spin": group.spin.worker_spin,
                 "spin_yield": group.spin.spin_yield,
-                "spin_max_gap": group.spin.worker_max_gap,
+                "spin_hint": group.spin.share_hint(self.ctx),
             }
         return WorkerConfig(
             index=index,

@@ -168,10 +168,11 @@ class WorkerConfig:
         semaphore: Optional semaphore limiting concurrent env execution.
         spin: Seconds to poll for the next command before blocking on the pipe.
         spin_yield: Whether to ``sched_yield`` between polls while spinning.
-        spin_max_gap: If above 0, the worker spins only while the parent's gaps
-            between a reply and the next command stay (on average) below this many
-            seconds; a parent busy longer (a policy between steps) finds it blocked,
-            so spinning never takes a core from the parent's own work.
+        spin_hint: If set, a shared byte the parent writes with each step command
+            (``SpinPolicy.hint`` in vecpool/_wire/spin.py): the worker spins for its
+            next command only while it is 1. A parent busy between steps (a policy)
+            sets it to 0 and finds the worker blocked, so spinning never takes a
+            core from the parent's own work.
         holding: With a semaphore, a shared byte array in which each worker marks
             that it holds the semaphore (so the parent can give back the permit of a
             worker that died holding it).
@@ -199,7 +200,7 @@ class WorkerConfig:
     semaphore: Any = None
     spin: float = 0.0
     spin_yield: bool = False
-    spin_max_gap: float = 0.0
+    spin_hint: Any = None
     holding: Any = None
     permits: Any = None
     restart: RestartStart | None = None

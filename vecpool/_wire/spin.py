@@ -2,8 +2,9 @@
 
 Spinning (poll + ``sched_yield``) skips the 50-150 microseconds it costs to wake a
 blocked process; it pays only while replies come back quickly and no more processes
-run than cores. :class:`SpinPolicy` is the parent's side; the workers' side is
-:class:`GapTracker`.
+run than cores. :class:`SpinPolicy` is the parent's side. The workers spin for
+their next command only while the parent's :class:`GapTracker` says its gaps are
+short, through a shared byte (:attr:`SpinPolicy.hint`) they read after each reply.
 """
 
 from __future__ import annotations
@@ -45,9 +46,15 @@ class SpinPolicy:
         worker_spin: The workers' spin budget (0: they block).
         spin: The parent's current spin budget.
         spin_yield: Whether spinners yield the CPU between polls.
-        adaptive: Whether :meth:`before_wait` adapts ``spin``, and the workers
-            theirs (``wait_strategy="auto"``).
+        adaptive: Whether :meth:`before_wait` adapts ``spin``, and
+            :meth:`before_send` the workers' (``wait_strategy="auto"``).
         wait_ema: Seconds a wait takes, smoothed.
+        hint: With ``adaptive`` workers that spin, a shared byte (a
+            ``multiprocessing`` ``RawValue``, set by :meth:`share_hint`): 1 while
+            the workers should spin for their next command after replying, 0 while
+            they should block (the parent computes between steps). ``None``: the
+            workers spin whenever ``worker_spin`` says.
+        gaps: The parent's gaps between its waits and its next commands.
     """
 
     worker_spin: float
@@ -55,14 +62,29 @@ class SpinPolicy:
     spin_yield: bool = True
     adaptive: bool = False
     wait_ema: float = 0.0
+    hint: Any = None
+    gaps: GapTracker | None = None
 
-    @property
-    def worker_max_gap(self) -> float:
-        """The workers' adaptive bound (:class:`~vecpool._wire.spin.GapTracker`).
+    def share_hint(self, ctx: Any) -> Any:
+        """The shared byte the workers read (created once; ``None`` if not adaptive).
 
-        0 (spin whenever ``worker_spin`` says) unless adaptive.
+        Args:
+            ctx: The ``multiprocessing`` context the workers start from.
         """
-        return WORKER_SPIN_MAX_GAP if self.adaptive and self.worker_spin else 0.0
+        if self.hint is None and self.adaptive and self.worker_spin:
+            self.hint = ctx.RawValue("b", 1)
+            self.gaps = GapTracker(WORKER_SPIN_MAX_GAP)
+        return self.hint
+
+    def before_send(self) -> None:
+        """A step command goes out: tell the workers whether to spin after it.
+
+        The gap since the last wait ended is the parent's own work between steps
+        (a policy); a long one keeps the workers blocked, never spinning on the
+        cores that work needs.
+        """
+        if self.gaps is not None:
+            self.hint.value = self.gaps.commanded(time.perf_counter())
 
     @classmethod
     def from_strategy(
@@ -85,8 +107,10 @@ class SpinPolicy:
     def after_wait(self) -> None:
         """Fold the wait just finished into the average."""
         if self.adaptive and self.worker_spin:
-            waited = time.perf_counter() - self._started
-            self.wait_ema += 0.1 * (waited - self.wait_ema)
+            now = time.perf_counter()
+            self.wait_ema += 0.1 * (now - self._started - self.wait_ema)
+            if self.gaps is not None:
+                self.gaps.answered(now)
 
     _started: float = 0.0
 
@@ -127,79 +151,60 @@ def spin_until_ready(
 
 
 class GapTracker:
-    """How long the parent takes between a worker's reply and its next command.
+    """The parent's gap between a reply and its next command, smoothed.
 
-    Smoothed; it tells the worker whether spinning for the next command can pay.
+    It tells the workers whether spinning for the next command can pay: spin while
+    the parent sends its next command within ``max_gap`` (on average) of their
+    replies, block while it computes longer (a policy between steps), so spinning
+    never takes the cores the parent computes with.
+
+    The parent measures the gap itself, from the end of its wait to its next
+    command: that is the true gap. A worker could only see it with its own wake-up
+    added, and a blocked worker would then have to spin now and then to find out
+    that the parent got quick again; here nothing spins to measure.
 
     Example:
         >>> tracker = GapTracker(max_gap=0.001)
-        >>> tracker.budget(0.002)  # no gap seen yet: spin the whole budget
-        0.002
+        >>> tracker.commanded(now=0.0)  # no gap seen yet: spin
+        True
         >>> for _ in range(30):
-        ...     tracker.replied(now=0.0)
-        ...     tracker.commanded(now=0.01)  # the parent computes 10 ms each time
-        >>> tracker.budget(0.002)  # block: spinning would take the parent's CPU
-        0.0
-        >>> probes = [tracker.budget(0.002) for _ in range(31)]
-        >>> probes[-1]  # every 32nd command is awaited spinning, for max_gap only
-        0.001
-        >>> tracker.replied(now=0.0)
-        >>> tracker.commanded(now=0.0001)  # the probe saw the parent fast again
-        >>> tracker.budget(0.002)
-        0.002
+        ...     tracker.answered(now=0.0)
+        ...     spins = tracker.commanded(now=0.01)  # the parent computes 10 ms
+        >>> spins
+        False
+        >>> for _ in range(30):
+        ...     tracker.answered(now=0.0)
+        ...     spins = tracker.commanded(now=0.0001)  # quick again
+        >>> spins
+        True
 
     Args:
         max_gap: Spin while the smoothed gap stays below this (seconds).
     """
 
-    __slots__ = ("_blocked", "_probing", "_replied", "average", "max_gap")
-
-    PROBE_EVERY = 32
-    """While blocking, spin once every this many commands to measure the true gap
-    (a blocked worker's gaps include its own wake-up, so they alone could keep it
-    blocked for good after the parent sped up)."""
+    __slots__ = ("_answered", "average", "max_gap")
 
     def __init__(self, max_gap: float) -> None:
         """Start with no gap seen (spinning)."""
         self.max_gap = max_gap
         self.average = 0.0
-        self._replied: float | None = None
-        self._blocked = 0
-        self._probing = False
+        self._answered: float | None = None
 
-    def budget(self, spin: float) -> float:
-        """Seconds to spin before blocking for the next command (0: block at once).
+    def answered(self, now: float) -> None:
+        """The parent's wait for replies ended at ``now`` (``time.perf_counter()``)."""
+        self._answered = now
 
-        The whole ``spin`` while the parent's gaps are short; none while they are
-        long, but every :attr:`PROBE_EVERY` commands a probe spins ``max_gap`` (not
-        the whole budget: a gap longer than ``max_gap`` keeps the worker blocked
-        anyway, so spinning longer would only burn the CPU the parent computes
-        with).
-        """
-        if self.average < self.max_gap:
-            return spin
-        self._blocked += 1
-        if self._blocked >= self.PROBE_EVERY:
-            self._blocked = 0
-            self._probing = True  # this gap is measured without a wake-up in it
-            return min(spin, self.max_gap)
-        return 0.0
-
-    def replied(self, now: float) -> None:
-        """A reply went out at ``now`` (``time.perf_counter()``)."""
-        self._replied = now
-
-    def commanded(self, now: float) -> None:
-        """The next command came in at ``now``: fold the gap into the average.
+    def commanded(self, now: float) -> bool:
+        """A command goes out at ``now``: fold the gap in; whether workers should spin.
 
         A single long gap (an evaluation, a checkpoint) is clipped to four times
-        ``max_gap``, so spinning resumes within a few dozen fast steps.
+        ``max_gap``, so spinning resumes within a few dozen quick steps.
+
+        Returns:
+            Whether the workers should spin for the command after this one.
         """
-        if self._replied is not None:
-            gap = min(now - self._replied, 4.0 * self.max_gap)
-            if self._probing:  # the true gap: it replaces the blocked estimates
-                self.average = gap
-            else:
-                self.average += 0.125 * (gap - self.average)
-            self._replied = None
-        self._probing = False
+        if self._answered is not None:
+            gap = min(now - self._answered, 4.0 * self.max_gap)
+            self.average += 0.125 * (gap - self.average)
+            self._answered = None
+        return self.average < self.max_gap

@@ -1,7 +1,7 @@
 """Child side: the entry point of a worker process and its command loop.
 
-The loop waits (spinning while the parent's gaps are short, see
-:class:`vecpool._wire.spin.GapTracker`), reads one command from the channel, has
+The loop waits (spinning while the parent says its gaps are short, see
+:class:`vecpool._wire.spin.SpinPolicy`), reads one command from the channel, has
 :func:`vecpool._worker.host.serve` run it and sends the reply. This is what
 ``spawn``/``forkserver`` children import: it imports only the wire layer and the
 host, never the parent's engine, the pool, the sampler or the bench.
@@ -21,7 +21,7 @@ from typing import Any
 
 from vecpool._wire.channel import Channel
 from vecpool._wire.messages import WorkerConfig
-from vecpool._wire.spin import GapTracker, spin_until_ready
+from vecpool._wire.spin import spin_until_ready
 from vecpool._worker.host import open_host, serve
 
 __all__ = ["run_worker"]
@@ -125,27 +125,26 @@ def run_worker(
             return  # an env constructor raised: reported, nothing to serve
         poller = select.poll()
         poller.register(conn.fileno(), select.POLLIN)
-        spin, spin_yield = config.spin, config.spin_yield
-        gaps = GapTracker(config.spin_max_gap) if config.spin_max_gap > 0 else None
-        clock = time.perf_counter
+        spin, spin_yield, hint = config.spin, config.spin_yield, config.spin_hint
         running = True
         while running:
-            budget = spin if gaps is None or spin <= 0.0 else gaps.budget(spin)
-            if budget > 0.0 and not channel.has_message() and not poller.poll(0):
-                spin_until_ready(poller, budget, spin_yield)
+            # the parent says (a shared byte) whether it computes between steps
+            if (
+                spin > 0.0
+                and (hint is None or hint.value)
+                and not channel.has_message()
+                and not poller.poll(0)
+            ):
+                spin_until_ready(poller, spin, spin_yield)
             try:
                 data = channel.recv()
             except (EOFError, OSError):
                 break  # the parent is gone: nothing left to serve
-            if gaps is not None:
-                gaps.commanded(clock())
             reply, running = serve(host, data)
             try:
                 channel.send(reply)
             except OSError:
                 break
-            if gaps is not None:
-                gaps.replied(clock())
     finally:
         for env in envs:
             with contextlib.suppress(Exception):

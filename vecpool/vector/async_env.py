@@ -568,6 +568,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._assert_idle("step_async")
         buffers, group = self._buffers, self._group
         shared = not (group.gave_up and group.any_abandoned())
+        group.spin.before_send()  # the workers spin after it only if we are quick
         with HELD:
             # the hot path: one copy into shared memory, a 2-byte message per worker
             if shared and buffers.fast_actions(actions):
