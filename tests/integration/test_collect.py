@@ -439,10 +439,10 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not ON_LINUX_PROC, reason="reads the process tree from /proc")
-def _endless_collect(tmp_path: Path) -> subprocess.Popen[str]:
+def _endless_collect(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
     """``vecpool collect`` of a billion steps into ``tmp_path / "pool.npz"``."""
     command = [sys.executable, "-m", "vecpool", "collect", "--num-envs", "4"]
-    command += ["--steps", "1000000000", "--pool-size", "4000"]
+    command += ["--steps", "1000000000", "--pool-size", "4000", *extra]
     command += ["--out", str(tmp_path / "pool.npz")]
     return subprocess.Popen(
         command,
@@ -454,9 +454,10 @@ def _endless_collect(tmp_path: Path) -> subprocess.Popen[str]:
     )
 
 
-def test_ctrl_c_saves_what_was_collected_and_exits_130(tmp_path):
+@pytest.mark.parametrize("extra", [(), ("--overlap",)], ids=["plain", "overlap"])
+def test_ctrl_c_saves_what_was_collected_and_exits_130(tmp_path, extra):
     out = tmp_path / "pool.npz"
-    process = _endless_collect(tmp_path)
+    process = _endless_collect(tmp_path, *extra)
     try:
         assert process.stdout is not None
         first_line = process.stdout.readline()  # printed once the workers are up
@@ -560,8 +561,9 @@ def test_a_failed_save_keeps_the_pool_for_the_caller(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(not ON_LINUX_PROC, reason="reads the process tree from /proc")
 @pytest.mark.parametrize("signals", [2, 5])
-def test_repeated_ctrl_c_still_exits_130_without_a_traceback(tmp_path, signals):
-    process = _endless_collect(tmp_path)
+@pytest.mark.parametrize("extra", [(), ("--overlap",)], ids=["plain", "overlap"])
+def test_repeated_ctrl_c_still_exits_130_without_a_traceback(tmp_path, signals, extra):
+    process = _endless_collect(tmp_path, *extra)
     try:
         assert process.stdout is not None
         assert process.stdout.readline().startswith("collecting CartPole-v1")
@@ -699,3 +701,105 @@ def test_a_clearing_flag_alone_names_the_other_flag(flags, message, capsys):
     err = capsys.readouterr().err
     assert message in err
     assert "window_size_" not in err
+
+
+# ----------------------------------------------------------------------- overlap
+
+
+def _lean_policy(obs: np.ndarray) -> np.ndarray:
+    """CartPole: push by the cart's velocity (short episodes; each row on its own)."""
+    return (obs[:, 1] > 0).astype(np.int64)
+
+
+@pytest.mark.parametrize("mode", ["next_step", "same_step", "disabled"])
+def test_overlap_records_what_the_plain_loop_records(tmp_path, mode):
+    # each env's trajectory depends on its own seed and observations only, so the
+    # overlapped loop (halves out of step) must fill every sub-pool exactly as the
+    # plain loop does
+    runs = {}
+    for overlap in (False, True):
+        runs[overlap] = collect(
+            "CartPole-v1",
+            num_envs=4,
+            steps=4 * 128,
+            pool_size=4 * 128,
+            out=None,
+            num_workers=2,
+            seed=3,
+            policy=_lean_policy,
+            autoreset_mode=mode,
+            overlap=overlap,
+        )
+    plain, overlapped = runs[False], runs[True]
+    assert overlapped.env_steps == plain.env_steps == 4 * 128
+    assert overlapped.transitions == plain.transitions == len(plain.pool)
+    assert plain.episodes > 4
+    assert sorted(overlapped.episode_returns) == sorted(plain.episode_returns)
+    assert sorted(overlapped.episode_lengths) == sorted(plain.episode_lengths)
+    assert np.array_equal(overlapped.pool.lengths, plain.pool.lengths)
+    expected, got = plain.pool.get_pool(), overlapped.pool.get_pool()
+    for field in ("obs", "action", "reward", "next_obs", "terminated", "truncated"):
+        assert np.array_equal(getattr(got, field), getattr(expected, field)), field
+    assert overlapped.pool.episode_stats == plain.pool.episode_stats
+
+
+def test_overlap_calls_the_policy_with_half_of_the_envs():
+    rows: list[int] = []
+
+    def policy(obs: np.ndarray) -> np.ndarray:
+        rows.append(len(obs))
+        return np.zeros(len(obs), np.int64)
+
+    result = collect(
+        "CartPole-v1",
+        num_envs=6,
+        steps=6 * 64,
+        pool_size=600,
+        out=None,
+        num_workers=2,
+        seed=0,
+        policy=policy,
+        overlap=True,
+    )
+    assert result.env_steps == 6 * 64
+    assert set(rows) == {3}
+    assert sum(rows) == result.env_steps
+
+
+def test_overlap_rounds_the_steps_up_to_whole_chunks():
+    short = collect(
+        "CartPole-v1",
+        num_envs=2,
+        steps=100,
+        pool_size=200,
+        out=None,
+        seed=0,
+        overlap=True,
+    )
+    assert (short.planned_env_steps, short.env_steps) == (100, 100)  # one chunk
+    long = collect(
+        "CartPole-v1",
+        num_envs=2,
+        steps=300,
+        pool_size=400,
+        out=None,
+        seed=0,
+        overlap=True,
+    )
+    assert (long.planned_env_steps, long.env_steps) == (384, 384)  # 3 chunks of 64
+    assert set(long.episode_ends) <= {128, 256, 384}  # counted at chunk ends
+
+
+def test_overlap_needs_two_envs():
+    with pytest.raises(CollectArgumentError, match=r"num_envs` >= 2, got 1"):
+        collect(
+            "CartPole-v1", num_envs=1, steps=10, pool_size=10, out=None, overlap=True
+        )
+
+
+def test_cli_overlap_says_so(tmp_path):
+    argv = ["collect", "--num-envs", "4", "--steps", "256", "--overlap", "--quiet"]
+    code, out, err = run_cli([*argv, "--out", str(tmp_path / "p.npz")])
+    assert code == 0, err
+    assert "overlapped (halves of 2 envs)" in out
+    assert len(vecpool.ReplayPool.load(tmp_path / "p.npz")) > 0

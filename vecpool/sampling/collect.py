@@ -3,7 +3,10 @@
 :func:`collect` is the Python side of ``vecpool collect``: it builds a
 :class:`vecpool.AsyncVectorEnv` with :func:`vecpool.make_vec`, records every real
 transition through a :class:`vecpool.ReplayPoolWrapper`, reports progress, stops
-cleanly on Ctrl-C and writes the pool with :meth:`vecpool.ReplayPool.save`.
+cleanly on Ctrl-C and writes the pool with :meth:`vecpool.ReplayPool.save`. With
+``overlap=True`` the policy runs on one half of the envs while the other half steps
+(``send``/``recv`` batches, through the alternating
+:class:`vecpool.sampling.sampler.Sampler`, which records into the same pool).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from vecpool.replay.minari import to_minari
 from vecpool.replay.pool import ReplayPool
 from vecpool.replay.settings import PoolSettings
 from vecpool.replay.wrapper import ReplayPoolWrapper
+from vecpool.sampling.sampler import EpisodeRecord, Sampler
 from vecpool.vector.make import make_vec
 
 __all__ = [
@@ -56,6 +60,10 @@ logger = logging.getLogger(__name__)
 DEFAULT_ENV_ID = "CartPole-v1"
 RECENT_EPISODES = 100
 """How many of the latest episodes the progress display's mean return covers."""
+OVERLAP_CHUNK = 64
+"""With ``overlap=True``, vector steps per chunk: the envs run out of step within a
+chunk and line up at its end, where progress, Ctrl-C and the episode ends are
+counted."""
 TERMINAL_REFRESH_SECONDS = 0.1
 """Shortest time between two redraws of the progress line on a terminal."""
 LOG_LINE_SECONDS = 2.0
@@ -365,6 +373,18 @@ class _EpisodeTracker:
         done_copy: npt.NDArray[np.bool_] = done.copy()
         return done_copy
 
+    def record_chunk(
+        self, vector_steps: int, transitions: int, episodes: list[EpisodeRecord]
+    ) -> None:
+        """Add a chunk of ``overlap=True`` collection: its episodes end at its end."""
+        self.vector_steps += vector_steps
+        self.transitions += transitions
+        env_steps = self.vector_steps * self.num_envs
+        for episode in episodes:
+            self.ends.append(env_steps)
+            self.episode_returns.append(float(episode.return_))
+            self.episode_lengths.append(int(episode.length))
+
     def stepping_seconds(self) -> float:
         """Seconds since stepping began (0 if it has not)."""
         return 0.0 if self.started is None else time.perf_counter() - self.started
@@ -533,6 +553,58 @@ def _step(
         display.update(tracker)
 
 
+class _DeferringPool:
+    """A pool whose writes a second Ctrl-C cannot cut in half (see :func:`_overlap`).
+
+    It stands in for the :class:`ReplayPool` the :class:`Sampler` records into.
+    """
+
+    def __init__(self, pool: ReplayPool, stop: _StopOnSigint) -> None:
+        self._pool = pool
+        self._stop = stop
+        self.num_envs = pool.num_envs
+
+    def add_leaves(self, *args: Any, **kwargs: Any) -> None:
+        self._stop.deferring = True
+        try:
+            self._pool.add_leaves(*args, **kwargs)
+        finally:
+            self._stop.deferring = False
+
+    def abort_episodes(self, env_ids: Any) -> None:
+        self._stop.deferring = True
+        try:
+            self._pool.abort_episodes(env_ids)
+        finally:
+            self._stop.deferring = False
+
+
+def _overlap(
+    envs: ReplayPoolWrapper,
+    planned: int,
+    seed: int | None,
+    policy: Policy | None,
+    tracker: _EpisodeTracker,
+    display: _CollectProgress,
+    stop: _StopOnSigint,
+) -> None:
+    """:func:`_step` with the policy on one half while the other half steps.
+
+    The :class:`Sampler` alternates ``send``/``recv`` batches of the inner env
+    (created with ``batch_size``) and records every real transition into the
+    wrapper's pool; ``planned`` is a whole number of chunks of ``OVERLAP_CHUNK``
+    vector steps (or fewer).
+    """
+    chunk = min(OVERLAP_CHUNK, planned)
+    pool: Any = _DeferringPool(envs.pool, stop)
+    sampler = Sampler(envs.env, policy, batch_T=chunk, pool=pool, seed=seed)
+    tracker.started = time.perf_counter()
+    while tracker.vector_steps < planned and not stop.requested:
+        batch, episodes = sampler.obtain_samples()
+        tracker.record_chunk(chunk, int(np.count_nonzero(batch.valid)), episodes)
+        display.update(tracker)
+
+
 def collect(
     env_id: str = DEFAULT_ENV_ID,
     *,
@@ -553,6 +625,7 @@ def collect(
     progress: bool | TextIO = False,
     log: Callable[[str], None] | None = None,
     minari: str | None = None,
+    overlap: bool = False,
 ) -> CollectResult:
     """Step ``num_envs`` copies of ``env_id`` and save every transition to a pool.
 
@@ -606,6 +679,15 @@ def collect(
         minari: Also write the complete episodes as this Minari dataset id
             (``pip install "vecpool[minari]"``; see
             :func:`vecpool.replay.minari.to_minari`).
+        overlap: Step half of the envs while the policy computes the other half's
+            actions (``send``/``recv`` batches of ``num_envs // 2``; the policy is
+            called with those envs' observations only). It pays when each policy
+            call waits (an accelerator, a remote server) about as long as half the
+            envs take to step; with a CPU policy on few cores, or cheap envs, the
+            plain loop is faster (docs/performance.md). The envs then run out of
+            step within chunks of :data:`OVERLAP_CHUNK` vector steps: the steps are
+            rounded up to whole chunks, Ctrl-C stops at the end of a chunk, and
+            ``episode_ends`` are the ends of the chunks. Needs ``num_envs >= 2``.
 
     Returns:
         The figures of the collection and the pool.
@@ -622,6 +704,21 @@ def collect(
     policy_fn = load_policy(policy) if isinstance(policy, str) else policy
     path = _check_out(out)
     planned = math.ceil(steps / num_envs)
+    vector_kwargs: dict[str, Any] = {
+        "autoreset_mode": mode,
+        "num_workers": num_workers,
+        "on_worker_crash": on_worker_crash,
+    }
+    if overlap:
+        if num_envs < 2:
+            msg = (
+                f"`overlap=True` steps one half of the envs while the policy runs on "
+                f"the other: it needs `num_envs` >= 2, got {num_envs}."
+            )
+            raise CollectArgumentError(msg)
+        vector_kwargs["batch_size"] = num_envs // 2
+        chunk = min(OVERLAP_CHUNK, planned)
+        planned = math.ceil(planned / chunk) * chunk
     stream: TextIO | None
     if progress is True:
         stream = sys.stderr
@@ -635,11 +732,7 @@ def collect(
         envs, num_workers = _start(
             env_id,
             num_envs,
-            {
-                "autoreset_mode": mode,
-                "num_workers": num_workers,
-                "on_worker_crash": on_worker_crash,
-            },
+            vector_kwargs,
             PoolSettings(
                 pool_size,
                 window_size,
@@ -659,18 +752,20 @@ def collect(
         tracker = _EpisodeTracker(num_envs, mode)
         display: _CollectProgress | None = None
         hard_stop = False
+        halves = f" overlapped (halves of {num_envs // 2} envs)" if overlap else ""
         try:
             say(
                 f"collecting {env_id}: {planned * num_envs:,} env steps = {planned:,} "
                 f"vector steps x {num_envs} envs on {num_workers} workers, autoreset "
                 f"{mode.value}, "
-                f"{_describe_policy(policy)}, "
+                f"{_describe_policy(policy)}{halves}, "
                 f"{'unseeded' if seed is None else f'seed {seed}'}; pool of "
                 f"{num_envs * pool.capacity:,} transitions "
                 f"({num_envs} sub-pools x {pool.capacity:,})"
             )
             display = _CollectProgress(stream, planned, num_envs)
-            _step(envs, planned, seed, policy_fn, tracker, display, stop)
+            run = _overlap if overlap else _step
+            run(envs, planned, seed, policy_fn, tracker, display, stop)
         except KeyboardInterrupt:  # a second Ctrl-C: the step was cut short
             hard_stop = True
         finally:

@@ -71,6 +71,7 @@ def _collect(args: argparse.Namespace) -> int:
             on_worker_crash=args.on_worker_crash,
             store_next_obs=args.store_next_obs,
             minari=args.minari,
+            overlap=args.overlap,
             progress=not args.quiet,
             log=functools.partial(print, flush=True),
         )
@@ -207,6 +208,13 @@ def add_collect_parser(
         default=None,
         help="policy(observations) -> actions, called once per vector step "
         "(default: random actions)",
+    )
+    parser.add_argument(
+        "--overlap",
+        action="store_true",
+        help="run the policy on one half of the envs while the other half steps "
+        "(pays when each policy call waits, e.g. on a GPU, about as long as half the "
+        "envs take to step; docs/performance.md)",
     )
     parser.add_argument(
         "--num-workers",
