@@ -14,6 +14,7 @@ from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AutoresetMode
 
 import vecpool
+from vecpool._util.checks import available_cpus
 from vecpool.bench.agent import cpu_seconds, env_pids
 from vecpool.testing import CountingEnv, SlowEnv
 
@@ -85,3 +86,60 @@ def test_auto_workers_block_while_the_parent_computes(make_async):
     # spins, then the steps only (~0.02 s). Without the gap rule, auto spins as
     # "spin" does (0.34 s measured on idle cores)
     assert burned["auto"] < 0.1, burned
+
+
+def _step_then_compute(env, actions):
+    env.step(actions)
+    time.sleep(0.006)
+
+
+def _compute_inside_the_step(env, actions):
+    env.step_async(actions)
+    time.sleep(0.006)  # overlapped with the envs' step
+    env.step_wait()
+
+
+def _compute_before_a_call(env, actions):
+    env.step(actions)
+    time.sleep(0.006)
+    env.get_attr("max_steps")  # a quick call between the policy and the next step
+
+
+def _send_compute_recv(env, actions):
+    env.send(actions[:1], [0])
+    time.sleep(0.006)
+    env.recv()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc (Linux)")
+@pytest.mark.skipif(available_cpus() < 2, reason="auto spins only with a core each")
+@pytest.mark.parametrize(
+    "loop",
+    [
+        _step_then_compute,
+        _compute_inside_the_step,
+        _compute_before_a_call,
+        _send_compute_recv,
+    ],
+)
+def test_auto_workers_block_wherever_the_parent_computes(make_async, loop):
+    """The parent's work counts wherever it runs: after, inside, before a call.
+
+    Its own time between two step commands, less its waits, decides; measuring from
+    the end of its last wait missed a policy run between ``step_async`` and
+    ``step_wait`` or before a quick ``get_attr``, and the workers spun through it
+    (0.18-0.33 s here). Blocked, they burn a few hundredths of a second.
+    """
+    env = make_async(
+        [CountingEnv] * 2, num_workers=2, wait_strategy="auto", batch_size=1
+    )
+    env.reset(seed=0)
+    actions = np.zeros(2, np.int64)
+    for _ in range(10):
+        loop(env, actions)
+    before = _worker_cpu_seconds(env)
+    for _ in range(80):
+        loop(env, actions)
+    burned = _worker_cpu_seconds(env) - before
+    assert env.unwrapped._group.spin.hint.value == 0
+    assert burned < 0.1, burned

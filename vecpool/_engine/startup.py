@@ -245,7 +245,7 @@ class Starter:
                 "restart": restart,
                 "spin": group.spin.worker_spin,
                 "spin_yield": group.spin.spin_yield,
-                "spin_hint": group.spin.share_hint(self.ctx),
+                "spin_hint": group.spin.share_hint(buffers.block, buffers.layout),
             }
         return WorkerConfig(
             index=index,

@@ -168,11 +168,12 @@ class WorkerConfig:
         semaphore: Optional semaphore limiting concurrent env execution.
         spin: Seconds to poll for the next command before blocking on the pipe.
         spin_yield: Whether to ``sched_yield`` between polls while spinning.
-        spin_hint: If set, a shared byte the parent writes with each step command
-            (``SpinPolicy.hint`` in vecpool/_wire/spin.py): the worker spins for its
-            next command only while it is 1. A parent busy between steps (a policy)
-            sets it to 0 and finds the worker blocked, so spinning never takes a
-            core from the parent's own work.
+        spin_hint: Whether to read the byte ``layout.spin_hint`` of ``block``,
+            which the parent writes with each step command (``SpinPolicy.hint`` in
+            vecpool/_wire/spin.py): the worker then spins for its next command only
+            while it is 1. A parent busy between steps (a policy) sets it to 0 and
+            finds the worker blocked, so spinning never takes a core from the
+            parent's own work.
         holding: With a semaphore, a shared byte array in which each worker marks
             that it holds the semaphore (so the parent can give back the permit of a
             worker that died holding it).
@@ -200,7 +201,7 @@ class WorkerConfig:
     semaphore: Any = None
     spin: float = 0.0
     spin_yield: bool = False
-    spin_hint: Any = None
+    spin_hint: bool = False
     holding: Any = None
     permits: Any = None
     restart: RestartStart | None = None

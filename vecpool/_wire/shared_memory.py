@@ -58,6 +58,9 @@ class Layout:
         info_versions: ``int64[n]``: the schema id of each env's info in ``infos``
             on the last full step (0: none there).
         info_schemas: ``uint8[n, INFO_SCHEMA_BYTES]``: each env's pickled schema.
+        spin_hint: ``int8[1]``: whether the workers should spin for their next
+            command (written by the parent, ``SpinPolicy`` in
+            vecpool/_wire/spin.py).
         size: Total bytes.
     """
 
@@ -69,6 +72,7 @@ class Layout:
     infos: Field
     info_versions: Field
     info_schemas: Field
+    spin_hint: Field
     size: int
 
     @classmethod
@@ -118,6 +122,8 @@ class Layout:
         infos = place(np.dtype(np.uint8), (INFO_ROW_BYTES,))
         info_versions = place(np.dtype(np.int64), ())
         info_schemas = place(np.dtype(np.uint8), (INFO_SCHEMA_BYTES,))
+        spin_hint = Field(offset, np.dtype(np.int8).str, (1,))
+        offset += _ALIGN
         return cls(
             actions,
             observations,
@@ -127,6 +133,7 @@ class Layout:
             infos,
             info_versions,
             info_schemas,
+            spin_hint,
             offset,
         )
 
@@ -169,6 +176,14 @@ class SharedBlock:
         return np.frombuffer(
             self.raw, dtype=np.uint8, count=stop - start, offset=self.base + start
         )
+
+    def byte(self, field: Field) -> ctypes.c_int8:
+        """The first byte of ``field`` as a ``ctypes`` value (cheap to read and set).
+
+        Args:
+            field: A field of this block's layout.
+        """
+        return ctypes.c_int8.from_buffer(self.raw, self.base + field.offset)
 
     def view(self, field: Field) -> np.ndarray[Any, Any]:
         """A numpy view of one field of the block.

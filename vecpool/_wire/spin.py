@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from vecpool._wire.shared_memory import Layout, SharedBlock
+
 __all__ = [
     "SPIN_BUDGET",
     "SPIN_MAX_WAIT",
@@ -49,12 +51,12 @@ class SpinPolicy:
         adaptive: Whether :meth:`before_wait` adapts ``spin``, and
             :meth:`before_send` the workers' (``wait_strategy="auto"``).
         wait_ema: Seconds a wait takes, smoothed.
-        hint: With ``adaptive`` workers that spin, a shared byte (a
-            ``multiprocessing`` ``RawValue``, set by :meth:`share_hint`): 1 while
-            the workers should spin for their next command after replying, 0 while
-            they should block (the parent computes between steps). ``None``: the
-            workers spin whenever ``worker_spin`` says.
-        gaps: The parent's gaps between its waits and its next commands.
+        hint: With ``adaptive`` workers that spin, the byte of the shared block
+            they read after each reply (set by :meth:`share_hint`): 1 while they
+            should spin for their next command, 0 while they should block (the
+            parent computes between steps). ``None``: the workers spin whenever
+            ``worker_spin`` says.
+        gaps: The parent's own work between its step commands.
     """
 
     worker_spin: float
@@ -65,23 +67,29 @@ class SpinPolicy:
     hint: Any = None
     gaps: GapTracker | None = None
 
-    def share_hint(self, ctx: Any) -> Any:
-        """The shared byte the workers read (created once; ``None`` if not adaptive).
+    def share_hint(self, block: SharedBlock, layout: Layout) -> bool:
+        """Start writing the workers' hint into ``block``; whether they should read it.
+
+        Only adaptive workers that spin need it (``wait_strategy="auto"``).
 
         Args:
-            ctx: The ``multiprocessing`` context the workers start from.
+            block: The vector env's shared block (which the workers map anyway).
+            layout: Its layout (the ``spin_hint`` field).
         """
-        if self.hint is None and self.adaptive and self.worker_spin:
-            self.hint = ctx.RawValue("b", 1)
+        if not (self.adaptive and self.worker_spin):
+            return False
+        if self.hint is None:
+            self.hint = block.byte(layout.spin_hint)
+            self.hint.value = 1
             self.gaps = GapTracker(WORKER_SPIN_MAX_GAP)
-        return self.hint
+        return True
 
     def before_send(self) -> None:
         """A step command goes out: tell the workers whether to spin after it.
 
-        The gap since the last wait ended is the parent's own work between steps
-        (a policy); a long one keeps the workers blocked, never spinning on the
-        cores that work needs.
+        The parent's own work since the last step command (a policy) decides: a
+        long one keeps the workers blocked, never spinning on the cores that work
+        needs.
         """
         if self.gaps is not None:
             self.hint.value = self.gaps.commanded(time.perf_counter())
@@ -105,12 +113,14 @@ class SpinPolicy:
         return self.spin
 
     def after_wait(self) -> None:
-        """Fold the wait just finished into the average."""
+        """Fold the wait just finished into the averages."""
         if self.adaptive and self.worker_spin:
             now = time.perf_counter()
-            self.wait_ema += 0.1 * (now - self._started - self.wait_ema)
+            waited = now - self._started
+            self.wait_ema += 0.1 * (waited - self.wait_ema)
             if self.gaps is not None:
-                self.gaps.answered(now)
+                self.gaps.waited(waited)
+            self._started = now  # a wait around this one (a restart's) adds the rest
 
     _started: float = 0.0
 
@@ -151,60 +161,68 @@ def spin_until_ready(
 
 
 class GapTracker:
-    """The parent's gap between a reply and its next command, smoothed.
+    """The parent's own work between two step commands, smoothed.
 
-    It tells the workers whether spinning for the next command can pay: spin while
-    the parent sends its next command within ``max_gap`` (on average) of their
-    replies, block while it computes longer (a policy between steps), so spinning
+    It tells the workers whether spinning for their next command can pay: spin
+    while the parent sends its next command within ``max_gap`` of work (on
+    average), block while it computes longer (a policy between steps), so spinning
     never takes the cores the parent computes with.
 
-    The parent measures the gap itself, from the end of its wait to its next
-    command: that is the true gap. A worker could only see it with its own wake-up
-    added, and a blocked worker would then have to spin now and then to find out
+    The parent measures it itself: the time from one step command to the next, less
+    the time it spent waiting for replies in between (:meth:`waited`). So a policy
+    counts wherever it runs: between ``step_wait`` and the next ``step_async``,
+    between ``step_async`` and ``step_wait``, or before a quick ``call``. A worker
+    could only see its own gap, which holds its wake-up but none of the policy run
+    before a wait, and a blocked worker would have to spin now and then to find out
     that the parent got quick again; here nothing spins to measure.
 
     Example:
         >>> tracker = GapTracker(max_gap=0.001)
         >>> tracker.commanded(now=0.0)  # no gap seen yet: spin
         True
+        >>> now = 0.0
         >>> for _ in range(30):
-        ...     tracker.answered(now=0.0)
-        ...     spins = tracker.commanded(now=0.01)  # the parent computes 10 ms
+        ...     tracker.waited(0.0001)  # the step's replies
+        ...     now += 0.0101  # ... and 10 ms of policy
+        ...     spins = tracker.commanded(now)
         >>> spins
         False
         >>> for _ in range(30):
-        ...     tracker.answered(now=0.0)
-        ...     spins = tracker.commanded(now=0.0001)  # quick again
+        ...     tracker.waited(0.0001)
+        ...     now += 0.0002  # quick again
+        ...     spins = tracker.commanded(now)
         >>> spins
         True
 
     Args:
-        max_gap: Spin while the smoothed gap stays below this (seconds).
+        max_gap: Spin while the smoothed work stays below this (seconds).
     """
 
-    __slots__ = ("_answered", "average", "max_gap")
+    __slots__ = ("_last", "_waited", "average", "max_gap")
 
     def __init__(self, max_gap: float) -> None:
         """Start with no gap seen (spinning)."""
         self.max_gap = max_gap
         self.average = 0.0
-        self._answered: float | None = None
+        self._last: float | None = None
+        self._waited = 0.0
 
-    def answered(self, now: float) -> None:
-        """The parent's wait for replies ended at ``now`` (``time.perf_counter()``)."""
-        self._answered = now
+    def waited(self, seconds: float) -> None:
+        """The parent waited ``seconds`` for replies (not its own work)."""
+        self._waited += seconds
 
     def commanded(self, now: float) -> bool:
-        """A command goes out at ``now``: fold the gap in; whether workers should spin.
+        """A step command goes out at ``now``: fold the work since the last one in.
 
-        A single long gap (an evaluation, a checkpoint) is clipped to four times
-        ``max_gap``, so spinning resumes within a few dozen quick steps.
+        A single long stretch of work (an evaluation, a checkpoint) is clipped to
+        four times ``max_gap``, so spinning resumes within a few dozen quick steps.
 
         Returns:
             Whether the workers should spin for the command after this one.
         """
-        if self._answered is not None:
-            gap = min(now - self._answered, 4.0 * self.max_gap)
-            self.average += 0.125 * (gap - self.average)
-            self._answered = None
+        if self._last is not None:
+            work = min(max(now - self._last - self._waited, 0.0), 4.0 * self.max_gap)
+            self.average += 0.125 * (work - self.average)
+        self._last = now
+        self._waited = 0.0
         return self.average < self.max_gap

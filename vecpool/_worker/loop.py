@@ -125,7 +125,8 @@ def run_worker(
             return  # an env constructor raised: reported, nothing to serve
         poller = select.poll()
         poller.register(conn.fileno(), select.POLLIN)
-        spin, spin_yield, hint = config.spin, config.spin_yield, config.spin_hint
+        spin, spin_yield = config.spin, config.spin_yield
+        hint = config.block.byte(config.layout.spin_hint) if config.spin_hint else None
         running = True
         while running:
             # the parent says (a shared byte) whether it computes between steps

@@ -189,8 +189,10 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 ``"spin"`` polls (yielding the CPU between polls) for up to 2 ms
                 before blocking, which skips the cost of waking a blocked process;
                 ``"block"`` always blocks on the pipes; ``"auto"`` (default) spins
-                only when there are no more workers than CPUs, and each side only
-                while the other answers within about a quarter millisecond.
+                only when there are no more workers than CPUs: the parent while the
+                workers answer within about a quarter millisecond, the workers
+                while the parent's own work between two steps (a policy) stays
+                under that.
             batch_size: Enables EnvPool-style asynchronous batches: :meth:`send`
                 steps the given envs and :meth:`recv` returns the first
                 ``batch_size`` envs to finish (``1 <= batch_size <= num_envs``).
