@@ -40,7 +40,7 @@ from vecpool.replay.minari import to_minari
 from vecpool.replay.pool import ReplayPool
 from vecpool.replay.settings import PoolSettings
 from vecpool.replay.wrapper import ReplayPoolWrapper
-from vecpool.sampling.sampler import EpisodeRecord, Sampler
+from vecpool.sampling.sampler import Sampler
 from vecpool.vector.make import make_vec
 
 __all__ = [
@@ -72,7 +72,8 @@ LOG_LINE_MAX_SECONDS = 30.0
 """Longest time between two progress lines when the output is not a terminal."""
 
 Policy = Callable[[Any], Any]
-"""``policy(observations) -> actions``, one call per vector step for the batch."""
+"""``policy(observations) -> actions``, one call per vector step for the batch (with
+``overlap=True``, one per batch of the envs that came back)."""
 
 _AUTORESET_NAMES = {
     "nextstep": AutoresetMode.NEXT_STEP,
@@ -90,7 +91,8 @@ class CollectResult:
         num_envs: Number of sub-environments (and of sub-pools).
         num_workers: Number of worker processes.
         autoreset_mode: The vector env's autoreset mode.
-        planned_env_steps: Env steps asked for, rounded up to whole vector steps.
+        planned_env_steps: Env steps asked for, rounded up to whole vector steps
+            (with ``overlap=True``, to whole chunks of :data:`OVERLAP_CHUNK`).
         vector_steps: Vector steps taken (fewer than planned if interrupted).
         transitions: Real transitions recorded (``NEXT_STEP``'s reset-only steps are
             env steps but not transitions).
@@ -237,7 +239,7 @@ def load_policy(spec: str) -> Policy:
     """Import the policy named ``"module:callable"`` (``"module:obj.attr"`` works too).
 
     The callable is used as is: ``policy(observations) -> actions`` for the whole
-    batch, once per vector step.
+    batch, once per vector step (with ``overlap=True``, once per batch of envs).
 
     Args:
         spec: ``"package.module:function"``.
@@ -328,6 +330,8 @@ class _EpisodeTracker:
         self.ends: list[int] = []
         self.episode_returns: list[float] = []
         self.episode_lengths: list[int] = []
+        self.chunk_rows = np.zeros(num_envs, np.int64)  # overlap=True only
+        self.pending: list[tuple[float, int]] = []
 
     def record(
         self,
@@ -373,17 +377,50 @@ class _EpisodeTracker:
         done_copy: npt.NDArray[np.bool_] = done.copy()
         return done_copy
 
-    def record_chunk(
-        self, vector_steps: int, transitions: int, episodes: list[EpisodeRecord]
+    def add_rows(
+        self,
+        rewards: npt.NDArray[Any],
+        ended: npt.NDArray[np.bool_],
+        env_ids: npt.NDArray[Any],
     ) -> None:
-        """Add a chunk of ``overlap=True`` collection: its episodes end at its end."""
+        """Transitions the pool just took (``overlap=True``): count them as they land.
+
+        Counted here, not from the sampler's batches, so a second Ctrl-C in the
+        middle of a chunk leaves the figures equal to what the pool holds. Episodes
+        that end wait in :attr:`pending` for the end of their chunk.
+        """
+        ids = np.asarray(env_ids, np.int64)
+        self.transitions += ids.size
+        self.chunk_rows[ids] += 1
+        self.returns[ids] += rewards
+        self.lengths[ids] += 1
+        for index in ids[np.asarray(ended, np.bool_)].tolist():
+            self.pending.append((float(self.returns[index]), int(self.lengths[index])))
+            self.returns[index] = 0.0
+            self.lengths[index] = 0
+
+    def abort(self, env_ids: Any) -> None:
+        """The episodes in progress of ``env_ids`` were cut (a restart): drop them."""
+        self.returns[env_ids] = 0.0
+        self.lengths[env_ids] = 0
+
+    def end_chunk(self, vector_steps: int | None = None) -> None:
+        """A chunk of ``overlap=True`` ended: its episodes end at its end.
+
+        Args:
+            vector_steps: Its vector steps; ``None`` (a chunk cut short by Ctrl-C):
+                the most rows one env recorded in it.
+        """
+        if vector_steps is None:
+            vector_steps = int(self.chunk_rows.max())
         self.vector_steps += vector_steps
-        self.transitions += transitions
+        self.chunk_rows[:] = 0
         env_steps = self.vector_steps * self.num_envs
-        for episode in episodes:
+        for return_, length in self.pending:
             self.ends.append(env_steps)
-            self.episode_returns.append(float(episode.return_))
-            self.episode_lengths.append(int(episode.length))
+            self.episode_returns.append(return_)
+            self.episode_lengths.append(length)
+        self.pending.clear()
 
     def stepping_seconds(self) -> float:
         """Seconds since stepping began (0 if it has not)."""
@@ -466,12 +503,16 @@ class _StopOnSigint:
     def __init__(self) -> None:
         self.requested = False
         self.deferring = False
+        self.notice: str | None = None  # said on the first Ctrl-C, if set
         self._previous: Any = None
         self._installed = False
 
     def _handle(self, _signum: int, _frame: FrameType | None) -> None:
         if self.requested and not self.deferring:
             raise KeyboardInterrupt
+        if not self.requested and self.notice is not None:
+            sys.stderr.write(f"\n{self.notice}\n")
+            sys.stderr.flush()
         self.requested = True
 
     def __enter__(self) -> _StopOnSigint:
@@ -553,21 +594,38 @@ def _step(
         display.update(tracker)
 
 
-class _DeferringPool:
-    """A pool whose writes a second Ctrl-C cannot cut in half (see :func:`_overlap`).
+class _RecordingPool:
+    """The pool the :class:`Sampler` records into with ``overlap=True``.
 
-    It stands in for the :class:`ReplayPool` the :class:`Sampler` records into.
+    It counts every transition as it lands (:meth:`_EpisodeTracker.add_rows`), and a
+    second Ctrl-C cannot cut a write in half.
     """
 
-    def __init__(self, pool: ReplayPool, stop: _StopOnSigint) -> None:
+    def __init__(
+        self, pool: ReplayPool, tracker: _EpisodeTracker, stop: _StopOnSigint
+    ) -> None:
         self._pool = pool
+        self._tracker = tracker
         self._stop = stop
         self.num_envs = pool.num_envs
 
-    def add_leaves(self, *args: Any, **kwargs: Any) -> None:
+    def add_leaves(
+        self,
+        obs: Any,
+        action: Any,
+        next_obs: Any,
+        reward: Any,
+        terminated: Any,
+        truncated: Any,
+        env_ids: Any = None,
+    ) -> None:
         self._stop.deferring = True
         try:
-            self._pool.add_leaves(*args, **kwargs)
+            self._pool.add_leaves(
+                obs, action, next_obs, reward, terminated, truncated, env_ids
+            )
+            ended = np.logical_or(terminated, truncated)
+            self._tracker.add_rows(np.asarray(reward), ended, env_ids)
         finally:
             self._stop.deferring = False
 
@@ -575,6 +633,7 @@ class _DeferringPool:
         self._stop.deferring = True
         try:
             self._pool.abort_episodes(env_ids)
+            self._tracker.abort(env_ids)
         finally:
             self._stop.deferring = False
 
@@ -596,13 +655,22 @@ def _overlap(
     vector steps (or fewer).
     """
     chunk = min(OVERLAP_CHUNK, planned)
-    pool: Any = _DeferringPool(envs.pool, stop)
-    sampler = Sampler(envs.env, policy, batch_T=chunk, pool=pool, seed=seed)
+    pool: Any = _RecordingPool(envs.pool, tracker, stop)
+    # copy=False: only the pool keeps the rows (no [T, B] copies of every frame)
+    sampler = Sampler(envs.env, policy, batch_T=chunk, pool=pool, seed=seed, copy=False)
+    stop.notice = (
+        f"vecpool collect: stopping at the end of this chunk of {chunk} vector steps "
+        "(Ctrl-C again to stop at once)"
+    )
     tracker.started = time.perf_counter()
-    while tracker.vector_steps < planned and not stop.requested:
-        batch, episodes = sampler.obtain_samples()
-        tracker.record_chunk(chunk, int(np.count_nonzero(batch.valid)), episodes)
-        display.update(tracker)
+    try:
+        while tracker.vector_steps < planned and not stop.requested:
+            sampler.obtain_samples()
+            tracker.end_chunk(chunk)
+            display.update(tracker)
+    except BaseException:
+        tracker.end_chunk()  # a chunk cut short: what the pool took of it
+        raise
 
 
 def collect(
@@ -610,7 +678,7 @@ def collect(
     *,
     num_envs: int,
     steps: int,
-    pool_size: int,
+    pool_size: int | None,
     out: str | os.PathLike[str] | None,
     window_size: int | None = None,
     clearing_freq: int | None = None,
@@ -655,7 +723,8 @@ def collect(
         num_envs: Number of sub-environments (and of sub-pools).
         steps: Env steps to take in total (rounded up to whole vector steps).
         pool_size: Total capacity of the pool; each sub-pool holds
-            ``ceil(pool_size / num_envs)``.
+            ``ceil(pool_size / num_envs)``. ``None``: the env steps planned (after
+            the rounding), so nothing is dropped.
         out: File to write the pool to (``.npz``, atomically, with
             :meth:`ReplayPool.save`); ``None`` writes nothing.
         window_size: See :class:`vecpool.ReplayPool`.
@@ -679,12 +748,15 @@ def collect(
         minari: Also write the complete episodes as this Minari dataset id
             (``pip install "vecpool[minari]"``; see
             :func:`vecpool.replay.minari.to_minari`).
-        overlap: Step half of the envs while the policy computes the other half's
-            actions (``send``/``recv`` batches of ``num_envs // 2``; the policy is
-            called with those envs' observations only). It pays when each policy
-            call waits (an accelerator, a remote server) about as long as half the
-            envs take to step; with a CPU policy on few cores, or cheap envs, the
-            plain loop is faster (docs/performance.md). The envs then run out of
+        overlap: Step some envs while the policy computes the others' actions
+            (``send``/``recv`` batches of ``num_envs // 2``; the policy is called
+            with one batch's observations at a time, two or three times per vector
+            step). With random actions or ``random_routing``, a seeded run is not
+            reproducible then: the batches come back in the order the envs finish.
+            It pays when each policy call waits (an accelerator, a remote server)
+            about as long as a batch takes to step; with a CPU policy on few
+            cores, or cheap envs, the plain loop is faster (docs/collecting.md).
+            The envs run out of
             step within chunks of :data:`OVERLAP_CHUNK` vector steps: the steps are
             rounded up to whole chunks, Ctrl-C stops at the end of a chunk, and
             ``episode_ends`` are the ends of the chunks. Needs ``num_envs >= 2``.
@@ -700,7 +772,8 @@ def collect(
     mode = parse_autoreset_mode(autoreset_mode)
     num_envs = check_int("num_envs", num_envs, 1, error=CollectArgumentError)
     steps = check_int("steps", steps, 1, error=CollectArgumentError)
-    pool_size = check_int("pool_size", pool_size, 1, error=CollectArgumentError)
+    if pool_size is not None:
+        pool_size = check_int("pool_size", pool_size, 1, error=CollectArgumentError)
     policy_fn = load_policy(policy) if isinstance(policy, str) else policy
     path = _check_out(out)
     planned = math.ceil(steps / num_envs)
@@ -719,6 +792,8 @@ def collect(
         vector_kwargs["batch_size"] = num_envs // 2
         chunk = min(OVERLAP_CHUNK, planned)
         planned = math.ceil(planned / chunk) * chunk
+    if pool_size is None:
+        pool_size = planned * num_envs
     stream: TextIO | None
     if progress is True:
         stream = sys.stderr
@@ -752,7 +827,7 @@ def collect(
         tracker = _EpisodeTracker(num_envs, mode)
         display: _CollectProgress | None = None
         hard_stop = False
-        halves = f" overlapped (halves of {num_envs // 2} envs)" if overlap else ""
+        halves = f" overlapped (batches of {num_envs // 2} envs)" if overlap else ""
         try:
             say(
                 f"collecting {env_id}: {planned * num_envs:,} env steps = {planned:,} "

@@ -58,7 +58,7 @@ def _collect(args: argparse.Namespace) -> int:
             args.env_id,
             num_envs=args.num_envs,
             steps=steps,
-            pool_size=steps if pool_size is None else pool_size,
+            pool_size=pool_size,
             out=args.out,
             window_size=args.window_size,
             clearing_freq=args.clearing_freq,
@@ -206,15 +206,17 @@ def add_collect_parser(
         "--policy",
         metavar="MODULE:CALLABLE",
         default=None,
-        help="policy(observations) -> actions, called once per vector step "
-        "(default: random actions)",
+        help="policy(observations) -> actions, called once per vector step with "
+        "every env's observations (with --overlap: once per batch; default: random "
+        "actions)",
     )
     parser.add_argument(
         "--overlap",
         action="store_true",
-        help="run the policy on one half of the envs while the other half steps "
-        "(pays when each policy call waits, e.g. on a GPU, about as long as half the "
-        "envs take to step; docs/performance.md)",
+        help="run the policy on batches of N // 2 envs while the others step; --steps "
+        "is rounded up to whole chunks of 64 vector steps (pays when each policy call "
+        "waits, e.g. on a GPU, about as long as a batch takes to step; "
+        "docs/collecting.md)",
     )
     parser.add_argument(
         "--num-workers",
