@@ -84,6 +84,11 @@ class SpinPolicy:
             self.gaps = GapTracker(WORKER_SPIN_MAX_GAP)
         return True
 
+    def drop_hint(self) -> None:
+        """Let go of the hint (on close): it keeps the shared block alive."""
+        self.hint = None
+        self.gaps = None
+
     def before_send(self) -> None:
         """A step command goes out: tell the workers whether to spin after it.
 

@@ -1023,6 +1023,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         if close_permits is not None:
             close_permits()
         self._buffers.release()
+        self._group.spin.drop_hint()  # it points into the block
         for handle in self._group.handles:  # the workers' wide areas go now too
             handle.info_wide = handle.wide_offer = None
 
