@@ -718,13 +718,12 @@ def test_overlap_records_what_the_plain_loop_records(tmp_path, mode):
     # plain loop does
     runs = {}
     for overlap in (False, True):
-        runs[overlap] = collect(
-            "CartPole-v1",
+        runs[overlap] = small_run(
+            tmp_path,
             num_envs=4,
             steps=4 * 128,
             pool_size=4 * 128,
             out=None,
-            num_workers=2,
             seed=3,
             policy=_lean_policy,
             autoreset_mode=mode,
@@ -807,7 +806,7 @@ def test_cli_overlap_says_so(tmp_path):
 
 
 @pytest.mark.parametrize("mode", ["next_step", "same_step"])
-def test_a_second_ctrl_c_inside_a_chunk_reports_what_the_pool_holds(mode):
+def test_a_second_ctrl_c_inside_a_chunk_reports_what_the_pool_holds(tmp_path, mode):
     # the sampler writes each batch into the pool as it comes back: the figures must
     # count those rows too when a second Ctrl-C stops in the middle of a chunk
     calls = [0]
@@ -819,14 +818,12 @@ def test_a_second_ctrl_c_inside_a_chunk_reports_what_the_pool_holds(mode):
             signal.raise_signal(signal.SIGINT)  # second: at once
         return _lean_policy(obs)
 
-    result = collect(
-        "CartPole-v1",
+    result = small_run(
+        tmp_path,
         num_envs=4,
         steps=4 * 256,
         pool_size=4 * 1000,
         out=None,
-        num_workers=2,
-        seed=0,
         policy=policy,
         autoreset_mode=mode,
         overlap=True,
