@@ -33,6 +33,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+if sys.platform != "win32":
+    import fcntl  # POSIX record locks; LOCK_PERMITS is False where there are none
+
 __all__ = ["LOCK_PERMITS", "LockPermits"]
 
 LOCK_PERMITS = hasattr(os, "memfd_create") and sys.platform.startswith("linux")
@@ -108,8 +111,6 @@ class LockPermits:
 
     def acquire(self, index: int) -> None:
         """Take a permit: any free one at once, else queue on the turnstile."""
-        import fcntl
-
         if self._own < 0:
             self.open()
         first = index % self.count
@@ -129,8 +130,6 @@ class LockPermits:
 
     def _take_free(self, first: int) -> bool:
         """Lock the first free permit byte from ``first`` on; whether one was."""
-        import fcntl
-
         count, own = self.count, self._own
         for step in range(count):
             byte = (first + step) % count
@@ -146,8 +145,6 @@ class LockPermits:
 
     def release(self) -> None:
         """Give back the permit held (nothing if none)."""
-        import fcntl
-
         if self._held >= 0:
             fcntl.lockf(self._own, fcntl.LOCK_UN, 1, self._held, os.SEEK_SET)
             self._held = -1
