@@ -281,8 +281,6 @@ class StepBuffers:
         self.info_ids = self.block.view(self.layout.info_versions)
         self.info_schema_areas = self.block.view(self.layout.info_schemas)
         self._info_schemas: dict[int, InfoSchema] = {}  # by id
-        # a worker offered an area for wide infos: the next full step accepts it
-        self.wide_offers = False
         # observations that came by pipe (HYBRID: each env's leaves that are not
         # arrays, see vecpool._util.spaces.make_extractor)
         self.env_obs: list[Any] = [None] * num_envs
@@ -365,19 +363,6 @@ class StepBuffers:
 
     # -- actions -----------------------------------------------------------------------
 
-    def fast_actions(self, actions: Any) -> bool:
-        """Copy ``actions`` into shared memory if they fit the hot path exactly."""
-        view = self.fast_action_view
-        if (
-            view is not None
-            and type(actions) is np.ndarray
-            and actions.shape == view.shape
-            and (actions.dtype == view.dtype or _lossless(actions.dtype, view.dtype))
-        ):
-            view[...] = actions
-            return True
-        return False
-
     def place_actions(
         self,
         actions: Any,
@@ -407,6 +392,17 @@ class StepBuffers:
         Raises:
             ValueError: If the count or a single action's shape is wrong.
         """
+        view = self.fast_action_view
+        if (  # the hot path: one array of the exact shape, for every env
+            shared
+            and ids is None
+            and view is not None
+            and type(actions) is np.ndarray
+            and actions.shape == view.shape
+            and (actions.dtype == view.dtype or _lossless(actions.dtype, view.dtype))
+        ):
+            view[...] = actions
+            return None
         count = self.num_envs if ids is None else ids.size
         views = self.action_views
         if views and shared:
@@ -541,12 +537,8 @@ class StepBuffers:
         )
         for handle, reply in zip(handles, replies, strict=True):
             # before any raise: an offer not taken now is never made again
-            if (
-                reply is not None
-                and reply.wide_offer is not None
-                and handle.take_wide_offer(reply.wide_offer)
-            ):
-                self.wide_offers = True
+            if reply is not None and reply.wide_offer is not None:
+                handle.take_wide_offer(reply.wide_offer)  # the next step accepts
         raise_env_errors(replies, owner)
         items: list[tuple[int, dict[str, Any]]] = []
         for handle, reply in zip(handles, replies, strict=True):

@@ -17,6 +17,7 @@ The group holds handles of any kind through
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import multiprocessing
 import select
@@ -29,7 +30,6 @@ from gymnasium import Space
 from vecpool._engine.env_errors import raise_env_errors
 from vecpool._engine.guards import HELD
 from vecpool._engine.handle import WorkerHandle
-from vecpool._wire.messages import CUT_AGAIN
 from vecpool._wire.spin import SpinPolicy, spin_until_ready
 from vecpool.errors import OutOfStepError, WorkerCrashedError
 
@@ -93,9 +93,6 @@ class WorkerGroup:
         self.gave_up = False
         self.restarter: Restarting | None = None
         self.dead: list[WorkerHandle] = []
-        # replacements whose cut rows answered a step or reset that then gave up
-        # (timeout, Ctrl-C, an env error): their next command marks the cut again
-        self.unseen_cuts: list[WorkerHandle] = []
         self.lost: WorkerCrashedError | None = None
         # the wait in progress: (timeout, name, deadline), for a replacement's
         # start-up wait nested in it (it keeps the call's deadline)
@@ -215,23 +212,34 @@ class WorkerGroup:
             handle.expect(number)
         return self.handles
 
-    def send_message_all(self, message: bytes) -> None:
-        """:meth:`send_all` for the hot path: the same tiny message to every worker.
+    def send_step(self, message: bytes, per_env: list[Any] | None) -> None:
+        """Send one step command to every worker; each then awaits its reply.
+
+        The one step path: each handle writes ``message`` (its tail, if any, and
+        its slice of ``per_env``, if given, ride along: see
+        :meth:`WorkerHandle.send_step`).
 
         Args:
-            message: The framed-less message (e.g. ``b"s"`` and a buffer index).
+            message: The hot-path step message (``STEP`` and a buffer index).
+            per_env: One action per env, when they travel pickled; ``None`` when
+                they are in shared memory.
 
         Raises:
             WorkerCrashedError: If a worker's pipe is broken.
         """
         for handle in self.handles:  # inside ``with HELD``, as every send
+            actions = (
+                None
+                if per_env is None
+                else per_env[handle.env_indices.start : handle.env_indices.stop]
+            )
             try:
-                number = handle.write(message)
+                number = handle.send_step(message, actions)
             except OSError:
                 number = 0
             if not number:  # restart mode: a replacement gets it (see send_to)
                 handle, number = self.send_to(
-                    handle, "step", lambda new: new.write(message)
+                    handle, "step", functools.partial(_send_step, message, actions)
                 )
             handle.numbers.expect(number)
 
@@ -514,10 +522,6 @@ class WorkerGroup:
         self.broken = error
         raise error
 
-    def cut_tail(self, handle: WorkerHandle) -> bytes:
-        """``CUT_AGAIN`` if ``handle``'s cut rows were never returned, else empty."""
-        return CUT_AGAIN if any(handle is h for h in self.unseen_cuts) else b""
-
     def note_give_up(self) -> None:
         """A call gave up (or a transfer was cut): check the handles from now on."""
         self.gave_up = True
@@ -549,6 +553,10 @@ class WorkerGroup:
         except Exception:  # noqa: BLE001 - the caller terminates the workers
             return False
         return True
+
+
+def _send_step(message: bytes, actions: list[Any] | None, handle: WorkerHandle) -> int:
+    return handle.send_step(message, actions)
 
 
 def poll_set(

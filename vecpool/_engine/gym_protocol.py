@@ -14,7 +14,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from vecpool._engine.handle import WorkerHandle
-from vecpool._wire.messages import STEP, Reply
+from vecpool._wire.messages import Reply
 from vecpool._wire.remote_errors import ErrorRecord
 
 __all__ = ["GymProtocolHandle"]
@@ -49,10 +49,8 @@ class GymProtocolHandle(WorkerHandle):
 
     def send_step(
         self,
+        message: bytes,  # noqa: ARG002 - Gymnasium's workers speak their own protocol
         actions: list[Any] | None,
-        buffer: int = 0,  # noqa: ARG002 - Gymnasium's workers have one buffer
-        message: bytes = STEP,  # noqa: ARG002 - and speak their own protocol
-        accept: bytes = b"",  # noqa: ARG002 - and never offer wide-info areas
     ) -> int:
         """Step the env with its action (always by pipe)."""
         assert actions is not None
@@ -64,7 +62,6 @@ class GymProtocolHandle(WorkerHandle):
         options: dict[str, Any] | None,
         flags: list[bool],
         buffer: int = 0,  # noqa: ARG002 - Gymnasium's workers have one buffer
-        tail: bytes = b"",  # noqa: ARG002 - and are never restarted
     ) -> int:
         """Reset the env (or leave it, outside a ``reset_mask``)."""
         if flags[0]:

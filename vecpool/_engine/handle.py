@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from vecpool._engine.numbering import ReplyNumbers
 from vecpool._wire.channel import Channel
-from vecpool._wire.messages import COLUMNS_ONLY, STEP, STEP_SOME, Command, Reply
+from vecpool._wire.messages import COLUMNS_ONLY, CUT_AGAIN, STEP_SOME, Command, Reply
 from vecpool._wire.wide_infos import WideOffer, acceptance, map_offer
 
 __all__ = ["WorkerHandle", "decode_reply", "describe_exit"]
@@ -83,6 +83,11 @@ class WorkerHandle:
         info_wide: The worker's wide info rows (``[hosted envs, stride]``) the
             parent reads, once accepted (vecpool/_wire/wide_infos.py).
         wide_offer: An offered area, mapped, that the next step accepts.
+        tail: What the next full step command carries besides the step itself:
+            empty on the hot path; the acceptance of a wide-info area
+            (:meth:`take_wide_offer`) and/or ``CUT_AGAIN`` (:meth:`mark_cut`, set
+            and cleared by the Restarter), in that order (``Host.take_tail``).
+        cut: The ``CUT_AGAIN`` part of :attr:`tail`, which a reset carries too.
     """
 
     def __init__(
@@ -106,44 +111,53 @@ class WorkerHandle:
         self.last_sent = b""
         self.info_wide: npt.NDArray[np.uint8] | None = None
         self.wide_offer: tuple[WideOffer, npt.NDArray[np.uint8]] | None = None
+        self.tail = self.cut = b""
 
     # -- sending ---------------------------------------------------------------------
 
-    def send_step(
-        self,
-        actions: list[Any] | None,
-        buffer: int = 0,
-        message: bytes = STEP,
-        accept: bytes = b"",
-    ) -> int:
-        """Step every hosted env; actions in shared memory when ``actions`` is None.
+    def send_step(self, message: bytes, actions: list[Any] | None) -> int:
+        """Step every hosted env: actions in shared memory when ``actions`` is None.
 
-        ``accept``: the command's tail (``Host.take_tail``): the acceptance of a
-        wide-info area (:meth:`accept_wide_offer`) and/or ``CUT_AGAIN``.
+        Args:
+            message: The hot-path step message (``STEP`` and the buffer index).
+            actions: One action per hosted env, pickled with the command, or
+                ``None`` (they are in shared memory).
+
+        Returns:
+            The command's number.
         """
+        tail = self.tail
+        if actions is None and not tail:  # the hot path: a 2-byte message
+            return self.write(message)
+        if self.wide_offer is not None:  # the tail carries its acceptance
+            self.info_wide, self.wide_offer = self.wide_offer[1], None
+            self.tail = self.cut
         if actions is None:
-            return self.write(message + accept)
-        return self.send(Command.STEP, (actions, None, buffer, accept))
+            return self.write(message + tail)
+        return self.send(Command.STEP, (actions, None, message[-1], tail))
 
-    def take_wide_offer(self, offer: WideOffer) -> bool:
-        """Map the wide-info area this worker offers; return whether it could."""
-        self.wide_offer = None  # an older offer is void once a newer one came
-        view = map_offer(offer)
-        if view is None:
-            return False
-        self.wide_offer = (offer, view)
-        return True
-
-    def accept_wide_offer(self) -> bytes:
-        """Accept the mapped offer: the tail of the step command that carries it.
+    def take_wide_offer(self, offer: WideOffer) -> None:
+        """Map the wide-info area this worker offers; the next step accepts it.
 
         From that step on, this worker's wide infos are read from the new area.
+        An area that cannot be mapped is not accepted (the infos stay pickled).
         """
-        if self.wide_offer is None:
-            return b""
-        offer, self.info_wide = self.wide_offer
-        self.wide_offer = None
-        return acceptance(offer)
+        self.wide_offer = None  # an older offer is void once a newer one came
+        view = map_offer(offer)
+        if view is not None:
+            self.wide_offer = (offer, view)
+        accept = b"" if view is None else acceptance(offer)
+        self.tail = accept + self.cut
+
+    def mark_cut(self, again: bool) -> None:
+        """Whether the next step or reset asks the worker to mark its cut again.
+
+        Set by the Restarter (vecpool/_engine/restart.py) while a replacement's
+        rows that mark the cut have not been returned to the user.
+        """
+        self.cut = CUT_AGAIN if again else b""
+        accept = b"" if self.wide_offer is None else acceptance(self.wide_offer[0])
+        self.tail = accept + self.cut
 
     def send_step_some(self, local: list[int], actions: list[Any] | None) -> int:
         """Step the hosted envs ``local`` (a ``send`` batch)."""
@@ -157,10 +171,9 @@ class WorkerHandle:
         options: dict[str, Any] | None,
         flags: list[bool],
         buffer: int = 0,
-        tail: bytes = b"",
     ) -> int:
-        """Reset the hosted envs whose flag is set (``tail``: ``Host.take_tail``)."""
-        return self.send(Command.RESET, (seeds, options, flags, buffer, tail))
+        """Reset the hosted envs whose flag is set (with :attr:`cut` as its tail)."""
+        return self.send(Command.RESET, (seeds, options, flags, buffer, self.cut))
 
     def send_call(
         self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -203,6 +203,28 @@ class Restarter:
         self.startup_deaths = [0] * len(policy.restarts)
         self.closing = False
         self.starter: Starter | None = None  # set when the workers are started
+        # replacements whose rows that mark the cut have not been returned by a
+        # step or reset: their next step or reset marks the cut again (CUT_AGAIN),
+        # for the call that read them may have given up (a timeout, a Ctrl-C, an
+        # env error)
+        self.unseen_cuts: list[WorkerHandle] = []
+
+    def returned(self, observations: Any) -> None:
+        """A step or reset returned its rows: the cuts are seen; keep the obs.
+
+        Args:
+            observations: The observations the call returns (a replacement
+                starts its envs from them).
+        """
+        for handle in self.unseen_cuts:
+            handle.mark_cut(again=False)
+        self.unseen_cuts.clear()
+        self.last_obs.record(observations)
+
+    def _mark_unseen(self, handle: WorkerHandle) -> None:
+        if not any(handle is h for h in self.unseen_cuts):
+            self.unseen_cuts.append(handle)
+            handle.mark_cut(again=True)
 
     def allows(self, handle: WorkerHandle, what: str) -> bool:
         """Whether a crash of ``handle``'s worker in ``what`` may be restarted."""
@@ -316,7 +338,7 @@ class Restarter:
         (mapped here) until the replacement's own area is accepted.
         """
         if what in ("step", "reset"):
-            group.unseen_cuts.append(new)
+            self._mark_unseen(new)
         new.numbers.take_over(old.numbers)
         new.info_wide = old.info_wide
         if resend:
@@ -351,9 +373,9 @@ class Restarter:
             )
             raise_env_errors([first], self.owner)
         self._warn(old, what)
-        if deferred and not any(record.handle is h for h in group.unseen_cuts):
+        if deferred:
             # its first rows may answer the call now waiting, which may give up
-            group.unseen_cuts.append(record.handle)
+            self._mark_unseen(record.handle)
 
     def give_back_permit(self, dead: WorkerHandle) -> None:
         """Release the ``max_concurrency`` permit a dead worker died holding."""

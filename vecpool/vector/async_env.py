@@ -492,7 +492,6 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                     options,
                     flags[handle.env_indices.start : handle.env_indices.stop],
                     buffer,
-                    group.cut_tail(handle),
                 ),
             )
             # kept until reset_wait returns the rows: a give-up shows them again
@@ -523,10 +522,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         infos = self._buffers.merge_replies(
             self._group.handles, replies, type(self).__name__
         )
-        self._group.unseen_cuts.clear()  # their rows are returned now
         observations = self._buffers.read_observations()
-        if self._restarter is not None:
-            self._restarter.last_obs.record(observations)
+        if self._restarter is not None:  # the rows that mark a cut are returned
+            self._restarter.returned(observations)
         return observations, infos
 
     # -- step --------------------------------------------------------------------------
@@ -569,38 +567,13 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._assert_is_running()
         self._assert_idle("step_async")
         buffers, group = self._buffers, self._group
-        shared = not (group.gave_up and group.any_abandoned())
         group.spin.before_send()  # the workers spin after it only if we are quick
         with HELD:
-            # the hot path: one copy into shared memory, a 2-byte message per worker
-            if shared and buffers.fast_actions(actions):
-                per_env = None
-            else:
-                per_env = buffers.place_actions(actions, shared=shared)
-            buffer = buffers.choose_obs_buffer()
-            # a worker offered an area for wide infos: accept it with this step
-            # (vecpool/_wire/wide_infos.py)
-            accepting, buffers.wide_offers = buffers.wide_offers, False
-            if per_env is None and not accepting and not group.unseen_cuts:
-                group.send_message_all(buffers.step_messages[buffer])
-            else:
-                message = buffers.step_messages[buffer]
-                group.send_all(
-                    "step",
-                    lambda handle: handle.send_step(
-                        None
-                        if per_env is None
-                        else per_env[
-                            handle.env_indices.start : handle.env_indices.stop
-                        ],
-                        buffer,
-                        message,
-                        (handle.accept_wide_offer() if accepting else b"")
-                        + group.cut_tail(handle),
-                    ),
-                )
-                # kept until step_wait returns the rows (a restart at this send
-                # too): a call that gives up again shows them again
+            # the shared actions stay unread while a worker whose call gave up
+            # may still read them: then everything goes by pipe (one read)
+            shared = not (group.gave_up and group.any_abandoned())
+            per_env = buffers.place_actions(actions, shared=shared)
+            group.send_step(buffers.step_messages[buffers.choose_obs_buffer()], per_env)
             self._state = AsyncState.WAITING_STEP
             self._step_interrupted = False
 
@@ -632,10 +605,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         infos = buffers.merge_replies(
             self._group.handles, replies, type(self).__name__, step=True
         )
-        self._group.unseen_cuts.clear()  # their rows are returned now
         observations = buffers.read_observations()
-        if self._restarter is not None:
-            self._restarter.last_obs.record(observations)
+        if self._restarter is not None:  # the rows that mark a cut are returned
+            self._restarter.returned(observations)
         return (
             observations,
             buffers.rewards.copy(),
