@@ -176,12 +176,8 @@ class Batches:
             WorkerCrashedError: If a worker's pipe is broken.
         """
         self.group.spin.before_send()
-        run = self._consecutive(env_ids)
-        if run is not None:
-            ids, first = run
-            if self._send_run(actions, ids, first):
-                return
-        ids = self.check_env_ids(env_ids)
+        run = self._consecutive(env_ids)  # the common case, checked in a few reads
+        ids = run[0] if run is not None else self.check_env_ids(env_ids)
         with HELD:
             per_env = self.buffers.place_actions(
                 actions, ids, shared=not self.group.any_abandoned()
@@ -207,33 +203,6 @@ class Batches:
                     None if per_env is None else [per_env[i] for i in order[lo:hi]],
                 )
                 lo = hi
-
-    def _send_run(self, actions: Any, ids: npt.NDArray[np.int64], first: int) -> bool:
-        """:meth:`send` of the ids ``first, first + 1, ...``, hosted by one worker.
-
-        Returns:
-            ``False`` (nothing done) when the run spans workers: the general
-            path sends it.
-        """
-        worker_of = self.worker_of
-        count = ids.size
-        last = first + count - 1
-        worker = worker_of[first]
-        if worker_of[last] != worker:
-            return False
-        with HELD:
-            per_env = self.buffers.place_actions(
-                actions, ids, shared=not self.group.any_abandoned()
-            )
-            chunk = self.chunk
-            for lo in range(0, count, chunk):
-                hi = min(lo + chunk, count)
-                self._command(
-                    worker,
-                    list(range(first + lo, first + hi)),
-                    None if per_env is None else per_env[lo:hi],
-                )
-        return True
 
     def _command(
         self, worker: int, chosen: list[int], actions: list[Any] | None
@@ -297,7 +266,7 @@ class Batches:
                 if ready_infos
                 else []
             )
-            infos = self.buffers.merge_batch_infos(self.group.handles, pickled, listed)
+            infos = self.buffers.merge_with_rows(self.group.handles, pickled, listed)
         infos["env_id"] = ids
         buffers = self.buffers
         first = listed[0] if listed else 0
@@ -396,7 +365,7 @@ class Batches:
             else:
                 self.buffers.put_observation(index, last)
         ids = np.asarray(done, np.int64)
-        last_obs.record_rows(self.buffers.take_observations(ids), ids)
+        last_obs.record(self.buffers.take_observations(ids), ids)
 
     def clear(self) -> None:
         """Forget every batch (on close: the replies will be dropped)."""

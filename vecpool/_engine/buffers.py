@@ -64,7 +64,6 @@ OBS_BUFFERS_MAX_BYTES = 64 * 2**20
 OBS_BUFFERS_MIN_BYTES = 16 * 2**10
 """Smaller observation batches get one buffer, copied out: copying a few KiB costs
 less than the rotation's bookkeeping (cutting fresh views, reference counts)."""
-_NO_ENVS = np.zeros(0, np.intp)
 _MAX_SCHEMAS = 1024
 """Info schemas the parent keeps loaded (more: it starts over)."""
 
@@ -530,11 +529,6 @@ class StepBuffers:
         """
         if not any(replies):
             return {}  # the hot path: nothing but "done" from every worker
-        columned = (
-            np.flatnonzero(self.info_ids)
-            if step and any(reply.columns for reply in replies if reply is not None)
-            else _NO_ENVS
-        )
         for handle, reply in zip(handles, replies, strict=True):
             # before any raise: an offer not taken now is never made again
             if reply is not None and reply.wide_offer is not None:
@@ -545,39 +539,42 @@ class StepBuffers:
             if reply is not None:
                 self.apply_reply(handle.env_indices.start, reply)
                 items.extend(reply.infos or [])
-        if not columned.size:
-            return merge_infos(items, self.num_envs)
-        return self._merge_rows(
-            handles, items, columned, columned, self.info_ids[columned], self.num_envs
-        )
+        if not (step and any(reply.columns for reply in replies if reply is not None)):
+            return merge_infos(items, self.num_envs)  # nothing in shared memory
+        return self.merge_with_rows(handles, items, None)
 
-    def merge_batch_infos(
+    def merge_with_rows(
         self,
         handles: Sequence[Any],
         items: list[tuple[int, dict[str, Any]]],
-        ids: list[int],
+        ids: list[int] | None,
     ) -> dict[str, Any]:
-        """The merged infos of a ``recv`` batch: envs ``ids``, in this row order.
+        """Merge pickled infos with those in shared memory, as Gymnasium does.
 
         Args:
             handles: The worker handles (for wide rows).
             items: ``(row, info)`` of the infos that came pickled.
-            ids: The batch's envs; those whose info id is set have theirs in
-                shared memory (each env's own row, untouched until it is sent
-                again: vecpool/_wire/info_columns.py).
+            ids: The envs of the result's rows: ``None`` for a full step (every
+                env, whose info id says whether its info is in shared memory),
+                or a ``recv`` batch's envs (each env's own row, untouched until
+                it is sent again: vecpool/_wire/info_columns.py).
 
         Returns:
-            The batched infos, as Gymnasium merges them (``count`` rows).
+            The batched infos (``_key`` masks included).
         """
-        count = len(ids)
-        envs = np.asarray(ids, np.intp)
-        schema_ids = self.info_ids[envs]
-        positions = np.flatnonzero(schema_ids)
-        if not positions.size:
+        if ids is None:  # a full step: each env's row is its own
+            count = self.num_envs
+            envs = rows = np.flatnonzero(self.info_ids)
+            schema_ids = self.info_ids[envs]
+        else:
+            count = len(ids)
+            chosen = np.asarray(ids, np.intp)
+            all_ids = self.info_ids[chosen]
+            rows = np.flatnonzero(all_ids)
+            envs, schema_ids = chosen[rows], all_ids[rows]
+        if not envs.size:
             return merge_infos(items, count) if items else {}
-        return self._merge_rows(
-            handles, items, envs[positions], positions, schema_ids[positions], count
-        )
+        return self._merge_rows(handles, items, envs, rows, schema_ids, count)
 
     def _merge_rows(
         self,

@@ -126,37 +126,33 @@ class LastObservations:
         )
         self.items: list[Any] = [None] * num_envs
 
-    def record(self, batch: Any) -> None:
-        """Keep a copy of a whole batch (a reset's or a step's observations)."""
-        if self.native:
-            for array, leaf in zip(
-                self.arrays,
-                flatten_batch(self.space, batch, self.num_envs, "obs"),
-                strict=True,
-            ):
-                np.copyto(array, leaf, casting="unsafe")
-        else:
-            self.items = [
-                copy.deepcopy(item) for item in iterate(self.batched_space, batch)
-            ]
-        self.seen[:] = True
+    def record(self, batch: Any, ids: npt.NDArray[np.int64] | None = None) -> None:
+        """Keep a copy of a batch: every env's, or ``recv``'s rows of ``ids``.
 
-    def record_rows(self, batch: Any, ids: npt.NDArray[np.int64]) -> None:
-        """Keep a copy of the rows of ``recv``'s batch (row ``k`` is env ``ids[k]``)."""
-        if not ids.size:
+        Args:
+            batch: The observations returned.
+            ids: Row ``k`` is env ``ids[k]`` (a ``recv`` batch); ``None``: every
+                env, in order (a reset's or a step's).
+        """
+        count = self.num_envs if ids is None else ids.size
+        if not count:
             return
+        rows = slice(None) if ids is None else ids
         if self.native:
             for array, leaf in zip(
                 self.arrays,
-                flatten_batch(self.space, batch, ids.size, "obs"),
+                flatten_batch(self.space, batch, count, "obs"),
                 strict=True,
             ):
-                array[ids] = leaf
+                array[rows] = leaf
         else:
-            batched = batch_space(self.space, ids.size)
-            for index, item in zip(ids.tolist(), iterate(batched, batch), strict=True):
+            batched = (
+                self.batched_space if ids is None else batch_space(self.space, count)
+            )
+            indices = range(count) if ids is None else ids.tolist()
+            for index, item in zip(indices, iterate(batched, batch), strict=True):
                 self.items[index] = copy.deepcopy(item)
-        self.seen[ids] = True
+        self.seen[rows] = True
 
     def rows(self, env_indices: range) -> list[Any]:
         """The kept observation of each env (``None`` where none was returned)."""
