@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ReplyNumbers"]
+__all__ = ["PinnedNumbers", "ReplyNumbers"]
 
 
 def _as_is(raw: Any) -> Any:
@@ -61,7 +61,6 @@ class ReplyNumbers:
         "batches",
         "expected",
         "lost_batches",
-        "pinned",
         "received",
         "sent",
     )
@@ -74,9 +73,6 @@ class ReplyNumbers:
         self.answers: deque[tuple[int, Any]] = deque()
         self.batches: dict[int, list[int]] = {}
         self.lost_batches: list[list[int]] = []
-        # a replacement's start-up reply not yet read when its call gave up: later
-        # calls wait for it first (it survives `expect` and `give_up`)
-        self.pinned: int | None = None
 
     # -- send ------------------------------------------------------------------------
 
@@ -89,13 +85,10 @@ class ReplyNumbers:
 
     def expect(self, number: int) -> None:
         """A new call waits for reply ``number`` alone (earlier answers are dropped)."""
-        if self.pinned is not None:
-            self._clear_but_pinned()
-        else:
-            if self.expected:
-                self.expected.clear()
-            if self.answers:
-                self.answers.clear()
+        if self.expected:
+            self.expected.clear()
+        if self.answers:
+            self.answers.clear()
         self.expected.append(number)
 
     def expect_also(self, number: int) -> None:
@@ -105,9 +98,7 @@ class ReplyNumbers:
     def start_batch(self) -> None:
         """A ``send`` batch is about to go: drop the last plain call's answers."""
         if not self.batches:
-            pinned = self._pinned_answer()
             self.answers.clear()
-            self.answers.extend(pinned)
 
     def expect_batch(self, number: int, env_ids: list[int]) -> None:
         """A ``send`` batch of ``env_ids`` awaits reply ``number`` (besides others)."""
@@ -172,34 +163,11 @@ class ReplyNumbers:
     # -- give up ---------------------------------------------------------------------
 
     def give_up(self) -> None:
-        """Forget every awaited reply but a pinned one (they are dropped)."""
+        """Forget every awaited reply (they are dropped when they come)."""
         self.batches.clear()
         self.lost_batches.clear()
-        self._clear_but_pinned()
-
-    def _pinned_answer(self) -> list[tuple[int, Any]]:
-        """The pinned reply's answer, if it came (a list of 0 or 1)."""
-        return [item for item in self.answers if item[0] == self.pinned]
-
-    def _clear_but_pinned(self) -> None:
-        """Clear the awaited replies and answers, but the pinned reply's."""
-        kept = self._pinned_answer() if self.pinned is not None else []
         self.expected.clear()
         self.answers.clear()
-        self.answers.extend(kept)
-        if self.pinned is not None and self.received < self.pinned:
-            self.expected.append(self.pinned)  # not read yet: wait for it first
-
-    def take_pinned(self) -> tuple[bool, Any]:
-        """``(True, reply)`` once the pinned reply came (then unpinned).
-
-        Returns:
-            ``(False, None)`` while it has not come.
-        """
-        if self.pinned is None or not self.answers or self.answers[0][0] != self.pinned:
-            return False, None
-        self.pinned = None
-        return True, self.answers.popleft()[1]
 
     # -- replace ---------------------------------------------------------------------
 
@@ -244,3 +212,66 @@ class ReplyNumbers:
     def abandoned(self) -> bool:
         """Whether a command whose call gave up is still unanswered."""
         return self.sent - self.received > len(self.expected)
+
+
+class PinnedNumbers(ReplyNumbers):
+    """A replacement's numbers whose start-up reply a timed-out call left unread.
+
+    Restart only (vecpool/_engine/restart.py): the reply numbered :attr:`pinned`
+    survives :meth:`expect`, :meth:`start_batch` and :meth:`give_up`, so every
+    later call waits for it first, until :meth:`take_pinned` hands it over.
+
+    Attributes:
+        pinned: The start-up reply's number, ``None`` once taken.
+    """
+
+    __slots__ = ("pinned",)
+
+    def __init__(self, numbers: ReplyNumbers, pinned: int) -> None:
+        """Go on from ``numbers`` (its state moves here), pinning reply ``pinned``."""
+        super().__init__()
+        for name in ReplyNumbers.__slots__:
+            setattr(self, name, getattr(numbers, name))
+        self.pinned: int | None = pinned
+
+    def expect(self, number: int) -> None:
+        """A new call waits for reply ``number`` (after the pinned one, if unread)."""
+        self._clear_but_pinned()
+        self.expected.append(number)
+
+    def start_batch(self) -> None:
+        """A ``send`` batch is about to go: drop all answers but the pinned one."""
+        if not self.batches:
+            pinned = self._pinned_answer()
+            self.answers.clear()
+            self.answers.extend(pinned)
+
+    def give_up(self) -> None:
+        """Forget every awaited reply but the pinned one."""
+        self.batches.clear()
+        self.lost_batches.clear()
+        self._clear_but_pinned()
+
+    def _pinned_answer(self) -> list[tuple[int, Any]]:
+        """The pinned reply's answer, if it came (a list of 0 or 1)."""
+        return [item for item in self.answers if item[0] == self.pinned]
+
+    def _clear_but_pinned(self) -> None:
+        """Clear the awaited replies and answers, but the pinned reply's."""
+        kept = self._pinned_answer() if self.pinned is not None else []
+        self.expected.clear()
+        self.answers.clear()
+        self.answers.extend(kept)
+        if self.pinned is not None and self.received < self.pinned:
+            self.expected.append(self.pinned)  # not read yet: wait for it first
+
+    def take_pinned(self) -> tuple[bool, Any]:
+        """``(True, reply)`` once the pinned reply came (then unpinned).
+
+        Returns:
+            ``(False, None)`` while it has not come.
+        """
+        if self.pinned is None or not self.answers or self.answers[0][0] != self.pinned:
+            return False, None
+        self.pinned = None
+        return True, self.answers.popleft()[1]

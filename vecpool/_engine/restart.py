@@ -42,6 +42,7 @@ from vecpool._engine.env_errors import raise_env_errors
 from vecpool._engine.group import WorkerGroup
 from vecpool._engine.guards import HELD
 from vecpool._engine.handle import WorkerHandle
+from vecpool._engine.numbering import PinnedNumbers
 from vecpool._engine.startup import Starter
 from vecpool._util.seeding import derive_seed
 from vecpool._util.spaces import flatten_batch, is_native, leaves, make_reader
@@ -294,7 +295,7 @@ class Restarter:
             nested = next((r for r in group.starting if r.handle is current), None)
             with HELD:
                 if current is new:
-                    new.numbers.pinned = startup
+                    new.numbers = PinnedNumbers(new.numbers, startup)
                     group.starting.append(Starting(new, old, what, exitcode))
                 elif nested is not None:  # it reports this call's crash
                     position = group.starting.index(nested)
