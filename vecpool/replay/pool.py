@@ -20,7 +20,6 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
 
-from vecpool._util.checks import check_int
 from vecpool._util.spaces import (
     NATIVE_LEAVES,
     check_strings,
@@ -34,6 +33,7 @@ from vecpool._util.spaces import (
     same_value,
     storage_leaves,
 )
+from vecpool._util.validation import check_int
 from vecpool.replay import files as pool_files
 from vecpool.replay.files import COUNTERS, per_row
 from vecpool.replay.minari import to_minari

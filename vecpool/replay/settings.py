@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from vecpool._util.checks import check_int
+from vecpool._util.validation import check_int
 
 __all__ = ["PoolSettings"]
 

@@ -31,9 +31,9 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium.vector import AutoresetMode
 
-from vecpool._util.checks import check_int, require_matplotlib
 from vecpool._util.loading import load_callable
 from vecpool._util.progress import Progress
+from vecpool._util.validation import check_int, require_matplotlib
 from vecpool.errors import CollectArgumentError, CollectSaveError
 from vecpool.replay.boundaries import AutoresetTracker, restarted_rows
 from vecpool.replay.minari import to_minari

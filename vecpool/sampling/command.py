@@ -18,8 +18,8 @@ from vecpool._util.arguments import (
     num_workers_arg,
     positive_int,
 )
-from vecpool._util.checks import require_matplotlib
 from vecpool._util.loading import import_modules, resolve_env_id
+from vecpool._util.validation import require_matplotlib
 from vecpool.sampling import collect
 
 __all__ = ["add_collect_parser"]
