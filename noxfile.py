@@ -62,13 +62,13 @@ INTEGRATIONS = [
     "torch==2.13.0",
     "torchrl==0.14.1",
     "tensordict>=0.14.3,<0.15",
-    "minigrid",  # tests/integrations/test_minigrid.py
+    "minigrid",  # tests/third_party/test_minigrid.py
 ]
 
 
 @nox.session(python=PYTHON, default=False)
 def integrations(session: nox.Session) -> None:
-    """Run tests/integrations with Stable-Baselines3, TorchRL, Minari and MiniGrid.
+    """Run tests/third_party with Stable-Baselines3, TorchRL, Minari and MiniGrid.
 
     The default ``tests`` session skips those tests cleanly where the libraries are
     absent; this one installs them (the ``sb3`` and ``minari`` extras, torch pinned)
@@ -77,7 +77,7 @@ def integrations(session: nox.Session) -> None:
     install_project(session, *nox.project.dependency_groups(PYPROJECT, "test"))
     session.install(".[sb3,minari]", *INTEGRATIONS)
     session.run(
-        "pytest", "tests/integrations", "-p", "no:cacheprovider", *session.posargs
+        "pytest", "tests/third_party", "-p", "no:cacheprovider", *session.posargs
     )
 
 
@@ -90,9 +90,9 @@ EXTRAS: dict[str, list[str]] = {
     "mujoco": ["vecpool", "bench", "--quick", "--no-memory", "--quiet",
                "--workloads", "halfcheetah", "--num-envs", "2",
                "--backends", "raw", "vecpool"],
-    "sb3": ["pytest", "tests/integrations/test_sb3.py", "-k",
+    "sb3": ["pytest", "tests/third_party/test_sb3.py", "-k",
             "make_vec_env or ppo_learns or rollout_equals"],
-    "minari": ["pytest", "tests/integrations/test_minari.py"],
+    "minari": ["pytest", "tests/third_party/test_minari.py"],
     "ray": ["pytest", "tests/distributed/test_ray.py"],
 }  # fmt: skip
 PINNED = {"sb3": ["torch==2.13.0"], "ray": ["torch==2.13.0"]}  # where torch comes in

@@ -14,7 +14,7 @@ from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AutoresetMode
 
 import vecpool
-from vecpool._util.checks import available_cpus
+from vecpool._util.validation import available_cpus
 from vecpool.bench.agent import cpu_seconds, env_pids
 from vecpool.testing import CountingEnv, SlowEnv
 

@@ -151,17 +151,29 @@ def test_pool_options_are_forwarded(tmp_path):
         pool_size=200,
         window_size=60,
         clearing_freq=50,
-        window_size_=10,
+        clearing_size=10,
         random_routing=True,
         store_next_obs=False,
     )
     pool = vecpool.ReplayPool.load(result.path)
     assert (pool.pool_size, pool.capacity) == (200, 100)
-    assert (pool.window_size, pool.clearing_freq, pool.window_size_) == (60, 50, 10)
+    assert (pool.window_size, pool.clearing_freq, pool.clearing_size) == (60, 50, 10)
     assert pool.random
     assert not pool.store_next_obs
     assert result.kept == len(pool) < result.transitions
     assert pool.lengths.max() <= pool.capacity
+
+
+def test_window_size__is_a_deprecated_name_of_clearing_size(tmp_path):
+    # issue 29: checked before any worker starts (steps=0 stops the run there)
+    with (
+        pytest.warns(DeprecationWarning, match=re.escape("pass `clearing_size=10`")),
+        pytest.raises(CollectArgumentError, match="`steps`"),
+    ):
+        small_run(tmp_path, steps=0, clearing_freq=50, window_size_=10)
+    msg = "`collect` got both `clearing_size=10` and `window_size_=10`"
+    with pytest.raises(TypeError, match=re.escape(msg)):
+        small_run(tmp_path, clearing_freq=50, clearing_size=10, window_size_=10)
 
 
 def test_out_none_writes_nothing(tmp_path):
@@ -239,7 +251,7 @@ def test_bad_policies_are_argument_errors(policy_module, spec, message):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"clearing_freq": 10}, "`clearing_freq` and `window_size_` go together"),
+        ({"clearing_freq": 10}, "`clearing_freq` and `clearing_size` go together"),
         ({"window_size": 10_000}, "`window_size` must be an integer between 1 and"),
         ({"steps": 0}, "`steps` must be an integer >= 1, got 0."),
         ({"autoreset_mode": "sometimes"}, "Unknown autoreset mode 'sometimes'"),

@@ -39,7 +39,7 @@ NUM_ENVS = 3
 STEPS = 60
 SEED = 17
 
-# name -> (pool_size, window_size, clearing_freq, window_size_); 3 envs
+# name -> (pool_size, window_size, clearing_freq, clearing_size); 3 envs
 CONFIGS = {
     "keep-all": (10_000, None, None, None),
     "windowed": (24, 5, 7, 2),  # capacity 8
@@ -72,14 +72,14 @@ class ModelPool:
         pool_size: int,
         window_size: int | None,
         clearing_freq: int | None,
-        window_size_: int | None,
+        clearing_size: int | None,
     ) -> None:
         self.observation_space = observation_space
         self.action_space = action_space
         self.capacity = math.ceil(pool_size / num_envs)
         self.window_size = window_size
         self.clearing_freq = clearing_freq
-        self.window_size_ = window_size_
+        self.clearing_size = clearing_size
         self.subs: list[list[tuple[Any, ...]]] = [[] for _ in range(num_envs)]
         self.received = [0] * num_envs
 
@@ -89,7 +89,7 @@ class ModelPool:
         if self.clearing_freq is not None:
             self.received[j] += 1
             if self.received[j] % self.clearing_freq == 0:
-                del sub[: self.window_size_]
+                del sub[: self.clearing_size]
         if len(sub) > self.capacity:
             if self.window_size is not None:
                 del sub[: len(sub) - self.window_size]
@@ -198,7 +198,7 @@ class Reference:
         return result
 
     def model(self, config: str) -> ModelPool:
-        pool_size, window_size, clearing_freq, window_size_ = CONFIGS[config]
+        pool_size, window_size, clearing_freq, clearing_size = CONFIGS[config]
         model = ModelPool(
             self.env.single_observation_space,
             self.env.single_action_space,
@@ -206,7 +206,7 @@ class Reference:
             pool_size,
             window_size,
             clearing_freq,
-            window_size_,
+            clearing_size,
         )
         for i, rows in enumerate(self.per_env):
             for row in rows:
@@ -302,13 +302,13 @@ def _inner(
 
 
 def _wrapper(inner: Any, config: str, **kwargs: Any) -> vecpool.ReplayPoolWrapper:
-    pool_size, window_size, clearing_freq, window_size_ = CONFIGS[config]
+    pool_size, window_size, clearing_freq, clearing_size = CONFIGS[config]
     return vecpool.ReplayPoolWrapper(
         inner,
         pool_size,
         window_size=window_size,
         clearing_freq=clearing_freq,
-        window_size_=window_size_,
+        clearing_size=clearing_size,
         **kwargs,
     )
 
@@ -538,12 +538,12 @@ def test_random_routing_with_windowing(mode, make_sync):
         ({"pool_size": 0}, "pool_size"),
         ({"pool_size": 12, "window_size": 5}, "window_size"),  # capacity 4
         ({"pool_size": 12, "window_size": 0}, "window_size"),
-        ({"pool_size": 12, "clearing_freq": 2}, "clearing_freq|window_size_"),
-        ({"pool_size": 12, "window_size_": 2}, "clearing_freq|window_size_"),
-        ({"pool_size": 12, "clearing_freq": 0, "window_size_": 2}, "clearing_freq"),
+        ({"pool_size": 12, "clearing_freq": 2}, "clearing_freq|clearing_size"),
+        ({"pool_size": 12, "clearing_size": 2}, "clearing_freq|clearing_size"),
+        ({"pool_size": 12, "clearing_freq": 0, "clearing_size": 2}, "clearing_freq"),
         (
-            {"pool_size": 12, "clearing_freq": 2, "window_size_": 0},
-            re.escape("window_size_"),
+            {"pool_size": 12, "clearing_freq": 2, "clearing_size": 0},
+            re.escape("clearing_size"),
         ),
     ],
 )
@@ -552,3 +552,20 @@ def test_invalid_arguments(kwargs, name, make_sync):
     kwargs = dict(kwargs)
     with pytest.raises(ValueError, match=name):
         vecpool.ReplayPoolWrapper(env, kwargs.pop("pool_size"), **kwargs)
+
+
+def test_window_size__is_a_deprecated_name_of_clearing_size(make_sync):
+    # issue 29: `clearing_size` was `window_size_` (the original Pool's name)
+    env = make_sync(_env_fns("box"))
+    with pytest.warns(
+        DeprecationWarning,
+        match=re.escape("`ReplayPoolWrapper(window_size_=...)` is deprecated"),
+    ) as record:
+        wrapper = vecpool.ReplayPoolWrapper(env, 12, clearing_freq=2, window_size_=1)
+    assert record[0].filename == __file__  # points at the caller
+    assert wrapper.pool.clearing_size == 1
+    msg = "`ReplayPoolWrapper` got both `clearing_size=1` and `window_size_=1`"
+    with pytest.raises(TypeError, match=re.escape(msg)):
+        vecpool.ReplayPoolWrapper(
+            env, 12, clearing_freq=2, clearing_size=1, window_size_=1
+        )

@@ -2,7 +2,7 @@
 
 The model keeps one plain list per sub-pool and applies, on every transition a
 sub-pool receives: append; clearing (every ``clearing_freq``-th transition received,
-drop the ``window_size_`` oldest); overflow (keep the ``window_size`` most recent,
+drop the ``clearing_size`` oldest); overflow (keep the ``window_size`` most recent,
 else drop the single oldest). Random transitions are fed to both and compared after
 every add.
 """
@@ -56,7 +56,7 @@ class ModelPool:
         pool_size: int,
         window_size: int | None = None,
         clearing_freq: int | None = None,
-        window_size_: int | None = None,
+        clearing_size: int | None = None,
     ) -> None:
         self.observation_space = observation_space
         self.action_space = action_space
@@ -64,7 +64,7 @@ class ModelPool:
         self.capacity = math.ceil(pool_size / num_envs)
         self.window_size = window_size
         self.clearing_freq = clearing_freq
-        self.window_size_ = window_size_
+        self.clearing_size = clearing_size
         self.subs: list[list[tuple[Any, ...]]] = [[] for _ in range(num_envs)]
         self.received = [0] * num_envs
         self.running = [[0.0, 0] for _ in range(num_envs)]  # return, length per env
@@ -76,7 +76,7 @@ class ModelPool:
         if self.clearing_freq is not None:
             self.received[j] += 1
             if self.received[j] % self.clearing_freq == 0:
-                del sub[: self.window_size_]
+                del sub[: self.clearing_size]
         if len(sub) > self.capacity:
             if self.window_size is not None:
                 del sub[: len(sub) - self.window_size]
@@ -243,7 +243,7 @@ def _assert_matches(model: ModelPool, pool: vecpool.ReplayPool, label: str) -> N
     assert len(pool) == len(model), f"{label}: len"
 
 
-# (num_envs, pool_size, window_size, clearing_freq, window_size_)
+# (num_envs, pool_size, window_size, clearing_freq, clearing_size)
 CONFIGS = [
     (1, 1, None, None, None),  # capacity 1
     (1, 1, 1, None, None),  # capacity 1, window == capacity
@@ -253,7 +253,7 @@ CONFIGS = [
     (3, 10, 2, None, None),
     (3, 10, 1, None, None),
     (3, 12, 1, 5, 2),
-    (3, 12, None, 3, 10),  # window_size_ larger than the sub-pool
+    (3, 12, None, 3, 10),  # clearing_size larger than the sub-pool
     (3, 12, 3, 1, 1),  # clearing every transition
     (2, 20, 5, 4, 4),
     (2, 7, None, 2, 1),
@@ -271,7 +271,7 @@ def _config_id(config: tuple[Any, ...]) -> str:
 
 def _kwargs(config: tuple[Any, ...]) -> dict[str, Any]:
     _, _, win, freq, win_ = config
-    return {"window_size": win, "clearing_freq": freq, "window_size_": win_}
+    return {"window_size": win, "clearing_freq": freq, "clearing_size": win_}
 
 
 # ------------------------------------------------------------------- add
@@ -501,7 +501,7 @@ def test_sample_empty_raises():
 
 def test_sample_empty_after_clearing_raises():
     obs_space, act_space = _spaces("box-discrete")
-    pool = _make(obs_space, act_space, 2, 10, clearing_freq=1, window_size_=1)
+    pool = _make(obs_space, act_space, 2, 10, clearing_freq=1, clearing_size=1)
     pool.add(**Feed(obs_space, act_space, 2).batch())
     assert len(pool) == 0
     with pytest.raises(ValueError):  # noqa: PT011 (message not specified)
@@ -821,12 +821,12 @@ INVALID = [
     ({"window_size": 0}, "window_size"),
     ({"window_size": -1}, "window_size"),
     ({"window_size": 5}, "window_size"),  # capacity is ceil(10 / 3) = 4
-    ({"clearing_freq": 3}, "clearing_freq|window_size_"),
-    ({"window_size_": 3}, "clearing_freq|window_size_"),
-    ({"clearing_freq": 0, "window_size_": 2}, "clearing_freq"),
-    ({"clearing_freq": -1, "window_size_": 2}, "clearing_freq"),
-    ({"clearing_freq": 2, "window_size_": 0}, re.escape("window_size_")),
-    ({"clearing_freq": 2, "window_size_": -2}, re.escape("window_size_")),
+    ({"clearing_freq": 3}, "clearing_freq|clearing_size"),
+    ({"clearing_size": 3}, "clearing_freq|clearing_size"),
+    ({"clearing_freq": 0, "clearing_size": 2}, "clearing_freq"),
+    ({"clearing_freq": -1, "clearing_size": 2}, "clearing_freq"),
+    ({"clearing_freq": 2, "clearing_size": 0}, re.escape("clearing_size")),
+    ({"clearing_freq": 2, "clearing_size": -2}, re.escape("clearing_size")),
 ]
 
 
@@ -845,14 +845,45 @@ def test_invalid_arguments_raise(kwargs, name):
         {"pool_size": 1},
         {"pool_size": 10, "window_size": 4},
         {"pool_size": 10, "window_size": 1},
-        {"pool_size": 10, "clearing_freq": 1, "window_size_": 1},
-        {"pool_size": 10, "clearing_freq": 50, "window_size_": 50},
+        {"pool_size": 10, "clearing_freq": 1, "clearing_size": 1},
+        {"pool_size": 10, "clearing_freq": 50, "clearing_size": 50},
     ],
 )
 def test_boundary_arguments_are_valid(kwargs):
     obs_space, act_space = _spaces("box-discrete")
     kwargs = dict(kwargs)
     vecpool.ReplayPool(obs_space, act_space, 3, kwargs.pop("pool_size"), **kwargs)
+
+
+def test_window_size__is_a_deprecated_name_of_clearing_size():
+    # issue 29: `clearing_size` was `window_size_` (the original Pool's name)
+    obs_space, act_space = _spaces("box-discrete")
+    with pytest.warns(
+        DeprecationWarning,
+        match=re.escape("`ReplayPool(window_size_=...)` is deprecated"),
+    ) as record:
+        pool = vecpool.ReplayPool(
+            obs_space, act_space, 2, 10, clearing_freq=3, window_size_=2
+        )
+    assert "pass `clearing_size=2`" in str(record[0].message)
+    assert record[0].filename == __file__  # points at the caller
+    assert pool.clearing_size == 2
+    assert pool.settings.clearing_size == 2
+    with pytest.warns(DeprecationWarning, match=re.escape("read `pool.clearing_size`")):
+        assert pool.window_size_ == 2
+    # the seventh positional argument keeps its meaning, under its new name
+    positional = vecpool.ReplayPool(obs_space, act_space, 2, 10, None, 3, 2)
+    assert positional.clearing_size == 2
+
+
+def test_clearing_size_and_window_size__together_raise():
+    obs_space, act_space = _spaces("box-discrete")
+    msg = "`ReplayPool` got both `clearing_size=2` and `window_size_=3`"
+    with pytest.raises(TypeError, match=re.escape(msg)):
+        vecpool.ReplayPool(
+            obs_space, act_space, 2, 10, clearing_freq=3, clearing_size=2,
+            window_size_=3,
+        )  # fmt: skip
 
 
 # ------------------------------------------------------------------- memory

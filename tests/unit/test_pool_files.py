@@ -263,12 +263,17 @@ def test_a_missing_file_is_file_not_found(tmp_path):
         vecpool.ReplayPool.load(tmp_path / "nothing.npz")
 
 
+def _old_arguments(pool: vecpool.ReplayPool) -> dict[str, Any]:
+    """The header's arguments as formats 2 and 3 named them (``window_size_``)."""
+    return {
+        pool_files._OLD_NAMES.get(name, name): getattr(pool, name)
+        for name in pool_files._ARGUMENTS
+    }
+
+
 def _pickled_format_file(pool: vecpool.ReplayPool, path: Path) -> Path:
     """A file as vecpool 0.1 wrote it: format 2, spaces and generator pickled."""
-    config = {
-        "format": "vecpool.ReplayPool/2",
-        **{name: getattr(pool, name) for name in pool_files._ARGUMENTS},
-    }
+    config = {"format": "vecpool.ReplayPool/2", **_old_arguments(pool)}
     blob = pickle.dumps(
         (pool.observation_space, pool.action_space, pool._rng.bit_generator.state)
     )
@@ -290,6 +295,58 @@ def test_an_old_pickled_file_loads_only_when_trusted(tmp_path):
     # saved again, it is a pickle-free file that loads untrusted
     again = vecpool.ReplayPool.load(loaded.save(tmp_path / "new.npz"))
     assert_same_data(pool.get_pool(), again.get_pool(), "re-saved")
+
+
+def _clearing_pool() -> vecpool.ReplayPool:
+    pool = vecpool.ReplayPool(
+        SPACES["box-bounds"], SPACES["discrete"], 2, 20, clearing_freq=4,
+        clearing_size=3, seed=1,
+    )  # fmt: skip
+    for _ in range(5):
+        pool.add(**_rows_of(pool))
+    return pool
+
+
+def _rows_of(pool: vecpool.ReplayPool) -> dict[str, Any]:
+    obs = _stack(pool.observation_space, [pool.observation_space.sample()] * 2)
+    action = _stack(pool.action_space, [pool.action_space.sample()] * 2)
+    flags = np.zeros(2, bool)
+    return {
+        "obs": obs, "action": action, "next_obs": obs, "reward": np.ones(2),
+        "terminated": flags, "truncated": flags,
+    }  # fmt: skip
+
+
+def test_a_file_of_format_3_loads_its_window_size__as_clearing_size(tmp_path):
+    # issue 29: format 3 (before `window_size_` became `clearing_size`) stored the
+    # setting under the old name; format 4 stores the new one, and both load
+    pool = _clearing_pool()
+    members = _members(pool.save(tmp_path / "new.npz"))
+    header = _header(members)
+    assert header["format"] == pool_files.FORMAT == "vecpool.ReplayPool/4"
+    assert header["clearing_size"] == 3
+    assert "window_size_" not in header
+    old_header = {key: value for key, value in header.items() if key != "clearing_size"}
+    old_header.update(format="vecpool.ReplayPool/3", window_size_=3)
+    old = _write_archive(
+        tmp_path / "old.npz",
+        {**members, "config": np.frombuffer(json.dumps(old_header).encode(), np.uint8)},
+    )
+    loaded = vecpool.ReplayPool.load(old)
+    assert (loaded.clearing_freq, loaded.clearing_size) == (4, 3)
+    assert_same_data(pool.get_pool(), loaded.get_pool(), "format 3")
+    # it keeps clearing as the pool that wrote it: 3 oldest every 4th transition
+    rows = _rows_of(pool)
+    for each in (pool, loaded):
+        for _ in range(3):
+            each.add(**rows)
+    assert_same_data(pool.get_pool(), loaded.get_pool(), "after clearing")
+    assert loaded.lengths.tolist() == pool.lengths.tolist()
+    # each format under its own key only: a format-3 header naming the new key
+    # lacks the old one
+    mixed = _with_header(members, format="vecpool.ReplayPool/3")
+    with pytest.raises(ValueError, match=re.escape("its header lacks window_size_")):
+        vecpool.ReplayPool.load(_write_archive(tmp_path / "mixed.npz", mixed))
 
 
 def test_a_crafted_pickle_never_runs_untrusted(tmp_path):

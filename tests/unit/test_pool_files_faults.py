@@ -203,7 +203,7 @@ def test_episode_counters_that_lie_are_refused(tmp_path, good, count):
 
 def test_a_header_clearing_freq_beyond_int64_is_refused_or_works(tmp_path, good):
     path = _write(
-        tmp_path / "cf.npz", _with_header(good, clearing_freq=_HUGE, window_size_=1)
+        tmp_path / "cf.npz", _with_header(good, clearing_freq=_HUGE, clearing_size=1)
     )
     try:
         pool = vecpool.ReplayPool.load(path)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import pickle
+import subprocess
+import sys
 import time
 import warnings
 from typing import Any
@@ -135,6 +137,35 @@ def test_env_fns_are_picklable(dumps):
         env = rebuilt()
         assert type(env) is env_fn.func
         env.reset(seed=0)
+
+
+def test_the_package_keeps_every_name_and_old_pickles_load():
+    # issue 29: vecpool/testing.py became a package by concern; every name still
+    # imports from `vecpool.testing`, and a pickle made when the classes lived
+    # there (protocol 0 names the module in plain text) still loads
+    import vecpool.testing
+
+    for name in vecpool.testing.__all__:
+        assert getattr(vecpool.testing, name) is not None, name
+    assert CountingEnv.__module__ == "vecpool.testing.envs"
+    assert RaisingEnv.__module__ == "vecpool.testing.faults"
+    new = pickle.dumps(functools.partial(RaisingEnv, at=2), protocol=0)
+    old = new.replace(b"vecpool.testing.faults\n", b"vecpool.testing\n")
+    assert old != new
+    env = pickle.loads(old)()
+    assert type(env) is RaisingEnv
+    env.reset(seed=0)
+
+
+def test_the_toy_envs_load_without_the_checker():
+    # what a spawn or forkserver worker imports to rebuild an env fn
+    code = (
+        "import sys, vecpool.testing.faults; "
+        "assert 'vecpool.check' not in sys.modules, 'the checker was loaded'; "
+        "from vecpool.testing import BROKEN_ENVS, assert_vector_env_conforms; "
+        "assert 'vecpool.check' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_raising_env_raises_once():

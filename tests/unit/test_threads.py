@@ -15,13 +15,13 @@ import threadpoolctl
 
 import vecpool
 from vecpool._util import threads
-from vecpool._util.checks import available_cpus
 from vecpool._util.threads import (
     PolicyThreads,
     ThreadPools,
     oversubscription,
     parent_pools,
 )
+from vecpool._util.validation import available_cpus
 
 
 def _fns(n=2):

@@ -19,7 +19,7 @@ from vecpool._engine.buffers import StepBuffers, merge_infos
 from vecpool._engine.env_errors import raise_env_errors
 from vecpool._engine.group import WorkerGroup
 from vecpool._engine.guards import HELD
-from vecpool._util.checks import check_int, is_int
+from vecpool._util.validation import check_int, is_int
 from vecpool._wire.messages import Command, Reply
 
 __all__ = ["EnvStates"]

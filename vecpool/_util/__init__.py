@@ -1,5 +1,5 @@
 """Private helpers below every layer.
 
-Space trees, argument checks, atomic files, progress, seeding and loading
+Space trees, argument validation, atomic files, progress, seeding and loading
 ``module:callable`` targets; none of them knows about processes.
 """

@@ -23,8 +23,8 @@ Example:
 
 from __future__ import annotations
 
-from vecpool._util.checks import available_cpus, require_matplotlib
 from vecpool._util.progress import Progress
+from vecpool._util.validation import available_cpus, require_matplotlib
 from vecpool.bench.backends import (
     BACKENDS,
     Backend,

@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from vecpool._util.checks import available_cpus, require_matplotlib
+from vecpool._util.validation import available_cpus, require_matplotlib
 from vecpool._version import __version__
 from vecpool.bench.backends import BACKENDS, Measurement
 from vecpool.bench.memory import MemoryReport

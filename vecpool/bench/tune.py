@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vecpool._util.checks import WAIT_STRATEGIES, available_cpus
 from vecpool._util.progress import Progress
+from vecpool._util.validation import WAIT_STRATEGIES, available_cpus
 from vecpool.bench.agent import Policy, agent_runner, obs_size
 from vecpool.bench.backends import run_vector
 from vecpool.bench.report import median

@@ -14,7 +14,7 @@ from typing import Any
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
 
-from vecpool._util.checks import check_int
+from vecpool._util.validation import check_int
 from vecpool.check.compare import describe, first_difference
 from vecpool.check.lockstep import (
     ALL_INFOS,

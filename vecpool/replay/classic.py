@@ -12,6 +12,7 @@ import numpy.typing as npt
 from gymnasium import Env
 
 from vecpool._util.progress import Progress
+from vecpool._util.validation import check_int
 from vecpool.replay.pool import ReplayPool
 from vecpool.replay.settings import PoolSettings
 from vecpool.replay.wrapper import ReplayPoolWrapper
@@ -35,8 +36,9 @@ class Pool:
     * ``env_fns`` (the original took env instances, one per process): functions
       that create the envs; there may be more envs than processes.
     * ``processes`` -> ``AsyncVectorEnv(num_workers=processes)``.
-    * ``pool_size``, ``window_size``, ``clearing_freq``, ``window_size_``,
-      ``random`` -> :class:`ReplayPoolWrapper` (one sub-pool per env).
+    * ``pool_size``, ``window_size``, ``clearing_freq``, ``random`` ->
+      :class:`ReplayPoolWrapper` (one sub-pool per env); ``window_size_`` -> its
+      ``clearing_size`` (this class keeps the original name).
     * ``done`` in :meth:`get_pool` is ``terminated | truncated``; the two flags are
       on :attr:`pool` (``pool.get_pool().terminated`` / ``.truncated``).
 
@@ -55,10 +57,15 @@ class Pool:
         pool_size: Total capacity of the pool.
         window_size: See :class:`ReplayPool`.
         clearing_freq: See :class:`ReplayPool`.
-        window_size_: See :class:`ReplayPool`.
+        window_size_: :class:`ReplayPool`'s ``clearing_size``: how many of a
+            sub-pool's oldest transitions every ``clearing_freq``-th drops.
         random: Route transitions to sub-pools with probability ``~ 1/(len + 1)``
             (the original's default).
         seed: Seeds the env resets, the random actions and the pool's generator.
+
+    Raises:
+        ValueError: On an invalid argument (named in the message, ``window_size_``
+            included).
     """
 
     def __init__(
@@ -73,6 +80,16 @@ class Pool:
         seed: int | None = None,
     ) -> None:
         """Start the workers and create the pool."""
+        # this class keeps the original name: its messages say `window_size_`
+        if (clearing_freq is None) != (window_size_ is None):
+            msg = (
+                "`clearing_freq` and `window_size_` go together: set both or "
+                f"neither, got clearing_freq={clearing_freq!r}, "
+                f"window_size_={window_size_!r}."
+            )
+            raise ValueError(msg)
+        if window_size_ is not None:
+            window_size_ = check_int("window_size_", window_size_, 1)
         self.seed = seed
         vector_env = AsyncVectorEnv(env_fns, num_workers=processes)
         try:

@@ -7,7 +7,9 @@ field of the pool. :func:`read` checks every one of them against a pool built fr
 that header, so a truncated, corrupted, forged or other-version file raises one
 :class:`ValueError` naming the file and what is wrong, and nothing in a file can run
 code. Files of format 2 (vecpool 0.1) kept the spaces as a pickle: they load only
-with ``trusted=True``.
+with ``trusted=True``. Format 4 differs from format 3 only in a header key: the
+constructor argument ``clearing_size`` was ``window_size_`` (issue 29), under
+which formats 2 and 3 store it; both still load.
 
 It never imports the pool: it works on any :class:`StoredPool`, through the
 pool's public state (:meth:`ReplayPool.state_dict`, :meth:`ReplayPool.load_state_dict`).
@@ -56,7 +58,7 @@ class StoredPool(Protocol):
     pool_size: int
     window_size: int | None
     clearing_freq: int | None
-    window_size_: int | None
+    clearing_size: int | None
     random: bool
     store_next_obs: bool
     capacity: int
@@ -81,8 +83,11 @@ class StoredPool(Protocol):
         ...
 
 
-FORMAT = "vecpool.ReplayPool/3"  # 3: JSON header, no pickle
+FORMAT = "vecpool.ReplayPool/4"  # 4: `clearing_size` in the header
+_RENAMED_FORMAT = "vecpool.ReplayPool/3"  # 3: JSON header, no pickle; `window_size_`
 _PICKLED_FORMAT = "vecpool.ReplayPool/2"
+_OLD_NAMES = {"clearing_size": "window_size_"}
+"""Header keys of formats 2 and 3 that format 4 renamed (issue 29)."""
 COUNTERS = (
     "reward",
     "terminated",
@@ -99,7 +104,7 @@ _ARGUMENTS = (
     "pool_size",
     "window_size",
     "clearing_freq",
-    "window_size_",
+    "clearing_size",
     "random",
     "store_next_obs",
 )
@@ -468,7 +473,7 @@ def _read(cls: Callable[..., StoredPool], handle: Any, trusted: bool) -> Any:
         action_space = space_from_dict(header["action_space"], data)
         rng = header["rng"]
     arguments = _arguments(header)
-    compact = header["format"] == FORMAT
+    compact = header["format"] != _PICKLED_FORMAT
     _check_sizes(data, observation_space, action_space, arguments, compact)
     try:
         pool = cls(observation_space, action_space, **arguments)
@@ -492,22 +497,28 @@ _MAX_TOKENS = 2**20
 builds in Python objects stays within ~100 MB whatever it holds."""
 
 
+def _stored_name(name: str, file_format: str) -> str:
+    """The header key under which a file of ``file_format`` stores argument ``name``."""
+    return name if file_format == FORMAT else _OLD_NAMES.get(name, name)
+
+
 def _arguments(header: dict[str, Any]) -> dict[str, Any]:
     """The constructor arguments of the header, each of the type it must have."""
-    arguments = {name: header[name] for name in _ARGUMENTS}
+    stored = {name: _stored_name(name, header["format"]) for name in _ARGUMENTS}
+    arguments = {name: header[stored[name]] for name in _ARGUMENTS}
     for name in (
         "num_envs",
         "pool_size",
         "window_size",
         "clearing_freq",
-        "window_size_",
+        "clearing_size",
     ):
         value = arguments[name]
         optional = name not in ("num_envs", "pool_size")
         if value is None and optional:
             continue
         if type(value) is not int or not 1 <= value < _INT_LIMIT:
-            msg = f"its header's `{name}` is {_short(value)}, not a count"
+            msg = f"its header's `{stored[name]}` is {_short(value)}, not a count"
             raise _BadFile(msg)
     for name in ("random", "store_next_obs"):
         if type(arguments[name]) is not bool:
@@ -883,14 +894,15 @@ def _header(data: _Archive) -> dict[str, Any]:
     if not isinstance(header, dict) or "format" not in header:
         msg = "its `config` member names no format, so it was not written by save()"
         raise _BadFile(msg)
-    if header["format"] not in (FORMAT, _PICKLED_FORMAT):
+    if header["format"] not in (FORMAT, _RENAMED_FORMAT, _PICKLED_FORMAT):
         msg = (
-            f"its format is {header['format']!r}; this vecpool reads {FORMAT!r} "
-            f"(and {_PICKLED_FORMAT!r} with trusted=True)"
+            f"its format is {header['format']!r}; this vecpool reads {FORMAT!r}, "
+            f"{_RENAMED_FORMAT!r} (and {_PICKLED_FORMAT!r} with trusted=True)"
         )
         raise _BadFile(msg)
-    missing = [name for name in _ARGUMENTS if name not in header]
-    if header["format"] == FORMAT:
+    stored = [_stored_name(name, header["format"]) for name in _ARGUMENTS]
+    missing = [name for name in stored if name not in header]
+    if header["format"] != _PICKLED_FORMAT:
         missing += [
             name
             for name in ("observation_space", "action_space", "rng")
@@ -920,7 +932,7 @@ def _shape(data: _Archive, name: str) -> tuple[int, ...]:
 def _restore(pool: StoredPool, data: _Archive, compact: bool) -> None:
     """Copy the file's arrays into ``pool``, each checked against the fresh one.
 
-    A compact file (format 3) holds each sub-pool's filled rows, oldest first: they
+    A compact file (format 3 or 4) holds each sub-pool's filled rows, oldest first: they
     go to slots ``0..length-1`` (the ring starts over; what the pool holds, returns
     and samples is unchanged). A format-2 file holds every row as it lay.
     """

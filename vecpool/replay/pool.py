@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import warnings
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
@@ -20,7 +21,6 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
 
-from vecpool._util.checks import check_int
 from vecpool._util.spaces import (
     NATIVE_LEAVES,
     check_strings,
@@ -34,11 +34,12 @@ from vecpool._util.spaces import (
     same_value,
     storage_leaves,
 )
+from vecpool._util.validation import check_int
 from vecpool.replay import files as pool_files
 from vecpool.replay.files import COUNTERS, per_row
 from vecpool.replay.minari import to_minari
 from vecpool.replay.portable import leaf_paths
-from vecpool.replay.settings import PoolSettings
+from vecpool.replay.settings import PoolSettings, renamed_clearing_size
 
 __all__ = ["EpisodeStats", "ReplayPool", "Transitions"]
 
@@ -101,7 +102,8 @@ class ReplayPool:
         window_size: On overflow, keep only the most recent ``window_size``
             transitions of the sub-pool (``1..capacity``); ``None`` drops the oldest.
         clearing_freq: Every ``clearing_freq`` transitions a sub-pool receives ...
-        window_size_: ... drop its ``window_size_`` oldest transitions.
+        clearing_size: ... drop its ``clearing_size`` oldest transitions (set
+            both or neither).
         random: Route each transition to sub-pool ``j`` with probability
             proportional to ``1 / (len_j + 1)`` (balances the sub-pools, but breaks
             their per-env time order) instead of to its env's sub-pool.
@@ -111,10 +113,13 @@ class ReplayPool:
             it (the episode continued); other next observations (episode ends,
             partial resets) are kept apart. Halves memory for image observations;
             the contents are identical.
+        window_size_: Deprecated name of ``clearing_size`` (the original
+            ``Pool``'s); gives a :class:`DeprecationWarning`.
 
     Raises:
         ValueError: On an invalid argument (named in the message) or a space that
             cannot be stored.
+        TypeError: If both ``clearing_size`` and ``window_size_`` are given.
     """
 
     def __init__(
@@ -125,18 +130,21 @@ class ReplayPool:
         pool_size: int,
         window_size: int | None = None,
         clearing_freq: int | None = None,
-        window_size_: int | None = None,
+        clearing_size: int | None = None,
         random: bool = False,
         seed: int | None = None,
         store_next_obs: bool = True,
+        *,
+        window_size_: int | None = None,
     ) -> None:
         """Validate the arguments and preallocate the storage."""
+        clearing_size = renamed_clearing_size("ReplayPool", clearing_size, window_size_)
         self.num_envs = check_int("num_envs", num_envs, 1)
         settings = PoolSettings(
             pool_size,
             window_size,
             clearing_freq,
-            window_size_,
+            clearing_size,
             random,
             seed,
             store_next_obs,
@@ -146,7 +154,7 @@ class ReplayPool:
         self.capacity = settings.capacity(self.num_envs)
         self.window_size = settings.window_size
         self.clearing_freq = settings.clearing_freq
-        self.window_size_ = settings.window_size_
+        self.clearing_size = settings.clearing_size
         self.random = settings.random
         self.store_next_obs = settings.store_next_obs
         if not is_storable(observation_space):
@@ -233,6 +241,17 @@ class ReplayPool:
         self._episodes = np.zeros(3, np.float64)  # count, sum of returns, of lengths
 
     # -- reading -----------------------------------------------------------------------
+
+    @property
+    def window_size_(self) -> int | None:
+        """Deprecated name of :attr:`clearing_size` (a :class:`DeprecationWarning`)."""
+        warnings.warn(
+            "`ReplayPool.window_size_` is deprecated: the setting is now called "
+            "`clearing_size`; read `pool.clearing_size`.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.clearing_size
 
     @property
     def lengths(self) -> npt.NDArray[np.int64]:
@@ -700,7 +719,7 @@ class ReplayPool:
             dest[position] = target
             length, received[target] = lengths[target] + 1, received[target] + 1
             if self.clearing_freq and received[target] % self.clearing_freq == 0:
-                length -= min(self.window_size_ or 0, length)
+                length -= min(self.clearing_size or 0, length)
             if length > self.capacity:
                 length = self.window_size if self.window_size else length - 1
             lengths[target] = length
@@ -834,9 +853,9 @@ class ReplayPool:
         received = self._received[env] + 1
         self._received[env] = received
         dropped = np.zeros_like(length)
-        if self.clearing_freq is not None and self.window_size_ is not None:
+        if self.clearing_freq is not None and self.clearing_size is not None:
             hit = received % self.clearing_freq == 0
-            dropped = np.where(hit, np.minimum(self.window_size_, length), 0)
+            dropped = np.where(hit, np.minimum(self.clearing_size, length), 0)
         length = length - dropped
         over = length > self.capacity
         if self.window_size is not None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 
-from vecpool._util.checks import check_int
+from vecpool._util.validation import check_int
 
-__all__ = ["PoolSettings"]
+__all__ = ["PoolSettings", "renamed_clearing_size"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -27,14 +28,15 @@ class PoolSettings:
         >>> PoolSettings(pool_size=10, clearing_freq=5).checked(num_envs=2)
         Traceback (most recent call last):
         ...
-        ValueError: `clearing_freq` and `window_size_` go together: set both ...
+        ValueError: `clearing_freq` and `clearing_size` go together: set both ...
 
     Attributes:
         pool_size: Total capacity (each of ``num_envs`` sub-pools holds
             :meth:`capacity`).
         window_size: See :class:`~vecpool.ReplayPool`, whose arguments these are.
         clearing_freq: See :class:`~vecpool.ReplayPool`.
-        window_size_: See :class:`~vecpool.ReplayPool`.
+        clearing_size: See :class:`~vecpool.ReplayPool` (the original ``Pool``'s
+            ``window_size_``).
         random: See :class:`~vecpool.ReplayPool`.
         seed: See :class:`~vecpool.ReplayPool`.
         store_next_obs: See :class:`~vecpool.ReplayPool`.
@@ -43,7 +45,7 @@ class PoolSettings:
     pool_size: int
     window_size: int | None = None
     clearing_freq: int | None = None
-    window_size_: int | None = None
+    clearing_size: int | None = None
     random: bool = False
     seed: int | None = None
     store_next_obs: bool = True
@@ -65,11 +67,11 @@ class PoolSettings:
             if self.window_size is None
             else check_int("window_size", self.window_size, 1, capacity)
         )
-        if (self.clearing_freq is None) != (self.window_size_ is None):
+        if (self.clearing_freq is None) != (self.clearing_size is None):
             msg = (
-                "`clearing_freq` and `window_size_` go together: set both or neither, "
-                f"got clearing_freq={self.clearing_freq!r}, "
-                f"window_size_={self.window_size_!r}."
+                "`clearing_freq` and `clearing_size` go together: set both or "
+                f"neither, got clearing_freq={self.clearing_freq!r}, "
+                f"clearing_size={self.clearing_size!r}."
             )
             raise ValueError(msg)
         clearing_freq = (
@@ -77,17 +79,64 @@ class PoolSettings:
             if self.clearing_freq is None
             else check_int("clearing_freq", self.clearing_freq, 1)
         )
-        window_size_ = (
+        clearing_size = (
             None
-            if self.window_size_ is None
-            else check_int("window_size_", self.window_size_, 1)
+            if self.clearing_size is None
+            else check_int("clearing_size", self.clearing_size, 1)
         )
         return dataclasses.replace(
             self,
             pool_size=pool_size,
             window_size=window_size,
             clearing_freq=clearing_freq,
-            window_size_=window_size_,
+            clearing_size=clearing_size,
             random=bool(self.random),
             store_next_obs=bool(self.store_next_obs),
         )
+
+
+def renamed_clearing_size(
+    caller: str, clearing_size: int | None, window_size_: int | None
+) -> int | None:
+    """``clearing_size``, or the value of its deprecated name ``window_size_``.
+
+    ``ReplayPool``, ``ReplayPoolWrapper`` and ``collect`` called it ``window_size_``
+    (the original ``Pool``'s name, which :class:`~vecpool.Pool` keeps) until issue
+    29; they still accept it, with a :class:`DeprecationWarning`. ``None`` is "not
+    given" for both.
+
+    Example:
+        >>> renamed_clearing_size("ReplayPool", 5, None)
+        5
+        >>> renamed_clearing_size("ReplayPool", 5, 5)
+        Traceback (most recent call last):
+        ...
+        TypeError: `ReplayPool` got both `clearing_size=5` and `window_size_=5`, ...
+
+    Args:
+        caller: The name the messages give the function or class called.
+        clearing_size: The ``clearing_size`` argument.
+        window_size_: The deprecated ``window_size_`` argument.
+
+    Returns:
+        The one of the two that was given, or ``None``.
+
+    Raises:
+        TypeError: If both were given.
+    """
+    if window_size_ is None:
+        return clearing_size
+    if clearing_size is not None:
+        msg = (
+            f"`{caller}` got both `clearing_size={clearing_size!r}` and "
+            f"`window_size_={window_size_!r}`, the old name of the same setting: "
+            "pass only `clearing_size`."
+        )
+        raise TypeError(msg)
+    warnings.warn(
+        f"`{caller}(window_size_=...)` is deprecated: the setting is now called "
+        f"`clearing_size`; pass `clearing_size={window_size_!r}`.",
+        DeprecationWarning,
+        stacklevel=3,  # the caller of `caller`
+    )
+    return window_size_

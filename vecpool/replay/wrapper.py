@@ -18,7 +18,7 @@ from vecpool._util.spaces import (
 from vecpool.errors import VecPoolWarning
 from vecpool.replay.boundaries import AutoresetTracker, restarted_rows
 from vecpool.replay.pool import ReplayPool, Transitions
-from vecpool.replay.settings import PoolSettings
+from vecpool.replay.settings import PoolSettings, renamed_clearing_size
 
 __all__ = ["ReplayPoolWrapper", "restarted_rows"]
 
@@ -78,10 +78,16 @@ class ReplayPoolWrapper(_VectorWrapper):
         pool_size: Total capacity; each sub-pool holds ``ceil(pool_size / num_envs)``.
         window_size: See :class:`ReplayPool`.
         clearing_freq: See :class:`ReplayPool`.
-        window_size_: See :class:`ReplayPool`.
+        clearing_size: See :class:`ReplayPool`.
         random: See :class:`ReplayPool`.
         seed: Seed of the pool's routing and sampling generator.
         store_next_obs: See :class:`ReplayPool`.
+        window_size_: Deprecated name of ``clearing_size``; gives a
+            :class:`DeprecationWarning`.
+
+    Raises:
+        ValueError: As :class:`ReplayPool`.
+        TypeError: If both ``clearing_size`` and ``window_size_`` are given.
     """
 
     def __init__(
@@ -90,12 +96,17 @@ class ReplayPoolWrapper(_VectorWrapper):
         pool_size: int,
         window_size: int | None = None,
         clearing_freq: int | None = None,
-        window_size_: int | None = None,
+        clearing_size: int | None = None,
         random: bool = False,
         seed: int | None = None,
         store_next_obs: bool = True,
+        *,
+        window_size_: int | None = None,
     ) -> None:
         """Wrap ``env`` and preallocate its pool."""
+        clearing_size = renamed_clearing_size(
+            "ReplayPoolWrapper", clearing_size, window_size_
+        )
         super().__init__(env)
         mode = env.metadata.get("autoreset_mode")
         if mode is None:
@@ -114,7 +125,7 @@ class ReplayPoolWrapper(_VectorWrapper):
                 pool_size,
                 window_size,
                 clearing_freq,
-                window_size_,
+                clearing_size,
                 random,
                 seed,
                 store_next_obs,

@@ -31,14 +31,14 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium.vector import AutoresetMode
 
-from vecpool._util.checks import check_int, require_matplotlib
 from vecpool._util.loading import load_callable
 from vecpool._util.progress import Progress
+from vecpool._util.validation import check_int, require_matplotlib
 from vecpool.errors import CollectArgumentError, CollectSaveError
 from vecpool.replay.boundaries import AutoresetTracker, restarted_rows
 from vecpool.replay.minari import to_minari
 from vecpool.replay.pool import ReplayPool
-from vecpool.replay.settings import PoolSettings
+from vecpool.replay.settings import PoolSettings, renamed_clearing_size
 from vecpool.replay.wrapper import ReplayPoolWrapper
 from vecpool.sampling.sampler import Sampler
 from vecpool.vector.make import make_vec
@@ -682,7 +682,7 @@ def collect(
     out: str | os.PathLike[str] | None,
     window_size: int | None = None,
     clearing_freq: int | None = None,
-    window_size_: int | None = None,
+    clearing_size: int | None = None,
     random_routing: bool = False,
     autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
     seed: int | None = None,
@@ -694,6 +694,7 @@ def collect(
     log: Callable[[str], None] | None = None,
     minari: str | None = None,
     overlap: bool = False,
+    window_size_: int | None = None,
 ) -> CollectResult:
     """Step ``num_envs`` copies of ``env_id`` and save every transition to a pool.
 
@@ -728,8 +729,8 @@ def collect(
         out: File to write the pool to (``.npz``, atomically, with
             :meth:`ReplayPool.save`); ``None`` writes nothing.
         window_size: See :class:`vecpool.ReplayPool`.
-        clearing_freq: See :class:`vecpool.ReplayPool` (set with ``window_size_``).
-        window_size_: See :class:`vecpool.ReplayPool` (set with ``clearing_freq``).
+        clearing_freq: See :class:`vecpool.ReplayPool` (set with ``clearing_size``).
+        clearing_size: See :class:`vecpool.ReplayPool` (set with ``clearing_freq``).
         random_routing: The pool's ``random`` option: route transitions to
             sub-pools with probability ``~ 1/(len + 1)``.
         autoreset_mode: ``next_step``, ``same_step`` or ``disabled`` (any case, or
@@ -760,6 +761,8 @@ def collect(
             step within chunks of :data:`OVERLAP_CHUNK` vector steps: the steps are
             rounded up to whole chunks, Ctrl-C stops at the end of a chunk, and
             ``episode_ends`` are the ends of the chunks. Needs ``num_envs >= 2``.
+        window_size_: Deprecated name of ``clearing_size``; gives a
+            :class:`DeprecationWarning`.
 
     Returns:
         The figures of the collection and the pool.
@@ -767,7 +770,9 @@ def collect(
     Raises:
         CollectArgumentError: On an invalid argument or combination (the message
             says which), an unknown env id, or a policy that cannot be loaded.
+        TypeError: If both ``clearing_size`` and ``window_size_`` are given.
     """
+    clearing_size = renamed_clearing_size("collect", clearing_size, window_size_)
     wall_start = time.perf_counter()
     mode = parse_autoreset_mode(autoreset_mode)
     num_envs = check_int("num_envs", num_envs, 1, error=CollectArgumentError)
@@ -812,7 +817,7 @@ def collect(
                 pool_size,
                 window_size,
                 clearing_freq,
-                window_size_,
+                clearing_size,
                 random=random_routing,
                 seed=seed,
                 store_next_obs=store_next_obs,

@@ -18,8 +18,8 @@ from vecpool._util.arguments import (
     num_workers_arg,
     positive_int,
 )
-from vecpool._util.checks import require_matplotlib
 from vecpool._util.loading import import_modules, resolve_env_id
+from vecpool._util.validation import require_matplotlib
 from vecpool.sampling import collect
 
 __all__ = ["add_collect_parser"]
@@ -36,10 +36,10 @@ def _collect(args: argparse.Namespace) -> int:
     steps: int = args.steps
     pool_size: int | None = args.pool_size
     try:
-        if (args.clearing_freq is None) != (args.window_size_ is None):
+        if (args.clearing_freq is None) != (args.clearing_size is None):
             given, missing = (
                 ("--clearing-freq", "--clearing-size")
-                if args.window_size_ is None
+                if args.clearing_size is None
                 else ("--clearing-size", "--clearing-freq")
             )
             msg = (
@@ -62,7 +62,7 @@ def _collect(args: argparse.Namespace) -> int:
             out=args.out,
             window_size=args.window_size,
             clearing_freq=args.clearing_freq,
-            window_size_=args.window_size_,
+            clearing_size=args.clearing_size,
             random_routing=args.random_routing,
             autoreset_mode=args.autoreset_mode,
             seed=args.seed,
@@ -168,11 +168,11 @@ def add_collect_parser(
         "--clearing-size",
         "--window-size_",  # the original Pool's keyword, still accepted
         metavar="N",
-        dest="window_size_",
+        dest="clearing_size",
         type=positive_int,
         default=None,
-        help="how many transitions --clearing-freq drops (the original Pool's "
-        "window_size_)",
+        help="how many transitions --clearing-freq drops (--window-size_, after the "
+        "original Pool's window_size_, is its old spelling)",
     )
     parser.add_argument(
         "--minari",

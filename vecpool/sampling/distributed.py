@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from vecpool._util.checks import check_int
 from vecpool._util.seeding import derive_seed
 from vecpool._util.slices import split
+from vecpool._util.validation import check_int
 from vecpool.errors import WorkerCrashedError
 from vecpool.replay.pool import ReplayPool
 from vecpool.sampling.sampler import EpisodeRecord, SampleBatch, Sampler

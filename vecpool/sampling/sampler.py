@@ -23,7 +23,6 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from vecpool._util.checks import check_int
 from vecpool._util.spaces import (
     flatten_batch,
     fresh_objects,
@@ -34,6 +33,7 @@ from vecpool._util.spaces import (
     put_value,
     storage_leaves,
 )
+from vecpool._util.validation import check_int
 from vecpool.errors import VecPoolWarning
 from vecpool.replay.boundaries import AutoresetTracker, restarted_rows
 from vecpool.replay.pool import ReplayPool

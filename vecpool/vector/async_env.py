@@ -35,7 +35,10 @@ from vecpool._engine.guards import HELD, exclusive
 from vecpool._engine.lifecycle import LIVE_ENVS, kill_groups, reap, shutdown
 from vecpool._engine.restart import LastObservations, Restarter, RestartPolicy
 from vecpool._engine.startup import Starter, StartSpec
-from vecpool._util.checks import (
+from vecpool._util.closing import close_within
+from vecpool._util.spaces import observation_spaces
+from vecpool._util.threads import PolicyThreads, fitting_threads, warn_once
+from vecpool._util.validation import (
     available_cpus,
     check_batch_size,
     check_custom_worker,
@@ -48,9 +51,6 @@ from vecpool._util.checks import (
     check_wait_strategy,
     resolve_num_workers,
 )
-from vecpool._util.closing import close_within
-from vecpool._util.spaces import observation_spaces
-from vecpool._util.threads import PolicyThreads, fitting_threads, warn_once
 from vecpool._wire.messages import ObsTransport, Reply
 from vecpool._wire.spin import SpinPolicy
 from vecpool.errors import (

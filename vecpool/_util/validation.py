@@ -1,4 +1,7 @@
-"""Argument checks shared by the package: one message format for every integer."""
+"""Argument validation shared by the package: one message format for every integer.
+
+(Not the public conformance checker: that is :mod:`vecpool.check`.)
+"""
 
 from __future__ import annotations
 

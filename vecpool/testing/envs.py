@@ -1,25 +1,9 @@
-"""Picklable toy environments and conformance helpers for testing vector envs.
+"""Toy envs, each deterministic given its seed and actions, importable by name.
 
-Everything here is importable by name, so ``spawn`` and ``forkserver`` workers can
-rebuild the environments (classes defined inside test modules cannot be imported by
-child processes when pytest runs with ``--import-mode=importlib``). Build env fns with
-:func:`functools.partial` or :func:`make_env_fns`::
-
-    >>> import functools
-    >>> from vecpool.testing import CountingEnv, make_env_fns
-    >>> env_fns = make_env_fns(3, obs_kind="dict", max_steps=10)
-    >>> env = env_fns[0]()
-    >>> obs, info = env.reset(seed=1)
-    >>> sorted(obs)
-    ['count', 'position']
-    >>> fn = functools.partial(CountingEnv, obs_kind="image")
-    >>> fn().observation_space.shape
-    (8, 8, 3)
-
-Every environment is deterministic given its seed and actions: all randomness comes
-from ``self.np_random``. Two vector implementations fed the same env fns, seeds and
-actions must therefore return identical results, which :func:`assert_same_rollout`
-checks step by step.
+Workers started with ``spawn`` or ``forkserver`` rebuild them from their qualified
+name (``vecpool.testing.envs.CountingEnv``); every one of them is also importable
+from :mod:`vecpool.testing`. The envs that fail on purpose are in
+:mod:`vecpool.testing.faults`.
 """
 
 from __future__ import annotations
@@ -27,59 +11,29 @@ from __future__ import annotations
 import copy
 import functools
 import os
-import signal
-import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, SupportsFloat
+from collections.abc import Callable
+from typing import Any, ClassVar, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
-from gymnasium.utils.env_checker import data_equivalence
-from gymnasium.vector import AutoresetMode, VectorEnv
 
-if TYPE_CHECKING:  # imported on first use by __getattr__ below
-    from vecpool.check import CheckReport
-    from vecpool.check.broken import (
-        BROKEN_ENVS,
-        AliasingObservationsVectorEnv,
-        MutatingOptionsVectorEnv,
-        ShuffledObservationsVectorEnv,
-        WrongAutoresetStepVectorEnv,
-        WrongInfoMasksVectorEnv,
-    )
+from vecpool.testing.errors import DeliberateError
 
 __all__ = [
     "ACTION_KINDS",
-    "BROKEN_ENVS",
     "OBS_KINDS",
     "ActionEchoEnv",
-    "AliasingObservationsVectorEnv",
     "CountingEnv",
-    "CustomExceptionEnv",
-    "DeliberateError",
-    "DeliberateErrorWithArgs",
-    "ExitingEnv",
-    "IncarnationEnv",
     "InfoKindsEnv",
     "MissionEnv",
     "MissionSpace",
     "MixedLeavesEnv",
-    "MutatingOptionsVectorEnv",
-    "RaisingEnv",
-    "ShuffledObservationsVectorEnv",
     "SlowEnv",
-    "UnpicklableInfoEnv",
-    "WorkerKiller",
-    "WrongAutoresetStepVectorEnv",
-    "WrongInfoMasksVectorEnv",
-    "assert_same_data",
-    "assert_same_partial_reset",
-    "assert_same_rollout",
-    "assert_vector_env_conforms",
+    "StepResult",
     "make_env_fns",
 ]
 
@@ -95,29 +49,6 @@ _BOUND = 10.0
 _NUM_COUNTS = 16
 _IMAGE_SHAPE = (8, 8, 3)
 _IMAGE_RAMP = np.arange(192, dtype=np.int64).reshape(_IMAGE_SHAPE)
-
-
-class DeliberateError(Exception):
-    """A plain exception type raised on purpose by the toy environments."""
-
-
-class DeliberateErrorWithArgs(Exception):
-    """An exception whose ``__init__`` needs extra arguments.
-
-    It deliberately does not define ``__reduce__``: ``pickle`` rebuilds exceptions
-    as ``cls(*self.args)``, and ``self.args`` only holds the message, so unpickling
-    fails with :class:`TypeError`. Vector envs must still report it sensibly.
-
-    Attributes:
-        code: An arbitrary error code.
-        detail: Arbitrary extra text.
-    """
-
-    def __init__(self, message: str, code: int, detail: str) -> None:
-        """Store the message and the extra fields."""
-        super().__init__(message)
-        self.code = code
-        self.detail = detail
 
 
 def _observation_space(obs_kind: str, bound: float = _BOUND) -> spaces.Space[Any]:
@@ -365,158 +296,6 @@ class CountingEnv(gym.Env[Any, Any]):
         if self.obs_kind == "tuple":
             return (box, count)
         return self._image()
-
-
-class RaisingEnv(CountingEnv):
-    """A :class:`CountingEnv` that raises once, in its ``at``-th step or reset.
-
-    The failing call raises from :meth:`explode`, so that name shows up in the
-    remote traceback. Calls after the failing one succeed again, so a vector env
-    that survives env exceptions can keep using it.
-
-    Example:
-        >>> env = RaisingEnv(raise_on="step", at=1)
-        >>> _ = env.reset(seed=0)
-        >>> env.step(0)
-        Traceback (most recent call last):
-        ...
-        ValueError: RaisingEnv failed on purpose in step #1
-    """
-
-    def __init__(
-        self,
-        raise_on: str = "step",
-        at: int = 1,
-        exc_type: type[Exception] = ValueError,
-        **kwargs: Any,
-    ) -> None:
-        """Build the env.
-
-        Args:
-            raise_on: ``"step"`` or ``"reset"``.
-            at: Raise in this call (1-based, counted over the env's lifetime).
-            exc_type: Exception type; called with the message as only argument.
-            **kwargs: Passed to :class:`CountingEnv`.
-
-        Raises:
-            ValueError: If ``raise_on`` is invalid.
-        """
-        if raise_on not in ("step", "reset"):
-            msg = f"`raise_on` must be 'step' or 'reset', got {raise_on!r}."
-            raise ValueError(msg)
-        super().__init__(**kwargs)
-        self.raise_on = raise_on
-        self.at = at
-        self.exc_type = exc_type
-
-    @staticmethod
-    def message_for(raise_on: str, at: int) -> str:
-        """Return the message the env raises with for ``raise_on`` and ``at``."""
-        return f"RaisingEnv failed on purpose in {raise_on} #{at}"
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[Any, dict[str, Any]]:
-        """Reset, raising if this is reset number ``at``."""
-        if self.raise_on == "reset" and self.resets_taken + 1 == self.at:
-            self.resets_taken += 1
-            self.explode(self.message_for("reset", self.at))
-        return super().reset(seed=seed, options=options)
-
-    def step(self, action: Any) -> StepResult:
-        """Step, raising if this is step number ``at``."""
-        if self.raise_on == "step" and self.steps_taken + 1 == self.at:
-            self.steps_taken += 1
-            self.explode(self.message_for("step", self.at))
-        return super().step(action)
-
-    def explode(self, message: str = "explode was called") -> None:
-        """Raise ``exc_type(message)``.
-
-        Raises:
-            Exception: Always, of type ``exc_type``.
-        """
-        raise self.exc_type(message)
-
-
-class ExitingEnv(CountingEnv):
-    """A :class:`CountingEnv` that calls ``os._exit`` in step ``at_step``.
-
-    Only use it inside a worker process: it kills whatever process steps it.
-    """
-
-    def __init__(self, at_step: int = 1, code: int = 3, **kwargs: Any) -> None:
-        """Build the env.
-
-        Args:
-            at_step: 1-based step (over the env's lifetime) that exits.
-            code: Exit code passed to :func:`os._exit`.
-            **kwargs: Passed to :class:`CountingEnv`.
-        """
-        super().__init__(**kwargs)
-        self.at_step = at_step
-        self.code = code
-
-    def step(self, action: Any) -> StepResult:
-        """Step, or exit the process in step ``at_step``."""
-        if self.steps_taken + 1 == self.at_step:
-            os._exit(self.code)
-        return super().step(action)
-
-
-class CustomExceptionEnv(CountingEnv):
-    """A :class:`CountingEnv` raising :class:`DeliberateErrorWithArgs` in step ``at``.
-
-    That exception cannot be rebuilt by ``pickle``, which exercises the fallback
-    path of a vector env's error reporting.
-    """
-
-    MESSAGE: ClassVar[str] = "CustomExceptionEnv failed on purpose"
-
-    def __init__(self, at: int = 1, **kwargs: Any) -> None:
-        """Build the env.
-
-        Args:
-            at: 1-based step (over the env's lifetime) that raises.
-            **kwargs: Passed to :class:`CountingEnv`.
-        """
-        super().__init__(**kwargs)
-        self.at = at
-
-    def step(self, action: Any) -> StepResult:
-        """Step, raising :class:`DeliberateErrorWithArgs` in step ``at``.
-
-        Raises:
-            DeliberateErrorWithArgs: In step ``at``.
-        """
-        if self.steps_taken + 1 == self.at:
-            self.steps_taken += 1
-            raise DeliberateErrorWithArgs(self.MESSAGE, 7, "extra detail")
-        return super().step(action)
-
-
-class UnpicklableInfoEnv(CountingEnv):
-    """A :class:`CountingEnv` with an unpicklable lock in the info of step ``at``.
-
-    Locks cannot be pickled, so sending that info to another process fails.
-    """
-
-    def __init__(self, at: int = 1, **kwargs: Any) -> None:
-        """Build the env.
-
-        Args:
-            at: 1-based step (over the env's lifetime) whose info holds the lock.
-            **kwargs: Passed to :class:`CountingEnv`.
-        """
-        super().__init__(**kwargs)
-        self.at = at
-
-    def step(self, action: Any) -> StepResult:
-        """Step; the info of step ``at`` holds an unpicklable lock."""
-        obs, reward, terminated, truncated, info = super().step(action)
-        if self.steps_taken == self.at:
-            info = {**info, "lock": threading.Lock()}
-        return obs, reward, terminated, truncated, info
 
 
 class SlowEnv(gym.Env[npt.NDArray[np.float32], npt.NDArray[np.float32]]):
@@ -871,289 +650,6 @@ class InfoKindsEnv(gym.Env[npt.NDArray[np.float32], np.int64]):
         return np.array([self.index, self.t], dtype=np.float32)
 
 
-class IncarnationEnv(gym.Env[npt.NDArray[np.int64], np.int64]):
-    """Observations that say which env, which incarnation and which step they are.
-
-    The observation is ``[index, pid, step]`` (int64): the env's index given at
-    construction, the id of the process hosting it (a replaced worker is a new
-    incarnation) and the step in the episode (0 after a reset). Episodes terminate
-    after a length drawn from ``self.np_random`` in ``[min_len, max_len]``; the
-    reward is the step reached plus half the action. The info is
-    ``{"step": step}`` every third step.
-
-    With ``crash_marker``, the env kills its process (``os._exit(code)``) in its
-    ``crash_at``-th step unless that file exists, creating it first: it crashes
-    once, whatever the incarnation. With ``fail_marker``, the constructor raises
-    :class:`DeliberateError` when that file exists.
-
-    Only use the crash options inside a worker process.
-    """
-
-    def __init__(
-        self,
-        index: int = 0,
-        min_len: int = 3,
-        max_len: int = 12,
-        crash_marker: str | None = None,
-        crash_at: int = 1,
-        code: int = 3,
-        fail_marker: str | None = None,
-    ) -> None:
-        """Build the env (see the class docstring for the arguments)."""
-        if fail_marker is not None and os.path.exists(fail_marker):
-            msg = f"{fail_marker} exists: this env refuses to be built again."
-            raise DeliberateError(msg)
-        self.index = index
-        self.min_len, self.max_len = min_len, max_len
-        self.crash_marker, self.crash_at, self.code = crash_marker, crash_at, code
-        self.observation_space = spaces.Box(0, 2**40, shape=(3,), dtype=np.int64)
-        self.action_space = spaces.Discrete(2)
-        self.steps_taken = 0
-        self.step_in_episode = 0
-        self.length = max_len
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[npt.NDArray[np.int64], dict[str, Any]]:
-        """Start an episode of a random length."""
-        super().reset(seed=seed, options=options)
-        self.step_in_episode = 0
-        self.length = int(self.np_random.integers(self.min_len, self.max_len + 1))
-        return self._observe(), {}
-
-    def step(
-        self, action: Any
-    ) -> tuple[npt.NDArray[np.int64], SupportsFloat, bool, bool, dict[str, Any]]:
-        """Advance one step (or crash, see the class docstring)."""
-        self.steps_taken += 1
-        marker = self.crash_marker
-        if (
-            marker is not None
-            and self.steps_taken == self.crash_at
-            and not os.path.exists(marker)
-        ):
-            with open(marker, "w"):
-                pass
-            os._exit(self.code)
-        self.step_in_episode += 1
-        step = self.step_in_episode
-        info = {"step": step} if step % 3 == 0 else {}
-        reward = step + 0.5 * int(action)
-        return self._observe(), reward, step >= self.length, False, info
-
-    def get_pid(self) -> int:
-        """Return the id of the process hosting this env."""
-        return os.getpid()
-
-    def _observe(self) -> npt.NDArray[np.int64]:
-        return np.array([self.index, os.getpid(), self.step_in_episode], np.int64)
-
-
-class WorkerKiller:
-    """SIGKILLs a random worker of a vector env every ``low``-``high`` seconds.
-
-    A context manager running a daemon thread, for crash tests of
-    ``on_worker_crash="restart"``. At most ``max_unanswered`` kills wait for their
-    restart at a time (for 1 s at most), so a loaded machine slows a test down
-    instead of starving it; 2 still lets a replacement be killed as it starts.
-
-    Attributes:
-        kills: Workers killed so far.
-    """
-
-    def __init__(
-        self,
-        env: Any,
-        low: float,
-        high: float,
-        *,
-        seed: int = 0,
-        max_unanswered: int = 2,
-    ) -> None:
-        """Kill a worker of ``env`` (a vecpool ``AsyncVectorEnv``) now and then."""
-        self.env, self.low, self.high = env, low, high
-        self.max_unanswered = max_unanswered
-        self.stop = threading.Event()
-        self.kills = 0
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.rng = np.random.default_rng(seed)
-
-    def __enter__(self) -> WorkerKiller:
-        """Start killing."""
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        """Stop killing."""
-        self.stop.set()
-        self.thread.join()
-
-    def _run(self) -> None:
-        while not self.stop.wait(self.rng.uniform(self.low, self.high)):
-            patience = time.monotonic() + 1.0
-            while (
-                self.kills - sum(self.env.restarts) >= self.max_unanswered
-                and time.monotonic() < patience
-                and not self.stop.is_set()
-            ):
-                time.sleep(0.005)
-            processes = self.env.processes
-            process = processes[self.rng.integers(len(processes))]
-            if process.pid is not None:
-                try:
-                    os.kill(process.pid, signal.SIGKILL)
-                    self.kills += 1
-                except ProcessLookupError:
-                    pass
-
-
-def make_env_fns(
-    n: int, *, env_cls: Callable[..., gym.Env[Any, Any]] = CountingEnv, **kwargs: Any
-) -> list[Callable[[], gym.Env[Any, Any]]]:
-    """Return ``n`` picklable env fns building ``env_cls(**kwargs)``.
-
-    Args:
-        n: Number of env fns.
-        env_cls: An env class (or factory) importable by name.
-        **kwargs: Keyword arguments for ``env_cls``.
-
-    Returns:
-        A list of :func:`functools.partial` objects.
-
-    Example:
-        >>> fns = make_env_fns(2, obs_kind="tuple")
-        >>> len(fns), type(fns[0]()).__name__
-        (2, 'CountingEnv')
-    """
-    return [functools.partial(env_cls, **kwargs) for _ in range(n)]
-
-
-def _describe(data: Any) -> str:
-    text = repr(data)
-    return text if len(text) <= 2000 else text[:2000] + "..."
-
-
-def assert_same_partial_reset(
-    reference: Any, candidate: Any, step_result: Any, label: str
-) -> None:
-    """DISABLED mode: reset the envs that just ended in both; same results.
-
-    Does nothing in other modes, or when no env ended in ``step_result`` (the
-    reference's ``step`` result).
-
-    Example:
-        >>> import gymnasium as gym, numpy as np
-        >>> from gymnasium.vector import AutoresetMode, SyncVectorEnv
-        >>> fns = [lambda: gym.make("CartPole-v1")] * 2
-        >>> mode = AutoresetMode.DISABLED
-        >>> a, b = (SyncVectorEnv(fns, autoreset_mode=mode) for _ in "ab")
-        >>> _ = a.reset(seed=0), b.reset(seed=0)
-        >>> assert_same_partial_reset(a, b, a.step(np.zeros(2, np.int64)), "step 0")
-    """
-    done = np.asarray(step_result[2]) | np.asarray(step_result[3])
-    mode = reference.metadata.get("autoreset_mode")
-    if mode is not AutoresetMode.DISABLED or not done.any():
-        return
-    options = {"reset_mask": done}
-    assert_same_data(
-        reference.reset(options=dict(options)),
-        candidate.reset(options=dict(options)),
-        f"{label}: partial reset",
-    )
-
-
-def assert_same_data(expected: Any, actual: Any, label: str = "data") -> None:
-    """Assert that two results are exactly equal, types included.
-
-    Uses :func:`gymnasium.utils.env_checker.data_equivalence` with ``exact=True``
-    (dict keys, tuple lengths, array shapes and dtypes, object arrays recursively).
-
-    Args:
-        expected: The reference value.
-        actual: The value under test.
-        label: What is compared, for the failure message.
-
-    Raises:
-        AssertionError: If the values differ.
-    """
-    if not data_equivalence(expected, actual, exact=True):
-        msg = (
-            f"{label} differs.\nexpected: {_describe(expected)}\n"
-            f"actual:   {_describe(actual)}"
-        )
-        raise AssertionError(msg)
-
-
-def assert_same_rollout(
-    reference: VectorEnv[Any, Any, Any],
-    candidate: VectorEnv[Any, Any, Any],
-    actions: Sequence[Any],
-    *,
-    seed: int = 0,
-    reset_seeds: Sequence[int | None] | None = None,
-    check_options_unchanged: bool = True,
-) -> int:
-    """Reset both vector envs with ``seed``, step them in lockstep and compare.
-
-    Observations, rewards, terminations, truncations and infos must be exactly equal
-    after the reset and every step. With ``AutoresetMode.DISABLED`` (read from
-    ``reference.metadata["autoreset_mode"]``), envs that ended are reset after each
-    step with ``reset(options={"reset_mask": mask})`` on both, those results are
-    compared too, and the ``options`` dict given to ``candidate`` must be left
-    unchanged (when ``check_options_unchanged``).
-
-    Args:
-        reference: The trusted implementation, e.g. ``gymnasium.vector.SyncVectorEnv``.
-        candidate: The implementation under test.
-        actions: Batched actions, one per step.
-        seed: Seed of the first reset.
-        reset_seeds: For DISABLED mode, the seed of the masked reset after step
-            ``t`` is ``reset_seeds[t % len(reset_seeds)]`` (default: always ``None``).
-        check_options_unchanged: Check that ``candidate`` does not mutate ``options``.
-
-    Returns:
-        The number of sub-environment episodes that ended during the rollout.
-
-    Raises:
-        AssertionError: On the first difference.
-    """
-    mode = reference.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
-    assert_same_data(
-        mode, candidate.metadata.get("autoreset_mode"), "metadata['autoreset_mode']"
-    )
-    expected_reset = reference.reset(seed=seed)
-    actual_reset = candidate.reset(seed=seed)
-    assert_same_data(expected_reset, actual_reset, f"reset(seed={seed})")
-    ended = 0
-    for step_index, action in enumerate(actions):
-        expected = reference.step(action)
-        actual = candidate.step(action)
-        names = ("observations", "rewards", "terminations", "truncations", "infos")
-        for name, want, got in zip(names, expected, actual, strict=True):
-            assert_same_data(want, got, f"step {step_index}: {name}")
-        done = np.logical_or(expected[2], expected[3])
-        ended += int(np.count_nonzero(done))
-        if mode == AutoresetMode.DISABLED and done.any():
-            reset_seed = None
-            if reset_seeds:
-                reset_seed = reset_seeds[step_index % len(reset_seeds)]
-            mask = done.copy()
-            reference_options: dict[str, Any] = {"reset_mask": mask.copy()}
-            candidate_options: dict[str, Any] = {"reset_mask": mask.copy()}
-            expected_reset = reference.reset(seed=reset_seed, options=reference_options)
-            actual_reset = candidate.reset(seed=reset_seed, options=candidate_options)
-            assert_same_data(
-                expected_reset,
-                actual_reset,
-                f"step {step_index}: reset(seed={reset_seed}, reset_mask={mask})",
-            )
-            if check_options_unchanged:
-                assert_same_data(
-                    {"reset_mask": mask}, candidate_options, "options after reset"
-                )
-    return ended
-
-
 class ActionEchoEnv(gym.Env[npt.NDArray[np.float64], Any]):
     """Each observation names the action that produced it: ``[action, step]``.
 
@@ -1205,59 +701,22 @@ class ActionEchoEnv(gym.Env[npt.NDArray[np.float64], Any]):
         return np.array([value, float(self.steps)]), 0.0, False, False, info
 
 
-def __getattr__(name: str) -> Any:
-    """The broken vector envs of :mod:`vecpool.check.broken`, imported on first use.
-
-    Worker processes import this module for its toy envs; they never load the checker.
-    """
-    from vecpool.check import broken
-
-    if name in broken.__all__:
-        return getattr(broken, name)
-    msg = f"module {__name__!r} has no attribute {name!r}"
-    raise AttributeError(msg)
-
-
-def assert_vector_env_conforms(
-    make_vector_env: Callable[[], VectorEnv[Any, Any, Any]], **kwargs: Any
-) -> CheckReport:
-    """Run :func:`vecpool.check_vector_env` and raise if any check failed.
+def make_env_fns(
+    n: int, *, env_cls: Callable[..., gym.Env[Any, Any]] = CountingEnv, **kwargs: Any
+) -> list[Callable[[], gym.Env[Any, Any]]]:
+    """Return ``n`` picklable env fns building ``env_cls(**kwargs)``.
 
     Args:
-        make_vector_env: Builds the vector env under test (called more than once).
-        **kwargs: Passed on (``reference``, ``num_steps``, ``seed``, ``skip``,
-            ``strict``, ``reset_options``, ``ignore_info_keys``).
+        n: Number of env fns.
+        env_cls: An env class (or factory) importable by name.
+        **kwargs: Keyword arguments for ``env_cls``.
 
     Returns:
-        The :class:`vecpool.check.CheckReport`, when every check passed.
+        A list of :func:`functools.partial` objects.
 
-    Raises:
-        vecpool.check.VectorEnvCheckError: An ``AssertionError`` holding the report.
+    Example:
+        >>> fns = make_env_fns(2, obs_kind="tuple")
+        >>> len(fns), type(fns[0]()).__name__
+        (2, 'CountingEnv')
     """
-    from vecpool.check import check_vector_env
-
-    report: CheckReport = check_vector_env(make_vector_env, **kwargs)
-    return report.raise_if_failed()
-
-
-if "pytest" in sys.modules:  # a pytest plugin when pytest runs: opt in with
-    # `pytest_plugins = ["vecpool.testing"]` in a conftest.py
-    import pytest
-
-    @pytest.fixture
-    def vector_env_checker() -> Callable[..., Any]:
-        """A fixture that runs :func:`vecpool.check_vector_env` in a test.
-
-        ``vector_env_checker(make_vector_env, **kwargs)`` fails the test with the
-        report's text if any check failed, and returns the report.
-        """
-
-        def check(make_vector_env: Callable[[], Any], **kwargs: Any) -> Any:
-            from vecpool.check import check_vector_env
-
-            report = check_vector_env(make_vector_env, **kwargs)
-            if not report.ok:
-                pytest.fail(str(report), pytrace=False)
-            return report
-
-        return check
+    return [functools.partial(env_cls, **kwargs) for _ in range(n)]
