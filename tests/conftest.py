@@ -6,6 +6,7 @@ shared helper is a fixture here; every env lives in :mod:`vecpool.testing`.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import multiprocessing
 import multiprocessing.forkserver
@@ -64,6 +65,106 @@ def make_async() -> Iterator[Callable[..., vecpool.AsyncVectorEnv]]:
     yield factory
     for env in created:
         _close_quietly(env)
+
+
+# ---------------------------------------------------------------------- placements
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where a vector env's envs run, and the constructor keywords that say so.
+
+    ``isolated``: every env lives in a worker process of its own group, so a worker
+    can be killed, segfault or hang without taking the test process with it.
+    """
+
+    id: str
+    keywords: Callable[[int], dict[str, Any]]
+    isolated: bool
+
+    def kwargs(self, num_envs: int) -> dict[str, Any]:
+        """The constructor keywords for ``num_envs`` envs."""
+        return self.keywords(num_envs)
+
+    def skip_unless_isolated(self) -> None:
+        """Skip the calling test unless every env runs in a worker process."""
+        if not self.isolated:
+            pytest.skip(NEEDS_WORKER_REASON)
+
+
+NEEDS_WORKER_REASON = (
+    "needs a worker process: an in-process env cannot be killed separately"
+)
+
+# Every engine behaviour test runs over each of these (SB3's VEC_ENV_CLASSES habit);
+# a new placement is one line here.
+PLACEMENTS = [
+    # several envs per worker and more than one worker wherever num_envs allows
+    Placement("processes", lambda n: {"num_workers": min(2, n)}, isolated=True),
+    Placement("in_process", lambda n: {"num_workers": 0}, isolated=False),
+]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "needs_worker_process: skipped for a placement without worker processes "
+        "(the test kills, crashes or waits on a worker); needs the placement fixture",
+    )
+
+
+@pytest.fixture(params=PLACEMENTS, ids=[placement.id for placement in PLACEMENTS])
+def placement(request: pytest.FixtureRequest) -> Placement:
+    """Each placement; a ``needs_worker_process`` test skips where none is isolated."""
+    chosen: Placement = request.param
+    if request.node.get_closest_marker("needs_worker_process") is not None:
+        chosen.skip_unless_isolated()
+    return chosen
+
+
+@pytest.fixture
+def make_placed(
+    placement: Placement, make_async: Callable[..., vecpool.AsyncVectorEnv]
+) -> Callable[..., vecpool.AsyncVectorEnv]:
+    """Factory like ``make_async`` whose envs run where ``placement`` says.
+
+    The placement owns the keywords it sets (``num_workers`` today); a test that
+    passes one of them is about worker counts and should call ``make_async``.
+    """
+
+    def factory(env_fns: Any, **kwargs: Any) -> vecpool.AsyncVectorEnv:
+        env_fns = list(env_fns)
+        placed = placement.kwargs(len(env_fns))
+        clash = sorted(set(placed) & set(kwargs))
+        if clash:
+            msg = f"the placement sets {clash}; use make_async for worker counts"
+            raise TypeError(msg)
+        return make_async(env_fns, **placed, **kwargs)
+
+    return factory
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("needs_worker_process") is None:
+            continue
+        if "placement" not in getattr(item, "fixturenames", ()):
+            msg = f"{item.nodeid}: needs_worker_process without the placement fixture"
+            raise pytest.UsageError(msg)
+
+
+def pytest_report_collectionfinish(
+    config: pytest.Config, items: list[pytest.Item]
+) -> str | None:
+    """With ``--collect-only``: how many tests run under each placement."""
+    if not config.option.collectonly:
+        return None
+    counts = dict.fromkeys((placement.id for placement in PLACEMENTS), 0)
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "placement" in callspec.params:
+            counts[callspec.params["placement"].id] += 1
+    return "placement: " + ", ".join(f"{key} {value}" for key, value in counts.items())
 
 
 @pytest.fixture
