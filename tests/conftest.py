@@ -86,10 +86,10 @@ class Placement:
         """The constructor keywords for ``num_envs`` envs."""
         return self.keywords(num_envs)
 
-    def skip_unless_isolated(self) -> None:
+    def skip_unless_isolated(self, reason: str | None = None) -> None:
         """Skip the calling test unless every env runs in a worker process."""
         if not self.isolated:
-            pytest.skip(NEEDS_WORKER_REASON)
+            pytest.skip(reason or NEEDS_WORKER_REASON)
 
 
 NEEDS_WORKER_REASON = (
@@ -108,17 +108,23 @@ PLACEMENTS = [
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "needs_worker_process: skipped for a placement without worker processes "
-        "(the test kills, crashes or waits on a worker); needs the placement fixture",
+        "needs_worker_process(reason=None): skipped for a placement without worker "
+        "processes (the test kills, crashes or times out a worker); needs the "
+        "placement fixture",
     )
 
 
 @pytest.fixture(params=PLACEMENTS, ids=[placement.id for placement in PLACEMENTS])
 def placement(request: pytest.FixtureRequest) -> Placement:
-    """Each placement; a ``needs_worker_process`` test skips where none is isolated."""
+    """Each placement; a ``needs_worker_process`` test skips where none is isolated.
+
+    ``@pytest.mark.needs_worker_process(reason=...)`` names a reason other than
+    :data:`NEEDS_WORKER_REASON` (e.g. that an in-process wait cannot time out).
+    """
     chosen: Placement = request.param
-    if request.node.get_closest_marker("needs_worker_process") is not None:
-        chosen.skip_unless_isolated()
+    marker = request.node.get_closest_marker("needs_worker_process")
+    if marker is not None:
+        chosen.skip_unless_isolated(marker.kwargs.get("reason"))
     return chosen
 
 
