@@ -21,6 +21,7 @@ import pytest
 from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
+from gymnasium.wrappers.vector import NormalizeObservation, RecordEpisodeStatistics
 
 from vecpool.testing import (
     ACTION_KINDS,
@@ -534,3 +535,66 @@ def _env_obs(obs: Any, index: int) -> Any:
     if isinstance(obs, dict):
         return {key: _env_obs(value, index) for key, value in obs.items()}
     return obs[index]
+
+
+def _wrapped_rollout(env: Any, wrap: Any, disabled: bool) -> list[Any]:
+    if wrap is not None:
+        env = wrap(env)
+    out: list[Any] = [env.reset(seed=7)]
+    rng = np.random.default_rng(0)
+    for _ in range(15):
+        result = env.step(rng.integers(0, 3, 3))
+        out.append(copy.deepcopy(result))
+        ended = result[2] | result[3]
+        if disabled and ended.any():
+            out.append(copy.deepcopy(env.reset(options={"reset_mask": ended})))
+    for _, *rest in out:
+        info = rest[-1]
+        if "episode" in info:
+            info["episode"].pop("t")  # wall-clock time
+    return out
+
+
+# found by the review of the in-process mode (7d2d268): each path once differed
+@pytest.mark.parametrize(
+    ("obs_kind", "wrap", "kwargs"),
+    [
+        ("box", None, {"shared_memory": False}),
+        ("box", None, {"copy": False}),
+        ("tuple", None, {"shared_memory": False}),
+        ("image", None, {"copy": False}),
+        ("dict", None, {"autoreset_mode": AutoresetMode.SAME_STEP}),
+        (
+            "dict",
+            None,
+            {"autoreset_mode": AutoresetMode.DISABLED, "shared_memory": False},
+        ),
+        ("box", None, {"observation_mode": "different"}),
+        ("box", RecordEpisodeStatistics, {}),
+        ("box", NormalizeObservation, {}),
+    ],
+    ids=[
+        "no-shm",
+        "no-copy",
+        "tuple-no-shm",
+        "image-no-copy",
+        "same-step",
+        "disabled-mask",
+        "obs-different",
+        "record-stats",
+        "normalize",
+    ],
+)
+def test_wrapped_and_masked_rollouts_match_sync(
+    obs_kind, wrap, kwargs, make_placed, make_sync
+):
+    fns = make_env_fns(
+        3, obs_kind=obs_kind, max_steps=4, terminate_prob=0.2, info_every=2
+    )
+    disabled = kwargs.get("autoreset_mode") == AutoresetMode.DISABLED
+    sync_kwargs = {
+        key: value for key, value in kwargs.items() if key != "shared_memory"
+    }
+    expected = _wrapped_rollout(make_sync(fns, **sync_kwargs), wrap, disabled)
+    actual = _wrapped_rollout(make_placed(fns, **kwargs), wrap, disabled)
+    assert_same_data(expected, actual, "rollout")

@@ -122,6 +122,18 @@ def test_step_exception_keeps_type_message_and_remote_traceback(
         assert_same_data(reference.step(action), env.step(action), f"step {step_index}")
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # Gymnasium's error log lines
+def test_an_env_error_names_its_env_and_the_env_stays_usable(make_placed):
+    env = make_placed([CountingEnv, lambda: RaisingEnv(raise_on="step", at=2)])
+    env.reset(seed=0)
+    env.step(np.zeros(2, np.int64))
+    with pytest.raises(ValueError, match="RaisingEnv") as info:
+        env.step(np.zeros(2, np.int64))
+    assert "sub-environment 1" in "".join(getattr(info.value, "__notes__", []))
+    assert "explode" in str(info.value.__cause__)  # the env's own traceback
+    env.step(np.zeros(2, np.int64))  # later calls succeed
+
+
 def test_reset_exception_is_reraised_and_env_recovers(make_placed, make_sync):
     env_fns = _raising(0, 3, raise_on="reset", at=2)
     env = make_placed(env_fns)

@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import re
 import signal
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -27,6 +28,8 @@ import vecpool
 import vecpool.errors
 from vecpool.testing import (
     CountingEnv,
+    DeliberateError,
+    RaisingEnv,
     SlowEnv,
     assert_same_data,
     assert_same_rollout,
@@ -262,7 +265,85 @@ def test_every_method_raises_after_close(placement):
         assert isinstance(info.value, vecpool.errors.VecPoolError), name
 
 
+class _CloseRaises(CountingEnv):
+    def close(self) -> None:
+        msg = "close failed"
+        raise RuntimeError(msg)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # Gymnasium's error log lines
+def test_an_env_error_then_an_env_close_error_and_closing_twice(make_placed):
+    env = make_placed(
+        [CountingEnv, lambda: RaisingEnv(raise_on="step", at=1), _CloseRaises]
+    )
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="RaisingEnv") as info:
+        env.step(np.zeros(3, np.int64))
+    assert "sub-environment 1" in "".join(getattr(info.value, "__notes__", []))
+    env.close()  # an env raising in close() does not stop close()
+    env.close()
+    assert env.closed
+
+
 # --------------------------------------------------------------- pending-call rules
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # Gymnasium's error log lines
+def test_misuse_errors(make_placed):
+    """Each misuse raises its error and leaves the env usable for the next call."""
+    env = make_placed(make_env_fns(2, max_steps=9))
+    env.reset(seed=0)
+    zeros = np.zeros(2, np.int64)
+    expected: list[tuple[Callable[[], Any], type[BaseException] | None, str]] = [
+        (env.step_wait, vecpool.errors.NoAsyncCallError, "`step_wait` without"),
+        (env.reset_wait, vecpool.errors.NoAsyncCallError, "`reset_wait` without"),
+        (env.call_wait, vecpool.errors.NoAsyncCallError, "`call_wait` without"),
+        (lambda: env.step(np.zeros(3, np.int64)), ValueError, "got 3"),
+        (lambda: env.call("nope"), AttributeError, "no attribute 'nope'"),
+        (lambda: env.get_attr("nope"), AttributeError, "no attribute 'nope'"),
+        (lambda: env.call("explode"), DeliberateError, "explode was called"),
+        (lambda: env.call("make_lock"), AttributeError, "no attribute 'make_lock'"),
+        (lambda: env.step_async(zeros), None, ""),
+        (
+            lambda: env.step_async(zeros),
+            vecpool.errors.AlreadyPendingCallError,
+            "pending call to `step`",
+        ),
+        (lambda: env.step_wait(timeout=10), None, ""),
+        (lambda: env.call("scaled", 2.0), None, ""),
+        (lambda: env.np_random_seed, None, ""),
+    ]
+    for call, error, message in expected:
+        if error is None:
+            call()
+            continue
+        with pytest.raises(error, match=re.escape(message)):
+            call()
+
+
+class _SlowStep(CountingEnv):
+    def step(self, action: Any) -> Any:
+        time.sleep(0.3)
+        return super().step(action)
+
+
+def test_a_second_thread_gets_concurrent_use_error(make_placed):
+    env = make_placed([_SlowStep] * 2)
+    env.reset(seed=0)
+    errors: list[str] = []
+
+    def other() -> None:
+        time.sleep(0.1)
+        try:
+            env.step(np.zeros(2, np.int64))
+        except vecpool.errors.VecPoolError as exc:
+            errors.append(type(exc).__name__)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    env.step(np.zeros(2, np.int64))
+    thread.join()
+    assert errors == ["ConcurrentUseError"]
 
 
 def test_already_pending_call_errors_match_gymnasium(make_placed):
