@@ -1,4 +1,7 @@
-"""Shared fixtures: start methods, auto-closing vector envs, leak checks.
+"""Shared fixtures: start methods, placements, auto-closing vector envs, leak checks.
+
+Engine behaviour tests take ``placement`` (or ``make_placed``) and so run once per
+entry of :data:`PLACEMENTS`; ``pytest --collect-only`` reports how many per placement.
 
 Test modules cannot import each other under ``--import-mode=importlib``, so every
 shared helper is a fixture here; every env lives in :mod:`vecpool.testing`.

@@ -242,13 +242,20 @@ def test_env_exception_names_the_env_index(make_placed):
     envs.step(np.zeros(3, dtype=np.int64))
 
 
-def test_make_vec_vectorization_mode():
-    envs = vecpool.make_vec("CartPole-v1", 2, vectorization_mode="async")
+def test_make_vec_vectorization_mode(placement):
+    envs = vecpool.make_vec(
+        "CartPole-v1",
+        2,
+        vectorization_mode="async",
+        vector_kwargs=placement.kwargs(2),
+    )
     envs.close()
     with pytest.raises(ValueError, match=re.escape("must be None or 'async'")):
         vecpool.make_vec("CartPole-v1", 2, vectorization_mode="sync")
 
 
+# Not over placements: the string entry point takes no vector keywords (see
+# tests/integration/test_make_vec.py), so it always builds the default.
 def test_vector_entry_point_keeps_the_registered_spec():
     env_id = "VecpoolTestNoChecker-v0"
     gym.register(
