@@ -77,8 +77,9 @@ def make_async() -> Iterator[Callable[..., vecpool.AsyncVectorEnv]]:
 class Placement:
     """Where a vector env's envs run, and the constructor keywords that say so.
 
-    ``isolated``: every env lives in a worker process of its own group, so a worker
-    can be killed, segfault or hang without taking the test process with it.
+    ``isolated``: every env lives in a worker process, so a worker can be killed,
+    segfault, time out or hang without taking the test process with it (a parent
+    share of the envs, the next placement, is not isolated).
     """
 
     id: str
