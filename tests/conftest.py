@@ -1,4 +1,7 @@
-"""Shared fixtures: start methods, auto-closing vector envs, leak checks.
+"""Shared fixtures: start methods, placements, auto-closing vector envs, leak checks.
+
+Engine behaviour tests take ``placement`` (or ``make_placed``) and so run once per
+entry of :data:`PLACEMENTS`; ``pytest --collect-only`` reports how many per placement.
 
 Test modules cannot import each other under ``--import-mode=importlib``, so every
 shared helper is a fixture here; every env lives in :mod:`vecpool.testing`.
@@ -6,6 +9,7 @@ shared helper is a fixture here; every env lives in :mod:`vecpool.testing`.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import multiprocessing
 import multiprocessing.forkserver
@@ -64,6 +68,113 @@ def make_async() -> Iterator[Callable[..., vecpool.AsyncVectorEnv]]:
     yield factory
     for env in created:
         _close_quietly(env)
+
+
+# ---------------------------------------------------------------------- placements
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where a vector env's envs run, and the constructor keywords that say so.
+
+    ``isolated``: every env lives in a worker process, so a worker can be killed,
+    segfault, time out or hang without taking the test process with it (a parent
+    share of the envs, the next placement, is not isolated).
+    """
+
+    id: str
+    keywords: Callable[[int], dict[str, Any]]
+    isolated: bool
+
+    def kwargs(self, num_envs: int) -> dict[str, Any]:
+        """The constructor keywords for ``num_envs`` envs."""
+        return self.keywords(num_envs)
+
+    def skip_unless_isolated(self, reason: str | None = None) -> None:
+        """Skip the calling test unless every env runs in a worker process."""
+        if not self.isolated:
+            pytest.skip(reason or NEEDS_WORKER_REASON)
+
+
+NEEDS_WORKER_REASON = (
+    "needs a worker process: an in-process env cannot be killed separately"
+)
+
+# Every engine behaviour test runs over each of these (SB3's VEC_ENV_CLASSES habit);
+# a new placement is one line here.
+PLACEMENTS = [
+    # several envs per worker and more than one worker wherever num_envs allows
+    Placement("processes", lambda n: {"num_workers": min(2, n)}, isolated=True),
+    Placement("in_process", lambda n: {"num_workers": 0}, isolated=False),
+]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "needs_worker_process(reason=None): skipped for a placement without worker "
+        "processes (the test kills, crashes or times out a worker); needs the "
+        "placement fixture",
+    )
+
+
+@pytest.fixture(params=PLACEMENTS, ids=[placement.id for placement in PLACEMENTS])
+def placement(request: pytest.FixtureRequest) -> Placement:
+    """Each placement; a ``needs_worker_process`` test skips where none is isolated.
+
+    ``@pytest.mark.needs_worker_process(reason=...)`` names a reason other than
+    :data:`NEEDS_WORKER_REASON` (e.g. that an in-process wait cannot time out).
+    """
+    chosen: Placement = request.param
+    marker = request.node.get_closest_marker("needs_worker_process")
+    if marker is not None:
+        chosen.skip_unless_isolated(marker.kwargs.get("reason"))
+    return chosen
+
+
+@pytest.fixture
+def make_placed(
+    placement: Placement, make_async: Callable[..., vecpool.AsyncVectorEnv]
+) -> Callable[..., vecpool.AsyncVectorEnv]:
+    """Factory like ``make_async`` whose envs run where ``placement`` says.
+
+    The placement owns the keywords it sets (``num_workers`` today); a test that
+    passes one of them is about worker counts and should call ``make_async``.
+    """
+
+    def factory(env_fns: Any, **kwargs: Any) -> vecpool.AsyncVectorEnv:
+        env_fns = list(env_fns)
+        placed = placement.kwargs(len(env_fns))
+        clash = sorted(set(placed) & set(kwargs))
+        if clash:
+            msg = f"the placement sets {clash}; use make_async for worker counts"
+            raise TypeError(msg)
+        return make_async(env_fns, **placed, **kwargs)
+
+    return factory
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("needs_worker_process") is None:
+            continue
+        if "placement" not in getattr(item, "fixturenames", ()):
+            msg = f"{item.nodeid}: needs_worker_process without the placement fixture"
+            raise pytest.UsageError(msg)
+
+
+def pytest_report_collectionfinish(
+    config: pytest.Config, items: list[pytest.Item]
+) -> str | None:
+    """With ``--collect-only``: how many tests run under each placement."""
+    if not config.option.collectonly:
+        return None
+    counts = dict.fromkeys((placement.id for placement in PLACEMENTS), 0)
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "placement" in callspec.params:
+            counts[callspec.params["placement"].id] += 1
+    return "placement: " + ", ".join(f"{key} {value}" for key, value in counts.items())
 
 
 @pytest.fixture

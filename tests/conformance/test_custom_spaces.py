@@ -28,11 +28,10 @@ def _fns():
     return [functools.partial(MissionEnv, index=i) for i in range(NUM_ENVS)]
 
 
-@pytest.mark.parametrize("num_workers", [0, 1, NUM_ENVS])
 @pytest.mark.parametrize("mode", MODES, ids=[mode.value for mode in MODES])
-def test_a_custom_string_leaf_matches_sync_by_default(mode, num_workers, make_async):
+def test_a_custom_string_leaf_matches_sync_by_default(mode, make_placed):
     reference = gym.vector.SyncVectorEnv(_fns(), autoreset_mode=mode)
-    candidate = make_async(_fns(), autoreset_mode=mode, num_workers=num_workers)
+    candidate = make_placed(_fns(), autoreset_mode=mode)
     try:
         assert candidate.shared_memory == "auto"
         assert_same_data(reference.reset(seed=0), candidate.reset(seed=0), "reset")
@@ -47,21 +46,22 @@ def test_a_custom_string_leaf_matches_sync_by_default(mode, num_workers, make_as
         reference.close()
 
 
-def test_explicit_shared_memory_keeps_gymnasiums_error():
+def test_explicit_shared_memory_keeps_gymnasiums_error(make_placed):
     with pytest.raises(ValueError, match="shared_memory=True"):
-        vecpool.AsyncVectorEnv(_fns(), shared_memory=True)
+        make_placed(_fns(), shared_memory=True)
     with pytest.raises(ValueError, match="shared_memory=True"):
         gym.vector.AsyncVectorEnv(_fns(), shared_memory=True)
 
 
-def test_the_checker_passes_on_the_default():
-    report = check_vector_env(lambda: vecpool.AsyncVectorEnv(_fns(), num_workers=2))
+def test_the_checker_passes_on_the_default(placement):
+    kwargs = placement.kwargs(NUM_ENVS)
+    report = check_vector_env(lambda: vecpool.AsyncVectorEnv(_fns(), **kwargs))
     assert report.ok, report
     assert "spaces.observations" in report.passed
 
 
-def test_send_recv_with_a_custom_leaf(make_async):
-    env = make_async(_fns(), num_workers=NUM_ENVS, batch_size=1)
+def test_send_recv_with_a_custom_leaf(make_placed):
+    env = make_placed(_fns(), batch_size=1)
     env.reset(seed=0)
     env.send(np.zeros(NUM_ENVS, np.int64))
     for _ in range(10):
@@ -92,11 +92,11 @@ class _SequenceEnv(gym.Env):
         return self._observe(), 1.0, self.t >= 5, False, {}
 
 
-def test_a_sequence_observation_matches_sync_by_default(make_async):
+def test_a_sequence_observation_matches_sync_by_default(make_placed):
     # found by a review: "auto" caught CustomSpaceError only, not the TypeError
     # Gymnasium raises for dynamic spaces
     reference = gym.vector.SyncVectorEnv([_SequenceEnv] * 3)
-    candidate = make_async([_SequenceEnv] * 3, num_workers=2)
+    candidate = make_placed([_SequenceEnv] * 3)
     try:
         assert repr(reference.reset(seed=1)) == repr(candidate.reset(seed=1))
         for _ in range(8):
@@ -105,4 +105,4 @@ def test_a_sequence_observation_matches_sync_by_default(make_async):
     finally:
         reference.close()
     with pytest.raises(TypeError):
-        vecpool.AsyncVectorEnv([_SequenceEnv] * 3, shared_memory=True)
+        make_placed([_SequenceEnv] * 3, shared_memory=True)

@@ -1,8 +1,9 @@
 """Differential tests: vecpool.AsyncVectorEnv must match gymnasium's SyncVectorEnv.
 
 Same env fns, seeds and actions -> bitwise-identical observations, rewards, flags and
-infos, in every autoreset mode, with and without shared memory and copies, for any
-grouping of envs into worker processes.
+infos, in every autoreset mode, with and without shared memory and copies, in every
+placement (the ``placement`` fixture of tests/conftest.py) and for any grouping of
+envs into worker processes.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import pytest
 from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
+from gymnasium.wrappers.vector import NormalizeObservation, RecordEpisodeStatistics
 
-import vecpool
 from vecpool.testing import (
     ACTION_KINDS,
     OBS_KINDS,
@@ -33,14 +34,14 @@ from vecpool.testing import (
 )
 
 MODES = list(AutoresetMode)
-# (num_envs, num_workers); None means the default grouping.
+# The placement decides where envs run; the sizes give it an even and an uneven split.
+NUM_ENVS = [3, 4, 5]
+# (num_envs, num_workers) for the worker-count test; None means the default grouping.
 GROUPINGS: list[tuple[int, int | None]] = [
     (4, 1),
-    (4, 2),
     (4, 4),
     (5, 2),
     (3, None),
-    (4, 0),  # in-process
 ]
 
 # A hung worker must fail fast, not eat the global 120 s timeout.
@@ -52,15 +53,14 @@ class Case(NamedTuple):
     shared_memory: bool
     obs_kind: str
     copy: bool
-    grouping: tuple[int, int | None]
+    num_envs: int
     action_kind: str
 
     @property
     def id(self) -> str:
-        num_envs, num_workers = self.grouping
         return (
             f"{self.mode.value}-shm{int(self.shared_memory)}-{self.obs_kind}-"
-            f"copy{int(self.copy)}-{num_envs}envs{num_workers}w-act_{self.action_kind}"
+            f"copy{int(self.copy)}-{self.num_envs}envs-act_{self.action_kind}"
         )
 
 
@@ -68,7 +68,7 @@ def _pairwise_cases() -> list[Case]:
     """Every (mode, shared_memory, obs_kind, copy) combination, plus all pairs.
 
     The four axes most likely to interact (autoreset logic x buffer path x space
-    layout x copying) are taken in full; grouping and action kind are chosen
+    layout x copying) are taken in full; env count and action kind are chosen
     greedily so that every pair of values of any two axes appears in some case.
     """
     axes: list[list[Any]] = [
@@ -76,7 +76,7 @@ def _pairwise_cases() -> list[Case]:
         [True, False],
         list(OBS_KINDS),
         [True, False],
-        GROUPINGS,
+        NUM_ENVS,
         list(ACTION_KINDS),
     ]
     uncovered = {
@@ -128,42 +128,18 @@ def _leaves(obs: Any) -> list[np.ndarray]:
     return [obs]
 
 
-def _async_kwargs(num_workers: int | None, **kwargs: Any) -> dict[str, Any]:
-    if num_workers is not None:
-        kwargs["num_workers"] = num_workers
-    return kwargs
-
-
-@pytest.fixture(params=["processes", "in-process"])
-def make_async(request, make_async):
-    """Every test below runs twice: as written, and with ``num_workers=0``.
-
-    The in-process mode must give the same results and errors as the processes.
-    """
-    if request.param == "processes":
-        return make_async
-
-    def in_process(env_fns: Any, **kwargs: Any) -> vecpool.AsyncVectorEnv:
-        env: vecpool.AsyncVectorEnv = make_async(
-            env_fns, **{**kwargs, "num_workers": 0}
-        )
-        return env
-
-    return in_process
-
-
 def test_cases_cover_every_value_of_every_axis() -> None:
     for field in Case._fields:
         values = {repr(getattr(case, field)) for case in CASES}
         assert len(values) >= 2, field
     assert {case.mode for case in CASES} == set(MODES)
     assert {case.obs_kind for case in CASES} == set(OBS_KINDS)
-    assert {case.grouping for case in CASES} == set(GROUPINGS)
+    assert {case.num_envs for case in CASES} == set(NUM_ENVS)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
-def test_rollout_matches_sync(case: Case, make_async, make_sync) -> None:
-    num_envs, num_workers = case.grouping
+def test_rollout_matches_sync(case: Case, make_placed, make_sync) -> None:
+    num_envs = case.num_envs
     env_fns = make_env_fns(
         num_envs,
         obs_kind=case.obs_kind,
@@ -173,14 +149,11 @@ def test_rollout_matches_sync(case: Case, make_async, make_sync) -> None:
         info_every=3,
     )
     reference = make_sync(env_fns, copy=case.copy, autoreset_mode=case.mode)
-    candidate = make_async(
+    candidate = make_placed(
         env_fns,
-        **_async_kwargs(
-            num_workers,
-            shared_memory=case.shared_memory,
-            copy=case.copy,
-            autoreset_mode=case.mode,
-        ),
+        shared_memory=case.shared_memory,
+        copy=case.copy,
+        autoreset_mode=case.mode,
     )
     assert candidate.num_envs == num_envs
     assert candidate.single_observation_space == reference.single_observation_space
@@ -202,16 +175,32 @@ def test_rollout_matches_sync(case: Case, make_async, make_sync) -> None:
     )
 
 
+# Not over placements: the behaviour is the grouping of envs into worker processes
+# (one worker for all, one env per worker, an uneven split, the default count).
+@pytest.mark.parametrize("mode", MODES, ids=[mode.value for mode in MODES])
+@pytest.mark.parametrize(
+    "grouping", GROUPINGS, ids=[f"{n}envs{w}w" for n, w in GROUPINGS]
+)
+def test_any_grouping_matches_sync(grouping, mode, make_async, make_sync) -> None:
+    num_envs, num_workers = grouping
+    env_fns = make_env_fns(
+        num_envs, obs_kind="dict", max_steps=9, terminate_prob=0.08, info_every=3
+    )
+    reference = make_sync(env_fns, autoreset_mode=mode)
+    kwargs = {} if num_workers is None else {"num_workers": num_workers}
+    candidate = make_async(env_fns, autoreset_mode=mode, **kwargs)
+    actions = _draw_actions(reference.single_action_space, num_envs, steps=60, seed=7)
+    assert assert_same_rollout(reference, candidate, actions, seed=123) >= num_envs
+
+
 @pytest.mark.parametrize("mode", MODES, ids=[mode.value for mode in MODES])
 @pytest.mark.parametrize("shared_memory", [True, False], ids=["shm", "noshm"])
-def test_partial_reset_mask_matches_sync(mode, shared_memory, make_async, make_sync):
+def test_partial_reset_mask_matches_sync(mode, shared_memory, make_placed, make_sync):
     """reset(options={"reset_mask": m}) with random masks, also mid-episode."""
     num_envs = 5
     env_fns = make_env_fns(num_envs, obs_kind="dict", max_steps=6, terminate_prob=0.1)
     reference = make_sync(env_fns, autoreset_mode=mode)
-    candidate = make_async(
-        env_fns, shared_memory=shared_memory, autoreset_mode=mode, num_workers=2
-    )
+    candidate = make_placed(env_fns, shared_memory=shared_memory, autoreset_mode=mode)
     actions = _draw_actions(reference.single_action_space, num_envs, steps=60, seed=3)
     rng = np.random.default_rng(5)
     assert_same_data(reference.reset(seed=9), candidate.reset(seed=9), "reset")
@@ -236,13 +225,13 @@ def test_partial_reset_mask_matches_sync(mode, shared_memory, make_async, make_s
 
 @pytest.mark.parametrize("shared_memory", [True, False], ids=["shm", "noshm"])
 def test_user_reset_clears_pending_next_step_autoreset(
-    shared_memory, make_async, make_sync
+    shared_memory, make_placed, make_sync
 ):
     """After every env ends, a user reset() must not be followed by an autoreset."""
     num_envs = 3
     env_fns = make_env_fns(num_envs, max_steps=3, terminate_prob=0.0)
     reference = make_sync(env_fns)
-    candidate = make_async(env_fns, shared_memory=shared_memory, num_workers=2)
+    candidate = make_placed(env_fns, shared_memory=shared_memory)
     action = np.full(num_envs, 2)
     assert_same_data(reference.reset(seed=1), candidate.reset(seed=1), "reset")
     for step_index in range(3):
@@ -259,12 +248,12 @@ def test_user_reset_clears_pending_next_step_autoreset(
     assert candidate.get_attr("episode_steps") == (1,) * num_envs
 
 
-def test_reset_seeds_and_np_random_match_sync(make_async, make_sync):
+def test_reset_seeds_and_np_random_match_sync(make_placed, make_sync):
     num_envs = 4
     # No reset infos: env 1 (seed=None) would add a random one.
     env_fns = make_env_fns(num_envs, reset_info=False)
     reference = make_sync(env_fns)
-    candidate = make_async(env_fns, num_workers=2)
+    candidate = make_placed(env_fns)
     seeds = [11, None, 13, 2**31]
     expected = reference.reset(seed=seeds)
     actual = candidate.reset(seed=seeds)
@@ -279,10 +268,10 @@ def test_reset_seeds_and_np_random_match_sync(make_async, make_sync):
     assert_same_data(expected_states, actual_states, "np_random states")
 
 
-def test_reset_seed_list_length_error_matches_gymnasium(make_async, make_sync):
+def test_reset_seed_list_length_error_matches_gymnasium(make_placed, make_sync):
     env_fns = make_env_fns(3)
     reference = make_sync(env_fns)
-    candidate = make_async(env_fns)
+    candidate = make_placed(env_fns)
     with pytest.raises(ValueError, match="length must match") as expected:
         reference.reset(seed=[1, 2])
     with pytest.raises(ValueError, match=re.escape(str(expected.value))):
@@ -301,10 +290,12 @@ def test_reset_seed_list_length_error_matches_gymnasium(make_async, make_sync):
     ],
     ids=["list", "shape", "dtype", "all-false"],
 )
-def test_reset_mask_validation_matches_gymnasium(mask, exc_type, make_async, make_sync):
+def test_reset_mask_validation_matches_gymnasium(
+    mask, exc_type, make_placed, make_sync
+):
     env_fns = make_env_fns(3)
     reference = make_sync(env_fns, autoreset_mode=AutoresetMode.DISABLED)
-    candidate = make_async(env_fns, autoreset_mode=AutoresetMode.DISABLED)
+    candidate = make_placed(env_fns, autoreset_mode=AutoresetMode.DISABLED)
     assert_same_data(reference.reset(seed=0), candidate.reset(seed=0), "reset")
     with pytest.raises(exc_type) as expected:
         reference.reset(options={"reset_mask": mask})
@@ -316,11 +307,11 @@ def test_reset_mask_validation_matches_gymnasium(mask, exc_type, make_async, mak
     assert_same_data(reference.step(action), candidate.step(action), "step after")
 
 
-def test_call_get_attr_set_attr_match_sync(make_async, make_sync):
+def test_call_get_attr_set_attr_match_sync(make_placed, make_sync):
     num_envs = 5
     env_fns = make_env_fns(num_envs, obs_kind="tuple", max_steps=8)
     reference = make_sync(env_fns)
-    candidate = make_async(env_fns, num_workers=2)
+    candidate = make_placed(env_fns)
     assert_same_data(reference.reset(seed=4), candidate.reset(seed=4), "reset")
     actions = _draw_actions(reference.single_action_space, num_envs, steps=10, seed=1)
     for action in actions:
@@ -364,10 +355,10 @@ def test_call_get_attr_set_attr_match_sync(make_async, make_sync):
     assert len({float(reward) for reward in actual[1]}) == 1
 
 
-def test_set_attr_wrong_length_error_matches_gymnasium(make_async, make_sync):
+def test_set_attr_wrong_length_error_matches_gymnasium(make_placed, make_sync):
     env_fns = make_env_fns(3)
     reference = make_sync(env_fns)
-    candidate = make_async(env_fns)
+    candidate = make_placed(env_fns)
     with pytest.raises(ValueError, match="Values must be") as expected:
         reference.set_attr("reward_scale", [1.0, 2.0])
     with pytest.raises(ValueError, match=re.escape(str(expected.value))):
@@ -375,12 +366,10 @@ def test_set_attr_wrong_length_error_matches_gymnasium(make_async, make_sync):
     assert candidate.get_attr("reward_scale") == (1.0, 1.0, 1.0)
 
 
-def test_render_and_metadata_match_sync(make_async, make_sync):
+def test_render_and_metadata_match_sync(make_placed, make_sync):
     env_fns = make_env_fns(3, obs_kind="image", render_mode="rgb_array")
     reference = make_sync(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
-    candidate = make_async(
-        env_fns, num_workers=2, autoreset_mode=AutoresetMode.SAME_STEP
-    )
+    candidate = make_placed(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
     assert candidate.render_mode == reference.render_mode == "rgb_array"
     assert candidate.metadata == reference.metadata
     assert candidate.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
@@ -392,10 +381,10 @@ def test_render_and_metadata_match_sync(make_async, make_sync):
     assert_same_data(reference.render(), candidate.render(), "render()")
 
 
-def test_autoreset_mode_given_as_string(make_async, make_sync):
+def test_autoreset_mode_given_as_string(make_placed, make_sync):
     env_fns = make_env_fns(2, max_steps=4)
     reference = make_sync(env_fns, autoreset_mode="SameStep")
-    candidate = make_async(env_fns, autoreset_mode="SameStep")
+    candidate = make_placed(env_fns, autoreset_mode="SameStep")
     assert candidate.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
     actions = _draw_actions(reference.single_action_space, 2, steps=12, seed=0)
     assert assert_same_rollout(reference, candidate, actions, seed=3) > 0
@@ -404,11 +393,11 @@ def test_autoreset_mode_given_as_string(make_async, make_sync):
 @pytest.mark.parametrize("shared_memory", [True, False], ids=["shm", "noshm"])
 @pytest.mark.parametrize("obs_kind", ["box", "dict"])
 def test_copy_false_returns_the_same_buffer(
-    obs_kind, shared_memory, make_async, make_sync
+    obs_kind, shared_memory, make_placed, make_sync
 ):
     env_fns = make_env_fns(3, obs_kind=obs_kind)
     reference = make_sync(env_fns)
-    candidate = make_async(env_fns, shared_memory=shared_memory, copy=False)
+    candidate = make_placed(env_fns, shared_memory=shared_memory, copy=False)
     assert_same_data(reference.reset(seed=0)[0], candidate.reset(seed=0)[0], "reset")
     first, _ = candidate.reset(seed=0)
     reference.reset(seed=0)
@@ -430,11 +419,11 @@ def test_copy_false_returns_the_same_buffer(
 @pytest.mark.parametrize("shared_memory", [True, False], ids=["shm", "noshm"])
 @pytest.mark.parametrize("obs_kind", ["box", "dict", "tuple"])
 def test_copy_true_results_are_independent(
-    obs_kind, shared_memory, make_async, make_sync
+    obs_kind, shared_memory, make_placed, make_sync
 ):
     env_fns = make_env_fns(3, obs_kind=obs_kind, max_steps=4)
     reference = make_sync(env_fns)
-    candidate = make_async(env_fns, shared_memory=shared_memory, copy=True)
+    candidate = make_placed(env_fns, shared_memory=shared_memory, copy=True)
     expected_reset = reference.reset(seed=0)
     actual_reset = candidate.reset(seed=0)
     assert_same_data(expected_reset, actual_reset, "reset")
@@ -459,7 +448,7 @@ def test_copy_true_results_are_independent(
             handed_out.append((actual[0], copy.deepcopy(actual[0])))
 
 
-def test_env_error_log_lines_match_gymnasium(make_async, make_gym_async):
+def test_env_error_log_lines_match_gymnasium(make_placed, make_gym_async):
     env_fns = [
         functools.partial(CountingEnv),
         functools.partial(RaisingEnv, raise_on="step", at=2),
@@ -467,7 +456,7 @@ def test_env_error_log_lines_match_gymnasium(make_async, make_gym_async):
     ]
     action = np.array([1, 1, 1])
     outcomes = []
-    for factory in (make_gym_async, make_async):
+    for factory in (make_gym_async, make_placed):
         env = factory(env_fns)
         env.reset(seed=0)
         env.step(action)
@@ -490,43 +479,41 @@ def test_env_error_log_lines_match_gymnasium(make_async, make_gym_async):
 
 
 @pytest.mark.parametrize("shared_memory", [True, False], ids=["shm", "noshm"])
-def test_observation_mode_different_matches_sync(shared_memory, make_async, make_sync):
+def test_observation_mode_different_matches_sync(shared_memory, make_placed, make_sync):
     env_fns = [
         functools.partial(CountingEnv, obs_bound=bound, max_steps=6)
         for bound in (0.5, 1.0, 2.0, 4.0)
     ]
     reference = make_sync(env_fns, observation_mode="different")
-    candidate = make_async(
+    candidate = make_placed(
         env_fns,
         shared_memory=shared_memory,
         observation_mode="different",
-        num_workers=2,
     )
     assert candidate.observation_space == reference.observation_space
     actions = _draw_actions(reference.single_action_space, 4, steps=40, seed=2)
     assert assert_same_rollout(reference, candidate, actions, seed=8) > 0
 
 
-def test_observation_mode_same_rejects_different_bounds(make_sync):
+def test_observation_mode_same_rejects_different_bounds(make_sync, make_placed):
     env_fns = [functools.partial(CountingEnv, obs_bound=bound) for bound in (1.0, 2.0)]
     with pytest.raises(RuntimeError, match="observation_mode='same'"):
         make_sync(env_fns)
     with pytest.raises(RuntimeError, match=re.escape("observation_mode='same'")):
-        vecpool.AsyncVectorEnv(env_fns)
+        make_placed(env_fns)
 
 
 @pytest.mark.parametrize("copy_obs", [True, False], ids=["copy", "nocopy"])
 @pytest.mark.parametrize("shared_memory", [True, False], ids=["shm", "noshm"])
 @pytest.mark.parametrize("obs_kind", ["box", "dict"])
 def test_same_step_final_obs_is_not_overwritten_later(
-    obs_kind, shared_memory, copy_obs, make_async
+    obs_kind, shared_memory, copy_obs, make_placed
 ):
-    env = make_async(
+    env = make_placed(
         make_env_fns(3, obs_kind=obs_kind, max_steps=3, terminate_prob=0.0),
         shared_memory=shared_memory,
         copy=copy_obs,
         autoreset_mode=AutoresetMode.SAME_STEP,
-        num_workers=2,
     )
     env.reset(seed=0)
     action = np.array([0, 1, 2])
@@ -548,3 +535,66 @@ def _env_obs(obs: Any, index: int) -> Any:
     if isinstance(obs, dict):
         return {key: _env_obs(value, index) for key, value in obs.items()}
     return obs[index]
+
+
+def _wrapped_rollout(env: Any, wrap: Any, disabled: bool) -> list[Any]:
+    if wrap is not None:
+        env = wrap(env)
+    out: list[Any] = [env.reset(seed=7)]
+    rng = np.random.default_rng(0)
+    for _ in range(15):
+        result = env.step(rng.integers(0, 3, 3))
+        out.append(copy.deepcopy(result))
+        ended = result[2] | result[3]
+        if disabled and ended.any():
+            out.append(copy.deepcopy(env.reset(options={"reset_mask": ended})))
+    for _, *rest in out:
+        info = rest[-1]
+        if "episode" in info:
+            info["episode"].pop("t")  # wall-clock time
+    return out
+
+
+# found by the review of the in-process mode (7d2d268): each path once differed
+@pytest.mark.parametrize(
+    ("obs_kind", "wrap", "kwargs"),
+    [
+        ("box", None, {"shared_memory": False}),
+        ("box", None, {"copy": False}),
+        ("tuple", None, {"shared_memory": False}),
+        ("image", None, {"copy": False}),
+        ("dict", None, {"autoreset_mode": AutoresetMode.SAME_STEP}),
+        (
+            "dict",
+            None,
+            {"autoreset_mode": AutoresetMode.DISABLED, "shared_memory": False},
+        ),
+        ("box", None, {"observation_mode": "different"}),
+        ("box", RecordEpisodeStatistics, {}),
+        ("box", NormalizeObservation, {}),
+    ],
+    ids=[
+        "no-shm",
+        "no-copy",
+        "tuple-no-shm",
+        "image-no-copy",
+        "same-step",
+        "disabled-mask",
+        "obs-different",
+        "record-stats",
+        "normalize",
+    ],
+)
+def test_wrapped_and_masked_rollouts_match_sync(
+    obs_kind, wrap, kwargs, make_placed, make_sync
+):
+    fns = make_env_fns(
+        3, obs_kind=obs_kind, max_steps=4, terminate_prob=0.2, info_every=2
+    )
+    disabled = kwargs.get("autoreset_mode") == AutoresetMode.DISABLED
+    sync_kwargs = {
+        key: value for key, value in kwargs.items() if key != "shared_memory"
+    }
+    expected = _wrapped_rollout(make_sync(fns, **sync_kwargs), wrap, disabled)
+    actual = _wrapped_rollout(make_placed(fns, **kwargs), wrap, disabled)
+    assert_same_data(expected, actual, "rollout")

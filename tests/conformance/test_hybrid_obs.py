@@ -5,8 +5,8 @@ are partly arrays (Box, Discrete, ...) and partly spaces shared memory cannot ho
 (Text, Graph, Sequence, OneOf, a custom space such as MiniGrid's mission) sends
 its array leaves through shared memory and only the other leaves pickled in the
 worker's reply (vecpool/_engine/buffers.py, vecpool/_worker/host.py). Every
-result must be ``SyncVectorEnv``'s, bit for bit, in every autoreset mode, worker
-count and ``copy`` setting, through ``send``/``recv`` and a worker restart.
+result must be ``SyncVectorEnv``'s, bit for bit, in every autoreset mode, placement
+and ``copy`` setting, through ``send``/``recv`` and a worker restart.
 """
 
 from __future__ import annotations
@@ -42,11 +42,10 @@ def _fns(kind: str, num_envs: int = NUM_ENVS):
 
 
 @pytest.mark.parametrize("kind", sorted(ENVS))
-@pytest.mark.parametrize("num_workers", [0, 1, NUM_ENVS])
 @pytest.mark.parametrize("mode", MODES, ids=[mode.value for mode in MODES])
-def test_hybrid_observations_match_sync(kind, mode, num_workers, make_async):
+def test_hybrid_observations_match_sync(kind, mode, make_placed):
     reference = gym.vector.SyncVectorEnv(_fns(kind), autoreset_mode=mode)
-    candidate = make_async(_fns(kind), autoreset_mode=mode, num_workers=num_workers)
+    candidate = make_placed(_fns(kind), autoreset_mode=mode)
     try:
         assert candidate.observation_transport == "hybrid"
         assert_same_data(reference.reset(seed=3), candidate.reset(seed=3), "reset")
@@ -95,11 +94,10 @@ class _InPlaceEnv(gym.Env):
         return self._observe(), 0.0, self.t >= 4, False, {}
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
 @pytest.mark.parametrize("kind", ["mixed", "in-place"])
 @pytest.mark.parametrize("copy_obs", [True, False])
 def test_held_observations_stay_as_sync_leaves_them(
-    copy_obs, kind, num_workers, make_async
+    copy_obs, kind, placement, make_placed
 ):
     # copy=True: what the user holds never changes, even where the env rewrites
     # the object it returned; copy=False: the arrays are the buffers (rewritten in
@@ -110,7 +108,7 @@ def test_held_observations_stay_as_sync_leaves_them(
         else [functools.partial(_InPlaceEnv, i) for i in range(NUM_ENVS)]
     )
     reference = gym.vector.SyncVectorEnv(fns, copy=copy_obs)
-    candidate = make_async(fns, copy=copy_obs, num_workers=num_workers)
+    candidate = make_placed(fns, copy=copy_obs)
     try:
         held_expected = [reference.reset(seed=0)[0]]
         held_actual = [candidate.reset(seed=0)[0]]
@@ -123,7 +121,7 @@ def test_held_observations_stay_as_sync_leaves_them(
             # copy=False: Sync hands out the env's own objects, which an env may
             # rewrite later; from another process they come as copies (as from
             # Gymnasium's AsyncVectorEnv), so only the latest step can compare
-            aliased = not copy_obs and num_workers and kind == "in-place"
+            aliased = not copy_obs and placement.isolated and kind == "in-place"
             first = len(held_expected) - 1 if aliased else 0
             for k in range(first, len(held_expected)):
                 assert_same_data(
@@ -139,11 +137,11 @@ def test_held_observations_stay_as_sync_leaves_them(
 
 
 @pytest.mark.parametrize("kind", sorted(ENVS))
-def test_recv_batches_hold_their_own_envs_rows(kind, make_async):
+def test_recv_batches_hold_their_own_envs_rows(kind, make_placed):
     # every env sent once per round and a batch of all of them received: the rows
     # come in any order, each must be its own env's row of Sync's lockstep step
     reference = gym.vector.SyncVectorEnv(_fns(kind, 4))
-    candidate = make_async(_fns(kind, 4), num_workers=2, batch_size=2)
+    candidate = make_placed(_fns(kind, 4), batch_size=2)
     try:
         reference.reset(seed=1)
         candidate.reset(seed=1)
@@ -170,8 +168,10 @@ def test_recv_batches_hold_their_own_envs_rows(kind, make_async):
         reference.close()
 
 
-def test_a_restart_shows_the_last_observations_leaves_included(make_async):
-    env = make_async(_fns("mixed", 4), num_workers=2, on_worker_crash="restart")
+@pytest.mark.needs_worker_process
+def test_a_restart_shows_the_last_observations_leaves_included(make_placed):
+    env = make_placed(_fns("mixed", 4), on_worker_crash="restart")
+    assert len(env.processes) == 2  # the first worker holds envs 0 and 1
     env.reset(seed=0)
     before, *_ = env.step(np.ones(4, np.int64))
     before_rows = list(iterate(env.observation_space, copy.deepcopy(before)))
@@ -197,17 +197,28 @@ def test_a_restart_shows_the_last_observations_leaves_included(make_async):
     ],
     ids=["hybrid", "arrays"],
 )
-def test_the_transport_is_reported(fns, transport, make_async):
-    assert make_async(fns, num_workers=1).observation_transport == transport
-    assert make_async(fns, shared_memory=False).observation_transport == "pickled"
+def test_the_transport_is_reported(fns, transport, make_placed):
+    assert make_placed(fns).observation_transport == transport
+    assert make_placed(fns, shared_memory=False).observation_transport == "pickled"
 
 
 @pytest.mark.parametrize("copy_obs", [True, False])
-def test_close_releases_the_shared_block_of_a_hybrid_env(copy_obs, make_async):
+def test_close_releases_the_shared_block_of_a_hybrid_env(
+    copy_obs, placement, make_placed, request
+):
     import gc
     import weakref
 
-    env = make_async(_fns("mixed"), num_workers=1, copy=copy_obs)
+    if copy_obs and placement.id == "in_process":
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="engine: after close() the in-process channel keeps its host, "
+                "whose WorkerConfig holds the SharedBlock (reported, not fixed here)",
+            )
+        )
+
+    env = make_placed(_fns("mixed"), copy=copy_obs)
     env.reset(seed=0)
     held, *_ = env.step(np.zeros(NUM_ENVS, np.int64))
     block = weakref.ref(env._buffers.block.raw)
@@ -258,12 +269,14 @@ class _StringsEnv(gym.Env):
 
 @pytest.mark.parametrize("shared_memory", ["auto", True])
 @pytest.mark.parametrize("kind", ["text", "one_of", "dict", "dict-with-array"])
-def test_text_and_one_of_leaves_are_never_placeholders(kind, shared_memory, make_async):
+def test_text_and_one_of_leaves_are_never_placeholders(
+    kind, shared_memory, make_placed
+):
     # found by a tester: Gymnasium's shared memory decodes a Text or OneOf leaf
     # once, at construction, so every step returned '00000' or (0, 0)
     fns = [functools.partial(_StringsEnv, kind, i) for i in range(3)]
     reference = gym.vector.SyncVectorEnv(fns)
-    candidate = make_async(fns, num_workers=2, shared_memory=shared_memory)
+    candidate = make_placed(fns, shared_memory=shared_memory)
     try:
         expected = "hybrid" if kind == "dict-with-array" else "pickled"
         assert candidate.observation_transport == expected
@@ -293,11 +306,10 @@ class _FloatInIntEnv(gym.Env):
         return {"n": 3.7, "b": np.array([1, 2])}, 0.0, False, False, {}
 
 
-@pytest.mark.parametrize("num_workers", [0, 1])
-def test_a_float_in_an_integer_leaf_raises_as_in_sync(num_workers, make_async):
+def test_a_float_in_an_integer_leaf_raises_as_in_sync(make_placed):
     # found by a tester: it was stored as 3 (silently), where Sync raises
     reference = gym.vector.SyncVectorEnv([_FloatInIntEnv] * 2)
-    candidate = make_async([_FloatInIntEnv] * 2, num_workers=num_workers)
+    candidate = make_placed([_FloatInIntEnv] * 2)
     try:
         assert_same_data(reference.reset(seed=0), candidate.reset(seed=0), "reset")
         with pytest.raises(TypeError) as expected:

@@ -68,11 +68,10 @@ def _lockstep(reference, candidate, steps, seed=0):
     return columned
 
 
-@pytest.mark.parametrize("num_workers", [0, 1, 2, NUM_ENVS])
 @pytest.mark.parametrize("mode", MODES, ids=[mode.value for mode in MODES])
-def test_mixed_infos_match_sync(mode, num_workers, make_async, make_sync):
+def test_mixed_infos_match_sync(mode, make_placed, make_sync):
     reference = make_sync(_fns(), autoreset_mode=mode)
-    candidate = make_async(_fns(), autoreset_mode=mode, num_workers=num_workers)
+    candidate = make_placed(_fns(), autoreset_mode=mode)
     columned = _lockstep(reference, candidate, steps=60)
     assert columned > 0  # some infos went through shared memory
 
@@ -80,10 +79,10 @@ def test_mixed_infos_match_sync(mode, num_workers, make_async, make_sync):
 @pytest.mark.parametrize("shared_memory", [True, False], ids=["shm", "noshm"])
 @pytest.mark.parametrize("mode", MODES, ids=[mode.value for mode in MODES])
 def test_regular_infos_go_through_shared_memory(
-    mode, shared_memory, make_async, make_sync
+    mode, shared_memory, make_placed, make_sync
 ):
     reference = make_sync(_fns(atari=True), autoreset_mode=mode)
-    candidate = make_async(
+    candidate = make_placed(
         _fns(atari=True), autoreset_mode=mode, shared_memory=shared_memory
     )
     columned = _lockstep(reference, candidate, steps=40)
@@ -91,8 +90,8 @@ def test_regular_infos_go_through_shared_memory(
     assert columned >= 40 * NUM_ENVS // 2
 
 
-def test_the_arrays_handed_out_are_fresh(make_async):
-    env = make_async(_fns(atari=True))
+def test_the_arrays_handed_out_are_fresh(make_placed):
+    env = make_placed(_fns(atari=True))
     env.reset(seed=0)
     _, _, _, _, first = env.step(np.zeros(NUM_ENVS, np.int64))
     kept = {key: value.copy() for key, value in first.items()}
@@ -105,12 +104,10 @@ def test_the_arrays_handed_out_are_fresh(make_async):
     assert (later["lives"] >= 0).all()
 
 
-def test_a_replaced_schema_is_never_mistaken_for_another(make_async, make_sync):
+def test_a_replaced_schema_is_never_mistaken_for_another(make_placed, make_sync):
     # the same keys with other types on alternate episodes: new schemas, new ids
     reference = make_sync(_fns(), autoreset_mode=AutoresetMode.SAME_STEP)
-    candidate = make_async(
-        _fns(), autoreset_mode=AutoresetMode.SAME_STEP, num_workers=1
-    )
+    candidate = make_placed(_fns(), autoreset_mode=AutoresetMode.SAME_STEP)
     _lockstep(reference, candidate, steps=120, seed=3)
 
 
@@ -231,11 +228,10 @@ def _strings(t):
         _strings,
     ],
 )
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_odd_infos_match_sync(make_info, num_workers, make_async, make_sync):
+def test_odd_infos_match_sync(make_info, make_placed, make_sync):
     fns = [functools.partial(_InfoEnv, make_info)] * 2
     reference = make_sync(fns)
-    candidate = make_async(fns, num_workers=num_workers)
+    candidate = make_placed(fns)
     assert_same_data(reference.reset(seed=0), candidate.reset(seed=0), "reset")
     for step in range(7):
         actions = np.zeros(2, np.int64)

@@ -29,9 +29,9 @@ def _copy(batch):
 
 @pytest.mark.parametrize("obs_kind", ["image", "dict", "tuple"])
 @pytest.mark.parametrize("held", [0, 1, 2, 5, 40])
-def test_held_observations_keep_their_values(make_async, make_sync, obs_kind, held):
+def test_held_observations_keep_their_values(make_placed, make_sync, obs_kind, held):
     fns = [functools.partial(CountingEnv, obs_kind=obs_kind, max_steps=12)] * 4
-    ours, reference = make_async(fns, num_workers=2), make_sync(fns)
+    ours, reference = make_placed(fns), make_sync(fns)
     obs, _ = ours.reset(seed=3)
     expected, _ = reference.reset(seed=3)
     kept = [(obs, _copy(expected))]
@@ -45,10 +45,10 @@ def test_held_observations_keep_their_values(make_async, make_sync, obs_kind, he
             assert data_equivalence(mine, theirs, exact=True)
 
 
-def test_slices_of_observations_are_respected(make_async, make_sync):
+def test_slices_of_observations_are_respected(make_placed, make_sync):
     """A slice keeps the buffer under it alive just like the whole array."""
     fns = [functools.partial(CountingEnv, obs_kind="image")] * 3
-    ours, reference = make_async(fns), make_sync(fns)
+    ours, reference = make_placed(fns), make_sync(fns)
     ours.reset(seed=0)
     reference.reset(seed=0)
     rows = []
@@ -61,10 +61,10 @@ def test_slices_of_observations_are_respected(make_async, make_sync):
         np.testing.assert_array_equal(mine, theirs)
 
 
-def test_masked_reset_carries_unreset_observations(make_async, make_sync):
+def test_masked_reset_carries_unreset_observations(make_placed, make_sync):
     fns = [functools.partial(CountingEnv, obs_kind="dict")] * 4
     kwargs = {"autoreset_mode": AutoresetMode.DISABLED}
-    ours, reference = make_async(fns, **kwargs), make_sync(fns, **kwargs)
+    ours, reference = make_placed(fns, **kwargs), make_sync(fns, **kwargs)
     ours.reset(seed=1)
     reference.reset(seed=1)
     held = []
@@ -85,11 +85,11 @@ def test_masked_reset_carries_unreset_observations(make_async, make_sync):
             held.clear()
 
 
-def test_masked_reset_keeps_the_envs_real_observations(make_async, make_gym_async):
+def test_masked_reset_keeps_the_envs_real_observations(make_placed, make_gym_async):
     """Editing returned observations in place never leaks into later results."""
     fns = [functools.partial(CountingEnv, obs_kind="box")] * 3
     kwargs = {"autoreset_mode": AutoresetMode.DISABLED}
-    ours, theirs = make_async(fns, **kwargs), make_gym_async(fns, **kwargs)
+    ours, theirs = make_placed(fns, **kwargs), make_gym_async(fns, **kwargs)
     for envs in (ours, theirs):
         envs.reset(seed=2)
     mine = ours.step(np.zeros(3, dtype=np.int64))[0]

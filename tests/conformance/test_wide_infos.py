@@ -4,7 +4,7 @@ An info too large for its env's row in the shared block (a frame, a depth map,
 ``BigInfoEnv``'s 1 MiB array) goes pickled on its first steps; the worker then
 offers a memory area of its own for such infos (vecpool/_wire/wide_infos.py), and
 once the parent has mapped it, later steps come through it. The results must be
-Gymnasium's in every autoreset mode and worker layout, through the switch, when the
+Gymnasium's in every autoreset mode and placement, through the switch, when the
 arrays grow, when only some envs have the key, and across a worker restart; the
 arrays handed out must be fresh.
 """
@@ -116,25 +116,24 @@ def test_a_large_array_makes_a_wide_schema():
 
 
 @needs_wide
-@pytest.mark.parametrize("num_workers", [0, 1, 2])
 @pytest.mark.parametrize("mode", MODES, ids=[mode.value for mode in MODES])
-def test_wide_infos_match_sync(mode, num_workers, make_async, make_sync):
+def test_wide_infos_match_sync(mode, make_placed, make_sync):
     reference = make_sync(_fns(), autoreset_mode=mode)
-    candidate = make_async(_fns(), autoreset_mode=mode, num_workers=num_workers)
+    candidate = make_placed(_fns(), autoreset_mode=mode)
     wide_steps = _lockstep(reference, candidate, steps=40)
     assert wide_steps > 20  # the areas were offered, mapped and used
 
 
 @needs_wide
-def test_wide_infos_without_shared_observations(make_async, make_sync):
+def test_wide_infos_without_shared_observations(make_placed, make_sync):
     reference = make_sync(_fns())
-    candidate = make_async(_fns(), shared_memory=False, num_workers=2)
+    candidate = make_placed(_fns(), shared_memory=False)
     assert _lockstep(reference, candidate, steps=30) > 10
 
 
 @needs_wide
-def test_the_wide_arrays_handed_out_are_fresh(make_async):
-    env = make_async(_fns(size=1 << 16, grow_at=10**9), num_workers=2)
+def test_the_wide_arrays_handed_out_are_fresh(make_placed):
+    env = make_placed(_fns(size=1 << 16, grow_at=10**9))
     env.reset(seed=0)
     for _ in range(4):  # past the offer: the frames come through the wide rows
         _, _, _, _, infos = env.step(np.zeros(NUM_ENVS, np.int64))
@@ -150,8 +149,9 @@ def test_the_wide_arrays_handed_out_are_fresh(make_async):
 
 
 @needs_wide
-def test_wide_infos_after_a_worker_restart(make_async):
-    env = make_async(_fns(grow_at=10**9), num_workers=2, on_worker_crash="restart")
+@pytest.mark.needs_worker_process
+def test_wide_infos_after_a_worker_restart(make_placed):
+    env = make_placed(_fns(grow_at=10**9), on_worker_crash="restart")
     env.reset(seed=0)
     for _ in range(5):
         env.step(np.zeros(NUM_ENVS, np.int64))
@@ -233,6 +233,9 @@ def _growing(index, t):
     return 4096
 
 
+# Not over placements (nor the next two): each is about a worker's own area, offered
+# in a reply that another env of the same worker loses (an error, a timeout), or
+# mapped in a forked worker.
 @needs_wide
 def test_an_offer_lost_to_an_env_error_never_shows_stale_rows(make_async):
     fns = [
@@ -278,8 +281,8 @@ def test_an_offer_lost_to_a_timeout_never_shows_stale_rows(make_async):
 
 
 @needs_wide
-def test_actions_by_pipe_accept_offers_too(make_async):
-    env = make_async(_fns(grow_at=10**9), num_workers=2)
+def test_actions_by_pipe_accept_offers_too(make_placed):
+    env = make_placed(_fns(grow_at=10**9))
     env.reset(seed=0)
     for _ in range(4):
         env.step([0] * NUM_ENVS)  # a list: the actions travel pickled
@@ -294,9 +297,8 @@ def _maps_of(pid: int | str = "self") -> int:
 
 
 @needs_wide
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_close_unmaps_the_wide_areas(make_async, num_workers):
-    env = make_async(_fns(size=1 << 20, grow_at=10**9), num_workers=num_workers)
+def test_close_unmaps_the_wide_areas(make_placed):
+    env = make_placed(_fns(size=1 << 20, grow_at=10**9))
     env.reset(seed=0)
     for _ in range(3):
         env.step(np.zeros(NUM_ENVS, np.int64))
@@ -342,9 +344,9 @@ def test_one_oversized_info_does_not_stop_later_offers():
 
 
 @needs_wide
-def test_send_recv_batches_read_wide_rows(make_async):
+def test_send_recv_batches_read_wide_rows(make_placed):
     fns = [functools.partial(ScriptEnv, i, lambda index, t: 4096) for i in range(4)]
-    env = make_async(fns, num_workers=2, batch_size=2)
+    env = make_placed(fns, batch_size=2)
     env.reset(seed=0)
     for _ in range(3):  # full steps: the areas are offered and accepted
         env.step(np.zeros(4, np.int64))

@@ -1,4 +1,7 @@
-"""EnvPool-style asynchronous batches: `send(actions, env_ids)` / `recv()`."""
+"""EnvPool-style asynchronous batches: `send(actions, env_ids)` / `recv()`.
+
+Every test runs over each placement (the ``placement`` fixture of tests/conftest.py).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +15,6 @@ import pytest
 from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AutoresetMode
 
-import vecpool
 from vecpool.errors import AlreadyPendingCallError, NoAsyncCallError
 from vecpool.testing import ActionEchoEnv, CountingEnv, RaisingEnv, SlowEnv
 
@@ -42,20 +44,17 @@ def _take(batch, position):
 @pytest.mark.parametrize(
     "autoreset_mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP]
 )
-@pytest.mark.parametrize(
-    ("num_envs", "num_workers", "batch_size"), [(6, 2, 3), (5, 2, 2), (4, 4, 1)]
-)
+@pytest.mark.parametrize(("num_envs", "batch_size"), [(6, 3), (5, 2), (4, 1)])
 @pytest.mark.parametrize(
     ("obs_kind", "shared_memory"), [("box", True), ("dict", True), ("dict", False)]
 )
 # a list of actions travels by pipe, one per env in the order of the ids
 @pytest.mark.parametrize("actions_as", ["array", "list"])
 def test_each_env_matches_its_own_synchronous_run(
-    make_async,
+    make_placed,
     actions_as,
     autoreset_mode,
     num_envs,
-    num_workers,
     batch_size,
     obs_kind,
     shared_memory,
@@ -63,9 +62,8 @@ def test_each_env_matches_its_own_synchronous_run(
     fn = functools.partial(
         CountingEnv, obs_kind=obs_kind, info_every=3, max_steps=9, terminate_prob=0.1
     )
-    envs = make_async(
+    envs = make_placed(
         [fn] * num_envs,
-        num_workers=num_workers,
         batch_size=batch_size,
         autoreset_mode=autoreset_mode,
         shared_memory=shared_memory,
@@ -112,11 +110,9 @@ def test_each_env_matches_its_own_synchronous_run(
         single.close()
 
 
-def test_every_env_is_stepped_once_per_action_sent(make_async):
+def test_every_env_is_stepped_once_per_action_sent(make_placed):
     num_envs = 5
-    envs = make_async(
-        [functools.partial(SlowEnv)] * num_envs, num_workers=2, batch_size=2
-    )
+    envs = make_placed([functools.partial(SlowEnv)] * num_envs, batch_size=2)
     envs.reset(seed=0)
     rng = np.random.default_rng(1)
     expected = {i: [] for i in range(num_envs)}  # type: ignore[var-annotated]
@@ -136,16 +132,16 @@ def test_every_env_is_stepped_once_per_action_sent(make_async):
         np.testing.assert_allclose(received[index], expected[index], rtol=1e-6)
 
 
-def test_batches_refuse_bad_use(make_async):
-    plain = make_async([CountingEnv] * 2)
+def test_batches_refuse_bad_use(make_placed):
+    plain = make_placed([CountingEnv] * 2)
     with pytest.raises(
         ValueError, match=re.escape("create the vector env with `batch_size=k`")
     ):
         plain.send(np.zeros(2, dtype=np.int64))
     with pytest.raises(ValueError, match=re.escape("`batch_size` must be an integer")):
-        vecpool.AsyncVectorEnv([CountingEnv] * 2, batch_size=3)
+        make_placed([CountingEnv] * 2, batch_size=3)
 
-    envs = make_async([CountingEnv] * 4, num_workers=2, batch_size=2)
+    envs = make_placed([CountingEnv] * 4, batch_size=2)
     envs.reset(seed=0)
     with pytest.raises(NoAsyncCallError, match=re.escape("without any env in flight")):
         envs.recv()
@@ -165,16 +161,16 @@ def test_batches_refuse_bad_use(make_async):
     envs.step(np.zeros(4, dtype=np.int64))  # usable again
 
 
-def test_close_with_envs_in_flight(make_async, leak_checker):
-    envs = make_async([functools.partial(SlowEnv)] * 4, num_workers=2, batch_size=2)
+def test_close_with_envs_in_flight(make_placed, leak_checker):
+    envs = make_placed([functools.partial(SlowEnv)] * 4, batch_size=2)
     envs.reset(seed=0)
     envs.send(np.full((4, 1), 0.2, dtype=np.float32), np.arange(4))
     envs.close()
     leak_checker.assert_no_leaks()
 
 
-def test_recv_returns_the_rest_when_fewer_are_in_flight(make_async):
-    envs = make_async([CountingEnv] * 4, num_workers=2, batch_size=3)
+def test_recv_returns_the_rest_when_fewer_are_in_flight(make_placed):
+    envs = make_placed([CountingEnv] * 4, batch_size=3)
     envs.reset(seed=0)
     envs.send(np.zeros(2, dtype=np.int64), [1, 2])
     obs, rewards, *_, infos = envs.recv()
@@ -182,8 +178,8 @@ def test_recv_returns_the_rest_when_fewer_are_in_flight(make_async):
     assert obs.shape[0] == rewards.shape[0] == 2
 
 
-def test_finished_but_unreturned_envs_cannot_be_sent(make_async):
-    envs = make_async([CountingEnv] * 4, num_workers=2, batch_size=2)
+def test_finished_but_unreturned_envs_cannot_be_sent(make_placed):
+    envs = make_placed([CountingEnv] * 4, batch_size=2)
     envs.reset(seed=0)
     envs.send(np.zeros(4, dtype=np.int64), np.arange(4))
     *_, infos = envs.recv()
@@ -200,17 +196,17 @@ def test_finished_but_unreturned_envs_cannot_be_sent(make_async):
     assert sorted(infos["env_id"].tolist()) == waiting
 
 
-def test_an_env_error_in_a_batch_keeps_the_other_envs(make_async):
+def test_an_env_error_in_a_batch_keeps_the_other_envs(make_placed):
     fns = [functools.partial(RaisingEnv, raise_on="step", at=1)]
     fns += [functools.partial(CountingEnv)] * 3  # type: ignore[list-item, arg-type]
-    envs = make_async(fns, num_workers=2, batch_size=4)
+    envs = make_placed(fns, batch_size=4)
     envs.reset(seed=0)
     envs.send(np.zeros(4, dtype=np.int64), np.arange(4))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Gymnasium's error log lines
         with pytest.raises(ValueError, match="step"):
             envs.recv()
-    # env 1 shares env 0's worker: it stepped fine and must still come back
+    # env 1 shares env 0's worker (or the parent): it stepped fine and must come back
     returned = []
     while envs.pending_env_ids:
         *_, infos = envs.recv()
@@ -218,11 +214,11 @@ def test_an_env_error_in_a_batch_keeps_the_other_envs(make_async):
     assert sorted(returned) == [1, 2, 3]
 
 
-def test_a_batch_never_takes_the_answer_of_an_earlier_plain_call(make_async):
+def test_a_batch_never_takes_the_answer_of_an_earlier_plain_call(make_placed):
     # the failed step's answer (env 3's error) stays with its worker until that
     # worker's next call; a batch on the other worker must not pick it up
     fns = [ActionEchoEnv] * 3 + [functools.partial(ActionEchoEnv, raise_at=1)]
-    envs = make_async(fns, num_workers=2, batch_size=1)
+    envs = make_placed(fns, batch_size=1)
     envs.reset(seed=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Gymnasium's worker-error log lines

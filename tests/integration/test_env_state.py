@@ -1,4 +1,7 @@
-"""get_states / set_states / step_from on AsyncVectorEnv (planning support)."""
+"""get_states / set_states / step_from on AsyncVectorEnv (planning support).
+
+Every test runs over each placement (the ``placement`` fixture of tests/conftest.py).
+"""
 
 from __future__ import annotations
 
@@ -22,9 +25,8 @@ def _steps(envs, actions):
     return [envs.step(batch) for batch in actions]
 
 
-@pytest.mark.parametrize("num_workers", [1, 2, 3])
-def test_stepping_from_a_saved_state_reproduces_the_trajectory(make_async, num_workers):
-    envs = make_async([FN] * 3, num_workers=num_workers)
+def test_stepping_from_a_saved_state_reproduces_the_trajectory(make_placed):
+    envs = make_placed([FN] * 3)
     envs.reset(seed=5)
     actions = np.random.default_rng(5).integers(0, 2, size=(25, 3))
     _steps(envs, actions[:4])
@@ -35,8 +37,8 @@ def test_stepping_from_a_saved_state_reproduces_the_trajectory(make_async, num_w
     assert data_equivalence(first, second, exact=True)
 
 
-def test_step_from_matches_a_single_env_with_frameskip(make_async):
-    envs = make_async([FN] * 4, num_workers=2)
+def test_step_from_matches_a_single_env_with_frameskip(make_placed):
+    envs = make_placed([FN] * 4)
     envs.reset(seed=1)
     envs.step(np.ones(4, dtype=np.int64))
     states = envs.get_states()
@@ -65,8 +67,8 @@ def test_step_from_matches_a_single_env_with_frameskip(make_async):
     assert len(again[0]) == 4
 
 
-def test_indices_pick_and_order_envs(make_async):
-    envs = make_async([FN] * 5, num_workers=2)
+def test_indices_pick_and_order_envs(make_placed):
+    envs = make_placed([FN] * 5)
     envs.reset(seed=2)
     every = envs.get_states()
     some = envs.get_states(indices=[4, 0, 2])
@@ -77,9 +79,9 @@ def test_indices_pick_and_order_envs(make_async):
     assert not data_equivalence(envs.get_states(indices=[0])[0], every[0])
 
 
-def test_set_states_cancels_a_pending_autoreset(make_async):
+def test_set_states_cancels_a_pending_autoreset(make_placed):
     fn = functools.partial(CountingEnv, max_steps=3, terminate_prob=0.0)
-    envs = make_async([fn] * 2)
+    envs = make_placed([fn] * 2)
     envs.reset(seed=0)
     states = envs.get_states()
     for _ in range(3):
@@ -90,8 +92,8 @@ def test_set_states_cancels_a_pending_autoreset(make_async):
     assert np.all(rewards != 0.0)  # a real step, not a reset step (reward 0)
 
 
-def test_envs_without_state_methods_explain_the_fix(make_async):
-    envs = make_async([SlowEnv] * 2)
+def test_envs_without_state_methods_explain_the_fix(make_placed):
+    envs = make_placed([SlowEnv] * 2)
     envs.reset(seed=0)
     with pytest.raises(AttributeError, match=re.escape("has no `get_state()`")):
         envs.get_states()
@@ -99,8 +101,8 @@ def test_envs_without_state_methods_explain_the_fix(make_async):
         envs.set_states([None, None])
 
 
-def test_bad_arguments_are_refused_before_sending(make_async):
-    envs = make_async([FN] * 2)
+def test_bad_arguments_are_refused_before_sending(make_placed):
+    envs = make_placed([FN] * 2)
     envs.reset(seed=0)
     states = envs.get_states()
     with pytest.raises(ValueError, match=re.escape("`dt` must be an integer >= 1")):
@@ -117,18 +119,18 @@ def test_bad_arguments_are_refused_before_sending(make_async):
         )
 
 
-def test_gymnasium_envs_without_state_fail_cleanly(make_async):
-    envs = make_async([functools.partial(gym.make, "CartPole-v1")] * 2)
+def test_gymnasium_envs_without_state_fail_cleanly(make_placed):
+    envs = make_placed([functools.partial(gym.make, "CartPole-v1")] * 2)
     envs.reset(seed=0)
     with pytest.raises(AttributeError, match="CartPoleEnv"):
         envs.get_states()
     envs.step(np.zeros(2, dtype=np.int64))  # still usable
 
 
-def test_states_round_trip_across_an_episode_end(make_async):
+def test_states_round_trip_across_an_episode_end(make_placed):
     """A state captured right after an episode ended restores the pending reset."""
     fn = functools.partial(CountingEnv, max_steps=2, terminate_prob=0.0)
-    envs = make_async([fn] * 2)
+    envs = make_placed([fn] * 2)
     envs.reset(seed=0)
     for _ in range(2):
         *_, truncations, _ = envs.step(np.zeros(2, dtype=np.int64))

@@ -52,9 +52,8 @@ class _Locked(_Raising):
     error = "locked"
 
 
-@pytest.mark.parametrize("num_workers", [1, 0])
-def test_an_exception_needing_init_arguments_keeps_its_class(num_workers):
-    env = vecpool.AsyncVectorEnv([CountingEnv, _Raising], num_workers=num_workers)
+def test_an_exception_needing_init_arguments_keeps_its_class(placement):
+    env = vecpool.AsyncVectorEnv([CountingEnv, _Raising], **placement.kwargs(2))
     try:
         env.reset(seed=0)
         with pytest.raises(CodedError) as info:
@@ -72,8 +71,8 @@ def test_an_exception_needing_init_arguments_keeps_its_class(num_workers):
         env.close()
 
 
-def test_an_exception_that_cannot_be_rebuilt_says_so_in_a_vecpool_error():
-    env = vecpool.AsyncVectorEnv([CountingEnv, _Locked], num_workers=1)
+def test_an_exception_that_cannot_be_rebuilt_says_so_in_a_vecpool_error(placement):
+    env = vecpool.AsyncVectorEnv([CountingEnv, _Locked], **placement.kwargs(2))
     try:
         env.reset(seed=0)
         with pytest.raises(vecpool.errors.VecPoolError, match="stuck") as info:

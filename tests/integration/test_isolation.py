@@ -1,7 +1,8 @@
 """Fixes found in review: per-env copies, stale replies, interrupts, dtypes, pickling.
 
 Each test compares with what Gymnasium's own AsyncVectorEnv does (one pickled copy per
-env, per message) or with the behaviour DESIGN.md promises.
+env, per message) or with the behaviour DESIGN.md promises, over each placement (the
+``placement`` fixture of tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import functools
 import multiprocessing
 import re
 import signal
-import time
 import warnings
 
 import gymnasium as gym
@@ -24,14 +24,24 @@ from vecpool.testing import CountingEnv, SlowEnv, UnpicklableInfoEnv
 
 pytestmark = pytest.mark.timeout(60)
 
+NO_TIMEOUT = (
+    "needs a worker process: in-process envs step in the caller, "
+    "so a wait cannot time out"
+)
+STEPS_IN_STEP_ASYNC = (
+    "needs a worker process: an in-process step runs in step_async, "
+    "so step_wait has nothing to interrupt"
+)
+NEVER_PICKLED = "needs a worker process: in-process results are never pickled"
+
 
 def _slow_fns(n):
     return [functools.partial(SlowEnv) for _ in range(n)]
 
 
-def test_reset_options_are_a_separate_copy_per_env(make_async, make_gym_async):
+def test_reset_options_are_a_separate_copy_per_env(make_placed, make_gym_async):
     """An env that mutates its `options` must not affect its neighbours."""
-    ours = make_async(_slow_fns(3), num_workers=1)
+    ours = make_placed(_slow_fns(3))
     theirs = make_gym_async(_slow_fns(3))
     options = {"token": 7}
     ours.reset(seed=0, options=options)
@@ -48,13 +58,11 @@ def test_reset_options_are_a_separate_copy_per_env(make_async, make_gym_async):
     )
 
 
-def test_set_attr_and_call_arguments_are_copied_per_env(make_async, make_gym_async):
+def test_set_attr_and_call_arguments_are_copied_per_env(make_placed, make_gym_async):
     shared = {}  # type: ignore[var-annotated]
     results = {}
-    for name, factory in (("vecpool", make_async), ("gymnasium", make_gym_async)):
-        envs = factory(
-            _slow_fns(2), **({"num_workers": 1} if name == "vecpool" else {})
-        )
+    for name, factory in (("vecpool", make_placed), ("gymnasium", make_gym_async)):
+        envs = factory(_slow_fns(2))
         envs.set_attr("config", shared)
         envs.call("remember", "key", [1])
         results[name] = envs.get_attr("config")
@@ -62,6 +70,7 @@ def test_set_attr_and_call_arguments_are_copied_per_env(make_async, make_gym_asy
     assert results["vecpool"] == results["gymnasium"] == ({"key": [1]}, {"key": [1]})
 
 
+# Not over placements: both envs in one worker, busy with the timed-out step.
 def test_actions_after_a_timeout_reach_the_right_envs(make_async):
     """A worker still busy with a timed-out step must not read the next actions."""
     envs = make_async(_slow_fns(2), num_workers=1)
@@ -82,10 +91,13 @@ def test_actions_after_a_timeout_reach_the_right_envs(make_async):
     assert [len(actions) for actions in envs.get_attr("actions_received")] == [3, 3]
 
 
-def test_close_after_interrupt_in_step_wait_does_not_hang(make_async, monkeypatch):
-    # a long CLOSE_GRACE: waiting it out far exceeds the guard below
+# a hang guard, not a speed claim: waiting the 60 s CLOSE_GRACE out fails through
+# the timeout
+@pytest.mark.timeout(30)
+@pytest.mark.needs_worker_process(reason=STEPS_IN_STEP_ASYNC)
+def test_close_after_interrupt_in_step_wait_does_not_hang(make_placed, monkeypatch):
     monkeypatch.setattr(vecpool.vector.async_env, "CLOSE_GRACE", 60.0)
-    envs = make_async(_slow_fns(2), num_workers=2)
+    envs = make_placed(_slow_fns(2))
     envs.reset(seed=0)
 
     def interrupt(signum, frame):
@@ -100,14 +112,13 @@ def test_close_after_interrupt_in_step_wait_does_not_hang(make_async, monkeypatc
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-    started = time.monotonic()
     envs.close()
-    assert time.monotonic() - started < 10  # a hang guard, not a speed claim
     assert all(not process.is_alive() for process in envs.processes)
 
 
-def test_interrupted_step_leaves_env_usable(make_async):
-    envs = make_async(_slow_fns(2), num_workers=2)
+@pytest.mark.needs_worker_process(reason=STEPS_IN_STEP_ASYNC)
+def test_interrupted_step_leaves_env_usable(make_placed):
+    envs = make_placed(_slow_fns(2))
     envs.reset(seed=0)
 
     def interrupt(signum, frame):
@@ -126,9 +137,9 @@ def test_interrupted_step_leaves_env_usable(make_async):
     np.testing.assert_allclose(rewards, [0.01, 0.01], rtol=1e-6)
 
 
-def test_mismatched_action_dtype_warns_once_and_stays_exact(make_async, make_sync):
+def test_mismatched_action_dtype_warns_once_and_stays_exact(make_placed, make_sync):
     fns = [functools.partial(gym.make, "Pendulum-v1") for _ in range(3)]
-    ours = make_async(fns)
+    ours = make_placed(fns)
     reference = make_sync(fns)
     ours.reset(seed=1)
     reference.reset(seed=1)
@@ -144,14 +155,14 @@ def test_mismatched_action_dtype_warns_once_and_stays_exact(make_async, make_syn
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.int16, np.bool_])
-def test_lossless_integer_actions_take_the_fast_path(make_async, make_sync, dtype):
+def test_lossless_integer_actions_take_the_fast_path(make_placed, make_sync, dtype):
     """JAX's int32 (or uint8, bool) actions for a Discrete space: no pipe, no warning.
 
     The values reach each env unchanged; Gymnasium hands the env the array's own
     scalar type, vecpool the action space's (np.int64): equal as actions.
     """
     fns = [functools.partial(CountingEnv) for _ in range(3)]
-    ours, reference = make_async(fns, num_workers=2), make_sync(fns)
+    ours, reference = make_placed(fns), make_sync(fns)
     ours.reset(seed=3)
     reference.reset(seed=3)
     with warnings.catch_warnings():
@@ -162,7 +173,7 @@ def test_lossless_integer_actions_take_the_fast_path(make_async, make_sync, dtyp
                 ours.step(actions), reference.step(actions), exact=True
             )
         # and through `send` batches' shared path too
-        batched = make_async(fns, num_workers=2, batch_size=3)
+        batched = make_placed(fns, batch_size=3)
         batched.reset(seed=3)
         batched.send(np.array([1, 0, 1], dtype), np.arange(3))
         assert batched.recv()[4]["env_id"].size == 3
@@ -170,9 +181,9 @@ def test_lossless_integer_actions_take_the_fast_path(make_async, make_sync, dtyp
     assert ours._buffers.place_actions(np.zeros(3, dtype)) is None
 
 
-def test_lossy_integer_actions_still_travel_as_given(make_async, make_sync):
+def test_lossy_integer_actions_still_travel_as_given(make_placed, make_sync):
     fns = [functools.partial(CountingEnv)] * 2
-    ours, reference = make_async(fns), make_sync(fns)
+    ours, reference = make_placed(fns), make_sync(fns)
     ours.reset(seed=4)
     reference.reset(seed=4)
     actions = np.ones(2, np.uint64)  # uint64 -> int64 could overflow: not lossless
@@ -181,9 +192,9 @@ def test_lossy_integer_actions_still_travel_as_given(make_async, make_sync):
     assert data_equivalence(result, reference.step(actions), exact=True)
 
 
-def test_list_actions_reach_envs_like_gymnasium(make_async, make_sync):
+def test_list_actions_reach_envs_like_gymnasium(make_placed, make_sync):
     fns = [functools.partial(CountingEnv) for _ in range(3)]
-    ours, reference = make_async(fns, num_workers=2), make_sync(fns)
+    ours, reference = make_placed(fns), make_sync(fns)
     ours.reset(seed=2)
     reference.reset(seed=2)
     for step in range(20):
@@ -203,8 +214,9 @@ def _logged(action):
     return None  # type: ignore[unreachable]
 
 
-def test_unpicklable_call_result_is_reported_and_worker_survives(make_async):
-    envs = make_async([functools.partial(SlowEnv) for _ in range(2)], num_workers=1)
+@pytest.mark.needs_worker_process(reason=NEVER_PICKLED)
+def test_unpicklable_call_result_is_reported_and_worker_survives(make_placed):
+    envs = make_placed([functools.partial(SlowEnv) for _ in range(2)])
     envs.reset(seed=0)
     error, logged = _logged(lambda: envs.call("make_lock"))
     assert isinstance(error, TypeError)
@@ -214,10 +226,11 @@ def test_unpicklable_call_result_is_reported_and_worker_survives(make_async):
     assert envs.call("sleep", 0.0) == (0.0, 0.0)
 
 
-def test_env_exception_names_the_env_index(make_async):
+@pytest.mark.needs_worker_process(reason=NEVER_PICKLED)
+def test_env_exception_names_the_env_index(make_placed):
     fns = [functools.partial(CountingEnv) for _ in range(2)]
     fns.append(functools.partial(UnpicklableInfoEnv, at=1))  # type: ignore[arg-type]
-    envs = make_async(fns, num_workers=2)
+    envs = make_placed(fns)
     envs.reset(seed=0)
     error, logged = _logged(lambda: envs.step(np.ones(3, dtype=np.int64)))
     assert isinstance(error, TypeError)
@@ -229,13 +242,20 @@ def test_env_exception_names_the_env_index(make_async):
     envs.step(np.zeros(3, dtype=np.int64))
 
 
-def test_make_vec_vectorization_mode():
-    envs = vecpool.make_vec("CartPole-v1", 2, vectorization_mode="async")
+def test_make_vec_vectorization_mode(placement):
+    envs = vecpool.make_vec(
+        "CartPole-v1",
+        2,
+        vectorization_mode="async",
+        vector_kwargs=placement.kwargs(2),
+    )
     envs.close()
     with pytest.raises(ValueError, match=re.escape("must be None or 'async'")):
         vecpool.make_vec("CartPole-v1", 2, vectorization_mode="sync")
 
 
+# Not over placements: the string entry point takes no vector keywords (see
+# tests/integration/test_make_vec.py), so it always builds the default.
 def test_vector_entry_point_keeps_the_registered_spec():
     env_id = "VecpoolTestNoChecker-v0"
     gym.register(
@@ -258,11 +278,20 @@ def test_vector_entry_point_keeps_the_registered_spec():
         del gym.registry[env_id]
 
 
-def test_close_releases_the_shared_block(make_async):
+def test_close_releases_the_shared_block(placement, make_placed, request):
     import gc
     import weakref
 
-    envs = make_async([functools.partial(CountingEnv) for _ in range(2)])
+    if placement.id == "in_process":
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="engine: after close() the in-process channel keeps its host, "
+                "whose WorkerConfig holds the SharedBlock (reported, not fixed here)",
+            )
+        )
+
+    envs = make_placed([functools.partial(CountingEnv) for _ in range(2)])
     envs.reset(seed=0)
     block = weakref.ref(envs._buffers.block.raw)
     envs.close()

@@ -1,4 +1,9 @@
-"""Lifecycle of vecpool.AsyncVectorEnv: start methods, close, state errors, leaks."""
+"""Lifecycle of vecpool.AsyncVectorEnv: start methods, close, state errors, leaks.
+
+Behaviour tests run over each placement (the ``placement`` fixture of
+tests/conftest.py); start methods, worker counts and what a worker's own process
+does (forks, daemon flags) stay unparametrized, each with its reason.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import multiprocessing
 import os
 import re
 import signal
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -22,6 +28,8 @@ import vecpool
 import vecpool.errors
 from vecpool.testing import (
     CountingEnv,
+    DeliberateError,
+    RaisingEnv,
     SlowEnv,
     assert_same_data,
     assert_same_rollout,
@@ -33,6 +41,11 @@ CLOSED_MESSAGE = "Trying to operate on `AsyncVectorEnv`, after a call to `close(
 
 # A hung worker must fail fast, not eat the global 120 s timeout.
 pytestmark = pytest.mark.timeout(30)
+
+STEP_BLOCKS = (
+    "needs a worker process: an in-process step runs in step_async, "
+    "so a 30 s step would block the caller"
+)
 
 
 def _draw_actions(env, steps: int, seed: int = 0) -> list[Any]:
@@ -48,6 +61,8 @@ def _slow_action(num_envs: int, seconds: float) -> np.ndarray:
 # ------------------------------------------------------------------ start methods
 
 
+# Start methods and worker counts (this section and the next) are about worker
+# processes: not over placements.
 @pytest.mark.parametrize("autoreset_mode", [AutoresetMode.NEXT_STEP, "SameStep"])
 def test_start_methods_match_sync_and_release_everything(
     start_method, autoreset_mode, make_sync, leak_checker
@@ -125,24 +140,26 @@ def test_invalid_num_workers_raises(num_workers, leak_checker):
 
 
 @pytest.mark.parametrize("max_concurrency", [0, -3, 1.5, "2"])
-def test_invalid_max_concurrency_message_matches_gymnasium(max_concurrency):
+def test_invalid_max_concurrency_message_matches_gymnasium(
+    max_concurrency, make_placed
+):
     env_fns = make_env_fns(2)
     with pytest.raises(ValueError, match="max_concurrency") as expected:
         gym.vector.AsyncVectorEnv(env_fns, max_concurrency=max_concurrency)
     with pytest.raises(ValueError, match=re.escape(str(expected.value))):
-        vecpool.AsyncVectorEnv(env_fns, max_concurrency=max_concurrency)
+        make_placed(env_fns, max_concurrency=max_concurrency)
 
 
-def test_max_concurrency_one_still_matches_sync(make_async, make_sync):
+def test_max_concurrency_one_still_matches_sync(make_placed, make_sync):
     env_fns = make_env_fns(4, max_steps=6)
     reference = make_sync(env_fns)
-    env = make_async(env_fns, max_concurrency=1, num_workers=4)
+    env = make_placed(env_fns, max_concurrency=1)
     assert env.max_concurrency == 1
     assert assert_same_rollout(reference, env, _draw_actions(env, 30), seed=1) > 0
 
 
-def test_daemon_false_works_and_closes(leak_checker):
-    env = vecpool.AsyncVectorEnv(make_env_fns(2), daemon=False)
+def test_daemon_false_works_and_closes(placement, leak_checker):
+    env = vecpool.AsyncVectorEnv(make_env_fns(2), daemon=False, **placement.kwargs(2))
     try:
         assert not any(process.daemon for process in env.processes)
         env.reset(seed=0)
@@ -155,8 +172,8 @@ def test_daemon_false_works_and_closes(leak_checker):
 # ------------------------------------------------------------------------- close
 
 
-def test_close_is_idempotent(leak_checker):
-    env = vecpool.AsyncVectorEnv(make_env_fns(3), num_workers=2)
+def test_close_is_idempotent(placement, leak_checker):
+    env = vecpool.AsyncVectorEnv(make_env_fns(3), **placement.kwargs(3))
     env.reset(seed=0)
     env.close()
     env.close()
@@ -165,36 +182,44 @@ def test_close_is_idempotent(leak_checker):
     leak_checker.assert_no_leaks()
 
 
-def test_close_terminate_kills_busy_workers_fast(leak_checker, monkeypatch):
-    # a long CLOSE_GRACE: waiting it (or the 30 s step) out far exceeds the guard
+# a hang guard, not a speed claim: waiting the 60 s CLOSE_GRACE (or the 30 s step)
+# out fails through the timeout (this and the next test)
+@pytest.mark.timeout(20)
+@pytest.mark.needs_worker_process(reason=STEP_BLOCKS)
+def test_close_terminate_kills_busy_workers_fast(placement, leak_checker, monkeypatch):
     monkeypatch.setattr(vecpool.vector.async_env, "CLOSE_GRACE", 60.0)
-    env = vecpool.AsyncVectorEnv([functools.partial(SlowEnv)] * 2)
+    env = vecpool.AsyncVectorEnv(
+        [functools.partial(SlowEnv)] * 2, **placement.kwargs(2)
+    )
     env.reset(seed=0)
     env.step_async(_slow_action(2, 30.0))
-    start = time.monotonic()
     with pytest.warns(UserWarning, match="Calling `close` while waiting"):
         env.close(terminate=True)
-    assert time.monotonic() - start < 10  # a hang guard, not a speed claim
     assert env.closed
     leak_checker.assert_no_leaks()
 
 
-def test_close_with_timeout_while_step_pending_terminates(leak_checker, monkeypatch):
-    # a long CLOSE_GRACE: waiting it (or the 30 s step) out far exceeds the guard
+@pytest.mark.timeout(20)
+@pytest.mark.needs_worker_process(reason=STEP_BLOCKS)
+def test_close_with_timeout_while_step_pending_terminates(
+    placement, leak_checker, monkeypatch
+):
     monkeypatch.setattr(vecpool.vector.async_env, "CLOSE_GRACE", 60.0)
-    env = vecpool.AsyncVectorEnv([functools.partial(SlowEnv)] * 2)
+    env = vecpool.AsyncVectorEnv(
+        [functools.partial(SlowEnv)] * 2, **placement.kwargs(2)
+    )
     env.reset(seed=0)
     env.step_async(_slow_action(2, 30.0))
-    start = time.monotonic()
     with pytest.warns(UserWarning, match="Calling `close` while waiting"):
         env.close(timeout=0.2)
-    assert time.monotonic() - start < 10  # a hang guard, not a speed claim
     leak_checker.assert_no_leaks()
 
 
 @pytest.mark.parametrize("pending", ["step", "reset", "call"])
-def test_close_while_call_pending_warns(pending, leak_checker):
-    env = vecpool.AsyncVectorEnv([functools.partial(SlowEnv)] * 3, num_workers=2)
+def test_close_while_call_pending_warns(pending, placement, leak_checker):
+    env = vecpool.AsyncVectorEnv(
+        [functools.partial(SlowEnv)] * 3, **placement.kwargs(3)
+    )
     env.reset(seed=0)
     if pending == "step":
         env.step_async(_slow_action(3, 0.2))
@@ -211,8 +236,8 @@ def test_close_while_call_pending_warns(pending, leak_checker):
     leak_checker.assert_no_leaks()
 
 
-def test_every_method_raises_after_close():
-    env = vecpool.AsyncVectorEnv(make_env_fns(2))
+def test_every_method_raises_after_close(placement):
+    env = vecpool.AsyncVectorEnv(make_env_fns(2), **placement.kwargs(2))
     env.reset(seed=0)
     env.close()
     calls = {
@@ -240,11 +265,89 @@ def test_every_method_raises_after_close():
         assert isinstance(info.value, vecpool.errors.VecPoolError), name
 
 
+class _CloseRaises(CountingEnv):
+    def close(self) -> None:
+        msg = "close failed"
+        raise RuntimeError(msg)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # Gymnasium's error log lines
+def test_an_env_error_then_an_env_close_error_and_closing_twice(make_placed):
+    env = make_placed(
+        [CountingEnv, lambda: RaisingEnv(raise_on="step", at=1), _CloseRaises]
+    )
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="RaisingEnv") as info:
+        env.step(np.zeros(3, np.int64))
+    assert "sub-environment 1" in "".join(getattr(info.value, "__notes__", []))
+    env.close()  # an env raising in close() does not stop close()
+    env.close()
+    assert env.closed
+
+
 # --------------------------------------------------------------- pending-call rules
 
 
-def test_already_pending_call_errors_match_gymnasium(make_async):
-    env = make_async([functools.partial(SlowEnv)] * 2)
+@pytest.mark.filterwarnings("ignore::UserWarning")  # Gymnasium's error log lines
+def test_misuse_errors(make_placed):
+    """Each misuse raises its error and leaves the env usable for the next call."""
+    env = make_placed(make_env_fns(2, max_steps=9))
+    env.reset(seed=0)
+    zeros = np.zeros(2, np.int64)
+    expected: list[tuple[Callable[[], Any], type[BaseException] | None, str]] = [
+        (env.step_wait, vecpool.errors.NoAsyncCallError, "`step_wait` without"),
+        (env.reset_wait, vecpool.errors.NoAsyncCallError, "`reset_wait` without"),
+        (env.call_wait, vecpool.errors.NoAsyncCallError, "`call_wait` without"),
+        (lambda: env.step(np.zeros(3, np.int64)), ValueError, "got 3"),
+        (lambda: env.call("nope"), AttributeError, "no attribute 'nope'"),
+        (lambda: env.get_attr("nope"), AttributeError, "no attribute 'nope'"),
+        (lambda: env.call("explode"), DeliberateError, "explode was called"),
+        (lambda: env.call("make_lock"), AttributeError, "no attribute 'make_lock'"),
+        (lambda: env.step_async(zeros), None, ""),
+        (
+            lambda: env.step_async(zeros),
+            vecpool.errors.AlreadyPendingCallError,
+            "pending call to `step`",
+        ),
+        (lambda: env.step_wait(timeout=10), None, ""),
+        (lambda: env.call("scaled", 2.0), None, ""),
+        (lambda: env.np_random_seed, None, ""),
+    ]
+    for call, error, message in expected:
+        if error is None:
+            call()
+            continue
+        with pytest.raises(error, match=re.escape(message)):
+            call()
+
+
+class _SlowStep(CountingEnv):
+    def step(self, action: Any) -> Any:
+        time.sleep(0.3)
+        return super().step(action)
+
+
+def test_a_second_thread_gets_concurrent_use_error(make_placed):
+    env = make_placed([_SlowStep] * 2)
+    env.reset(seed=0)
+    errors: list[str] = []
+
+    def other() -> None:
+        time.sleep(0.1)
+        try:
+            env.step(np.zeros(2, np.int64))
+        except vecpool.errors.VecPoolError as exc:
+            errors.append(type(exc).__name__)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    env.step(np.zeros(2, np.int64))
+    thread.join()
+    assert errors == ["ConcurrentUseError"]
+
+
+def test_already_pending_call_errors_match_gymnasium(make_placed):
+    env = make_placed([functools.partial(SlowEnv)] * 2)
     env.reset(seed=0)
     env.step_async(_slow_action(2, 0.05))
     attempts = {
@@ -302,8 +405,8 @@ def test_already_pending_call_errors_match_gymnasium(make_async):
         ),
     ],
 )
-def test_wait_without_async_raises(method, message, name, make_async):
-    env = make_async(make_env_fns(2))
+def test_wait_without_async_raises(method, message, name, make_placed):
+    env = make_placed(make_env_fns(2))
     env.reset(seed=0)
     with pytest.raises(
         vecpool.errors.NoAsyncCallError, match=re.escape(message)
@@ -314,10 +417,10 @@ def test_wait_without_async_raises(method, message, name, make_async):
     env.step(np.array([1, 1]))
 
 
-def test_async_wait_pairs_work(make_async, make_sync):
+def test_async_wait_pairs_work(make_placed, make_sync):
     env_fns = make_env_fns(3, obs_kind="tuple")
     reference = make_sync(env_fns)
-    env = make_async(env_fns, num_workers=2)
+    env = make_placed(env_fns)
     env.reset_async(seed=3)
     assert_same_data(reference.reset(seed=3), env.reset_wait(timeout=10), "reset")
     action = np.array([2, 0, 1])
@@ -330,14 +433,16 @@ def test_async_wait_pairs_work(make_async, make_sync):
 # ------------------------------------------------------------------ init failures
 
 
-def test_env_fn_raising_in_parent_leaks_nothing(leak_checker):
+def test_env_fn_raising_in_parent_leaks_nothing(placement, leak_checker):
     env_fns = [functools.partial(CountingEnv, obs_kind="bogus")] * 3
     with pytest.raises(ValueError, match="Unknown `obs_kind`"):
-        vecpool.AsyncVectorEnv(env_fns)
+        vecpool.AsyncVectorEnv(env_fns, **placement.kwargs(3))
     gc.collect()
     leak_checker.assert_no_leaks()
 
 
+# Not over placements: a failure inside a worker, for worker counts and start
+# methods (the in-process constructor errors: test_in_process_specifics.py).
 @pytest.mark.parametrize(
     ("num_workers", "context"), [(1, None), (3, None), (2, "spawn"), (2, "forkserver")]
 )
@@ -347,34 +452,32 @@ def test_env_fn_raising_in_worker_leaks_nothing(num_workers, context, leak_check
         *make_env_fns(2),
         functools.partial(CountingEnv, obs_kind="bogus"),
     ]
-    start = time.monotonic()
     with warnings.catch_warnings(record=True):  # the worker's error may be logged
         warnings.simplefilter("always")
         with pytest.raises((ValueError, vecpool.errors.VecPoolError), match="obs_kind"):
             vecpool.AsyncVectorEnv(env_fns, num_workers=num_workers, context=context)
-    assert time.monotonic() - start < 30
     gc.collect()
     leak_checker.assert_no_leaks()
 
 
-def test_mismatched_observation_spaces_raise_and_leak_nothing(leak_checker):
+def test_mismatched_observation_spaces_raise_and_leak_nothing(placement, leak_checker):
     env_fns: list[EnvFn] = [
         *make_env_fns(2),
         functools.partial(CountingEnv, obs_kind="discrete"),
     ]
     with pytest.raises(RuntimeError, match="observation_mode='same'"):
-        vecpool.AsyncVectorEnv(env_fns, num_workers=2)
+        vecpool.AsyncVectorEnv(env_fns, **placement.kwargs(3))
     gc.collect()
     leak_checker.assert_no_leaks()
 
 
-def test_mismatched_action_spaces_raise_and_leak_nothing(leak_checker):
+def test_mismatched_action_spaces_raise_and_leak_nothing(placement, leak_checker):
     env_fns: list[EnvFn] = [
         *make_env_fns(2),
         functools.partial(CountingEnv, action_kind="box"),
     ]
     with pytest.raises(RuntimeError, match="action space"):
-        vecpool.AsyncVectorEnv(env_fns, num_workers=3)
+        vecpool.AsyncVectorEnv(env_fns, **placement.kwargs(3))
     gc.collect()
     leak_checker.assert_no_leaks()
 
@@ -383,13 +486,13 @@ def test_mismatched_action_spaces_raise_and_leak_nothing(leak_checker):
     ("shared_memory", "context"), [(True, None), (False, None), (True, "forkserver")]
 )
 def test_garbage_collection_without_close_releases_everything(
-    shared_memory, context, leak_checker
+    shared_memory, context, placement, leak_checker
 ):
     env = vecpool.AsyncVectorEnv(
         make_env_fns(4, obs_kind="image"),
         shared_memory=shared_memory,
-        num_workers=2,
         context=context,
+        **placement.kwargs(4),
     )
     env.reset(seed=0)
     env.step(np.array([0, 1, 2, 1]))
@@ -403,25 +506,31 @@ def test_garbage_collection_without_close_releases_everything(
     leak_checker.assert_no_leaks()
 
 
+# a hang guard, not a speed claim: waiting the 60 s CLOSE_GRACE (or the 30 s step)
+# out fails through the timeout
+@pytest.mark.timeout(20)
+@pytest.mark.needs_worker_process(reason=STEP_BLOCKS)
 def test_garbage_collection_with_step_pending_releases_everything(
-    leak_checker, monkeypatch
+    placement, leak_checker, monkeypatch
 ):
-    # a long CLOSE_GRACE: waiting it (or the 30 s step) out far exceeds the guard
     monkeypatch.setattr(vecpool.vector.async_env, "CLOSE_GRACE", 60.0)
-    env = vecpool.AsyncVectorEnv([functools.partial(SlowEnv)] * 2)
+    env = vecpool.AsyncVectorEnv(
+        [functools.partial(SlowEnv)] * 2, **placement.kwargs(2)
+    )
     env.reset(seed=0)
     env.step_async(_slow_action(2, 30.0))
-    start = time.monotonic()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         del env
         gc.collect()
-    assert time.monotonic() - start < 10  # a hang guard, not a speed claim
     leak_checker.assert_no_leaks()
 
 
 def test_leak_checker_sees_live_workers(leak_checker):
-    """Guards the leak helper itself: a live env's workers must be reported."""
+    """Guards the leak helper itself: a live env's workers must be reported.
+
+    Not over placements: it needs workers to see, and checks the helper.
+    """
     env = vecpool.AsyncVectorEnv(make_env_fns(2), num_workers=2)
     try:
         children = leak_checker.new_children()
@@ -470,23 +579,24 @@ def _gone(pid: int, timeout: float = 10.0) -> bool:
     return False
 
 
+# Not over placements (this and the next two): about what a worker process's own
+# children, forks and start method do.
+# a hang guard, not a speed claim: waiting the 60 s CLOSE_GRACE (the bug) out
+# fails through the timeout
+@pytest.mark.timeout(30)
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
 @pytest.mark.parametrize("how", ["close", "garbage collection"])
 def test_processes_an_env_forked_die_with_the_worker(how, monkeypatch):
     """Issue 11 item 13: close() took 10 s and left them running."""
-    # a long CLOSE_GRACE: waiting it out (the bug) far exceeds the guard below
     monkeypatch.setattr(vecpool.vector.async_env, "CLOSE_GRACE", 60.0)
     env = vecpool.AsyncVectorEnv([_ForkingEnv] * 2, num_workers=2)
     env.reset(seed=0)
     children = env.call("child_pid")
-    started = time.monotonic()
     if how == "close":
         env.close()
     else:
         del env
         gc.collect()
-    # a hang guard, not a speed claim: bounded, not the (60 s) grace
-    assert time.monotonic() - started < 10
     assert all(_gone(pid) for pid in children), children
 
 
@@ -555,6 +665,7 @@ def test_spawn_without_a_main_guard_names_the_fix(tmp_path):
     assert 'if __name__ == "__main__":' in last
 
 
+# Not over placements: about the pending replies of worker processes (1 or 2).
 def test_deleting_many_envs_with_a_call_pending_leaks_nothing(leak_checker):
     # issue 22, item 5: deleting 200 envs (never closed) with a call pending once
     # left a /dev/shm entry; processes, shared memory and file descriptors must

@@ -1,4 +1,8 @@
-"""vecpool.make_vec and the vector entry points, against gym.make_vec."""
+"""vecpool.make_vec and the vector entry points, against gym.make_vec.
+
+The placement's keywords (the ``placement`` fixture of tests/conftest.py) travel as
+``vector_kwargs`` or the entry point's own keywords.
+"""
 
 from __future__ import annotations
 
@@ -24,16 +28,17 @@ def _rollout(envs, steps=60, seed=3):
     return results
 
 
-def test_make_vec_builds_vecpool_env_with_gymnasium_spec():
+def test_make_vec_builds_vecpool_env_with_gymnasium_spec(placement):
+    placed = placement.kwargs(3)
     envs = vecpool.make_vec(
         "CartPole-v1",
         num_envs=3,
-        vector_kwargs={"num_workers": 2},
+        vector_kwargs=placed,
         sutton_barto_reward=True,
     )
     try:
         assert isinstance(envs, vecpool.AsyncVectorEnv)
-        assert envs.num_workers == 2
+        assert envs.num_workers == placed["num_workers"]
         assert repr(envs) == "AsyncVectorEnv(CartPole-v1, num_envs=3)"
         assert envs.spec is not None
         assert envs.spec.id == "CartPole-v1"
@@ -41,18 +46,18 @@ def test_make_vec_builds_vecpool_env_with_gymnasium_spec():
             "sutton_barto_reward": True,
             "num_envs": 3,
             "vectorization_mode": "async",
-            "vector_kwargs": {"num_workers": 2},
+            "vector_kwargs": placed,
         }
         assert envs.get_attr("_sutton_barto_reward") == (True, True, True)
     finally:
         envs.close()
 
 
-def test_make_vec_equals_gym_make_vec_results():
+def test_make_vec_equals_gym_make_vec_results(placement):
     ours = vecpool.make_vec(
         "CartPole-v1",
         num_envs=4,
-        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP} | placement.kwargs(4),
     )
     theirs = gym.make_vec(
         "CartPole-v1",
@@ -61,7 +66,9 @@ def test_make_vec_equals_gym_make_vec_results():
         vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
     )
     try:
-        assert ours.spec.kwargs["vector_kwargs"] == theirs.spec.kwargs["vector_kwargs"]  # type: ignore[union-attr]
+        assert ours.spec.kwargs["vector_kwargs"] == (  # type: ignore[union-attr]
+            theirs.spec.kwargs["vector_kwargs"] | placement.kwargs(4)  # type: ignore[union-attr]
+        )
         for mine, reference in zip(_rollout(ours), _rollout(theirs), strict=True):
             assert data_equivalence(mine, reference, exact=True)
     finally:
@@ -69,9 +76,12 @@ def test_make_vec_equals_gym_make_vec_results():
         theirs.close()
 
 
-def test_make_vec_applies_wrappers_and_accepts_a_spec():
+def test_make_vec_applies_wrappers_and_accepts_a_spec(placement):
     envs = vecpool.make_vec(
-        gym.spec("CartPole-v1"), num_envs=2, wrappers=[TimeAwareObservation]
+        gym.spec("CartPole-v1"),
+        num_envs=2,
+        wrappers=[TimeAwareObservation],
+        vector_kwargs=placement.kwargs(2),
     )
     try:
         assert envs.single_observation_space.shape == (5,)
@@ -89,13 +99,14 @@ def test_make_vec_rejects_bad_id_type():
         vecpool.make_vec(123)  # type: ignore[arg-type]
 
 
-def test_vector_entry_point_object_via_gym_make_vec():
+def test_vector_entry_point_object_via_gym_make_vec(placement):
     env_id = "VecpoolTestCartPoleObj-v1"
+    placed = placement.kwargs(4)
     gym.register(
         env_id,
         entry_point="gymnasium.envs.classic_control.cartpole:CartPoleEnv",
         vector_entry_point=vecpool.VectorEntryPoint(  # type: ignore[arg-type]
-            "gymnasium.envs.classic_control.cartpole:CartPoleEnv", num_workers=2
+            "gymnasium.envs.classic_control.cartpole:CartPoleEnv", **placed
         ),
         max_episode_steps=20,
     )
@@ -103,7 +114,7 @@ def test_vector_entry_point_object_via_gym_make_vec():
         envs = gym.make_vec(env_id, num_envs=4)
         try:
             assert isinstance(envs, vecpool.AsyncVectorEnv)
-            assert envs.num_workers == 2
+            assert envs.num_workers == placed["num_workers"]
             assert envs.spec.id == env_id  # type: ignore[union-attr]
             assert envs.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
             # max_episode_steps from the spec is honoured: every env truncates at 20
@@ -124,6 +135,8 @@ def test_vector_entry_point_object_via_gym_make_vec():
         del gym.registry[env_id]
 
 
+# Not over placements: the string entry point passes every keyword to the env (and
+# gym.make_vec refuses vector_kwargs for it), so it always builds the default.
 def test_vector_entry_point_string_via_gym_make_vec():
     env_id = "VecpoolTestCartPoleStr-v1"
     gym.register(

@@ -40,13 +40,12 @@ class WrongObsEnv(gym.Env[Any, np.int64]):
 VALUES = [7, 2.5, None, [1.0, 2.0], np.zeros(4, np.float32), np.zeros((1, 3))]
 
 
-@pytest.mark.parametrize("num_workers", [1, 0])
 @pytest.mark.parametrize("value", VALUES, ids=repr)
-def test_a_wrong_shaped_observation_is_a_value_error_like_sync(value, num_workers):
+def test_a_wrong_shaped_observation_is_a_value_error_like_sync(value, placement):
     fns = [functools.partial(WrongObsEnv, np.zeros(3, np.float32))]
     fns.append(functools.partial(WrongObsEnv, value))
     reference = gym.vector.SyncVectorEnv(fns)
-    ours = vecpool.AsyncVectorEnv(fns, num_workers=num_workers)
+    ours = vecpool.AsyncVectorEnv(fns, **placement.kwargs(len(fns)))
     try:
         for env in (reference, ours):
             env.reset(seed=0)
@@ -61,11 +60,11 @@ def test_a_wrong_shaped_observation_is_a_value_error_like_sync(value, num_worker
         ours.close()
 
 
-def test_right_shapes_in_other_forms_still_pass():
+def test_right_shapes_in_other_forms_still_pass(placement):
     # a list of the right length, and an array of another dtype, are observations
     fns = [functools.partial(WrongObsEnv, [1.0, 2.0, 3.0])]
     fns.append(functools.partial(WrongObsEnv, np.array([1, 2, 3], np.int64)))
-    ours = vecpool.AsyncVectorEnv(fns, num_workers=1)
+    ours = vecpool.AsyncVectorEnv(fns, **placement.kwargs(len(fns)))
     reference = gym.vector.SyncVectorEnv(fns)
     try:
         ours.reset(seed=0)

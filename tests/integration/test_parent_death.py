@@ -41,7 +41,8 @@ class Hangs(gym.Env):
         time.sleep(3600)
 
 if __name__ == "__main__":
-    env = vecpool.AsyncVectorEnv([Hangs] * 2, num_workers=2, context=sys.argv[1])
+    placed = eval(sys.argv[2])  # the placement's keywords, as a dict literal
+    env = vecpool.AsyncVectorEnv([Hangs] * 2, context=sys.argv[1], **placed)
     env.reset(seed=0)
     for process in env.processes:
         print("worker", process.pid, flush=True)
@@ -61,12 +62,15 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.needs_worker_process(
+    reason="needs a worker process: in-process, no process can outlive the parent"
+)
 @pytest.mark.parametrize("context", ["fork", "forkserver", "spawn"])
-def test_workers_and_their_children_die_with_the_parent(tmp_path, context):
+def test_workers_and_their_children_die_with_the_parent(tmp_path, context, placement):
     script = tmp_path / "parent.py"
     script.write_text(textwrap.dedent(_PARENT))
     done = subprocess.run(
-        [sys.executable, str(script), context],
+        [sys.executable, str(script), context, repr(placement.kwargs(2))],
         capture_output=True,
         text=True,
         timeout=90,

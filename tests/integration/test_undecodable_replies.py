@@ -50,13 +50,14 @@ def _fns(count: int, bad_at: int = 2) -> list[Any]:
     return [lambda i=i: BadInfoEnv(i, bad_at) for i in range(count)]
 
 
-# (num_workers=0 never pickles a step's infos: nothing to decode, as in Sync;
-# tests/integration/test_in_process.py)
-@pytest.mark.parametrize("num_workers", [1, 2])
-def test_steps_after_an_undecodable_reply_return_their_own_rows(
-    make_async, num_workers
-):
-    env = make_async(_fns(2), num_workers=num_workers)
+# In-process, a step's infos are never pickled: nothing to decode, as in Sync
+# (tests/integration/test_in_process_specifics.py).
+NEVER_PICKLED = "needs a worker process: in-process replies are never pickled"
+
+
+@pytest.mark.needs_worker_process(reason=NEVER_PICKLED)
+def test_steps_after_an_undecodable_reply_return_their_own_rows(make_placed):
+    env = make_placed(_fns(2))
     env.reset(seed=0)
     actions = np.zeros(2, np.int64)
     obs, *_ = env.step(actions)
@@ -71,8 +72,25 @@ def test_steps_after_an_undecodable_reply_return_their_own_rows(
         np.testing.assert_array_equal(rewards, [0.0, 1.0])
 
 
-def test_recv_after_an_undecodable_reply_pairs_each_env_with_its_row(make_async):
-    env = make_async(_fns(2, bad_at=1), num_workers=1, batch_size=1)
+# Not over placements: both envs' replies come from one worker (the shifted
+# numbering of that worker's replies put env 0's id on env 1's row).
+def test_steps_after_an_undecodable_reply_in_a_shared_worker(make_async):
+    env = make_async(_fns(2), num_workers=1)
+    env.reset(seed=0)
+    actions = np.zeros(2, np.int64)
+    env.step(actions)
+    with pytest.raises(ZeroDivisionError):
+        env.step(actions)
+    for t in (3, 4, 5):
+        env.step_async(actions)
+        obs, _, _, _, infos = env.step_wait(timeout=10)  # a hang guard
+        np.testing.assert_array_equal(obs.ravel(), [t, 100 + t])
+        np.testing.assert_array_equal(infos["t"], [t, t])
+
+
+@pytest.mark.needs_worker_process(reason=NEVER_PICKLED)
+def test_recv_after_an_undecodable_reply_pairs_each_env_with_its_row(make_placed):
+    env = make_placed(_fns(2, bad_at=1), batch_size=1)
     env.reset(seed=0)
     env.send(np.zeros(1, np.int64), [0])
     env.send(np.zeros(1, np.int64), [1])

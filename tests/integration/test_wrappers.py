@@ -1,4 +1,5 @@
-"""Gymnasium's vector wrappers work on top of vecpool.AsyncVectorEnv."""
+"""Gymnasium's vector wrappers work on top of vecpool.AsyncVectorEnv, in every
+placement (the ``placement`` fixture of tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -38,13 +39,11 @@ def _without_time(infos: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize(
     "mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value
 )
-def test_record_episode_statistics(mode, make_async, make_sync):
+def test_record_episode_statistics(mode, make_placed, make_sync):
     num_envs = 4
     env_fns = make_env_fns(num_envs, max_steps=8, terminate_prob=0.1)
     reference = RecordEpisodeStatistics(make_sync(env_fns, autoreset_mode=mode))
-    candidate = RecordEpisodeStatistics(
-        make_async(env_fns, autoreset_mode=mode, num_workers=2)
-    )
+    candidate = RecordEpisodeStatistics(make_placed(env_fns, autoreset_mode=mode))
     assert_same_data(reference.reset(seed=0), candidate.reset(seed=0), "reset")
     episodes = 0
     for step_index, action in enumerate(
@@ -60,7 +59,7 @@ def test_record_episode_statistics(mode, make_async, make_sync):
     assert list(candidate.length_queue) == list(reference.length_queue)
 
 
-def test_observation_and_reward_wrappers(make_async, make_sync):
+def test_observation_and_reward_wrappers(make_placed, make_sync):
     num_envs = 3
     env_fns = make_env_fns(num_envs, obs_kind="box", action_kind="box", max_steps=10)
 
@@ -68,7 +67,7 @@ def test_observation_and_reward_wrappers(make_async, make_sync):
         return ClipReward(NormalizeReward(NormalizeObservation(env)), -0.5, 0.5)
 
     reference = wrap(make_sync(env_fns))
-    candidate = wrap(make_async(env_fns, num_workers=2, shared_memory=False))
+    candidate = wrap(make_placed(env_fns, shared_memory=False))
     assert_same_data(reference.reset(seed=1), candidate.reset(seed=1), "reset")
     for step_index, action in enumerate(
         _actions(reference.single_action_space, num_envs, 50)

@@ -1,26 +1,29 @@
-"""Faults of the in-process mode (``num_workers=0``; review of 7d2d268).
+"""What only the in-process mode (``num_workers=0``) has, and its own faults.
 
-Each case runs against the process engine (``num_workers=1``) on the same inputs:
-results, error types and messages must match, except what having no process makes
-inherent (no isolation, no timeout). The first tests once exposed bugs (now fixed).
+Every general behaviour runs over each placement (the ``placement`` fixture of
+tests/conftest.py) in the file for that behaviour; this file keeps what having no
+process makes inherent: no processes to start or leak, the envs' lifetime in the
+parent (closes, constructor errors, garbage collection), never pickling a step's
+infos, the arguments only this mode refuses, an env's ``KeyboardInterrupt`` or
+``SystemExit`` stopping a step half-way, and the comparisons of this mode with the
+process engine on paths beyond ``step`` (samplers, ``step_from``, replay pools).
+The first fault tests once exposed bugs (review of 7d2d268; now fixed).
 """
 
 from __future__ import annotations
 
-import copy
-import threading
-import time
+import gc
+import os
+import re
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode
-from gymnasium.wrappers.vector import NormalizeObservation, RecordEpisodeStatistics
 
 import vecpool
 from vecpool.errors import VecPoolError
-from vecpool.testing import CountingEnv, RaisingEnv, assert_same_data, make_env_fns
+from vecpool.testing import CountingEnv, assert_same_data, make_env_fns
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -63,18 +66,6 @@ class _Tracked(CountingEnv):
     def close(self) -> None:
         self.closes += 1
         super().close()
-
-
-class _CloseRaises(CountingEnv):
-    def close(self) -> None:
-        msg = "close failed"
-        raise RuntimeError(msg)
-
-
-class _SlowStep(CountingEnv):
-    def step(self, action: Any) -> Any:
-        time.sleep(0.3)
-        return super().step(action)
 
 
 def _zeros(n: int) -> np.ndarray:
@@ -154,71 +145,6 @@ def test_a_keyboard_interrupt_from_env_step_never_returns_rows_and_closes():
     assert len(_Tracked.built) == 3  # the dummy env for the spaces, then two
 
 
-def test_use_after_close_raises_as_the_process_engine_does():
-    outcomes = []
-    for num_workers in MODES:
-        env = vecpool.AsyncVectorEnv([CountingEnv] * 2, num_workers=num_workers)
-        env.reset(seed=0)
-        env.close()
-        calls = [
-            lambda env=env: env.step(_zeros(2)),
-            lambda env=env: env.step_async(_zeros(2)),
-            lambda env=env: env.step_wait(),
-            lambda env=env: env.reset(),
-            lambda env=env: env.call("get_pid"),
-            lambda env=env: env.get_attr("steps_taken"),
-            lambda env=env: env.set_attr("x", 1),
-            lambda env=env: env.render(),
-            lambda env=env: env.close(),
-        ]
-        outcomes.append([_outcome(call) for call in calls])
-    assert outcomes[0] == outcomes[1]
-    assert outcomes[1][0][0] == "ClosedEnvironmentError"
-
-
-def test_misuse_errors_match_the_process_engine():
-    outcomes = []
-    for num_workers in MODES:
-        env = vecpool.AsyncVectorEnv(
-            make_env_fns(2, max_steps=9), num_workers=num_workers
-        )
-        try:
-            env.reset(seed=0)
-            calls = [
-                lambda env=env: env.step_wait(),
-                lambda env=env: env.reset_wait(),
-                lambda env=env: env.call_wait(),
-                lambda env=env: env.step(_zeros(3)),
-                lambda env=env: env.call("nope"),
-                lambda env=env: env.get_attr("nope"),
-                lambda env=env: env.call("explode"),
-                lambda env=env: env.call("make_lock"),
-                lambda env=env: env.step_async(_zeros(2)),
-                lambda env=env: env.step_async(_zeros(2)),
-                lambda env=env: env.step_wait(timeout=10),
-                lambda env=env: env.call("scaled", 2.0),
-                lambda env=env: env.np_random_seed,
-            ]
-            outcomes.append([_outcome(call) for call in calls])
-        finally:
-            env.close()
-    assert outcomes[0] == outcomes[1]
-
-
-def test_an_env_error_close_errors_and_closing_twice():
-    for num_workers in MODES:
-        env = vecpool.AsyncVectorEnv(
-            [CountingEnv, lambda: RaisingEnv(raise_on="step", at=1), _CloseRaises],
-            num_workers=num_workers,
-        )
-        env.reset(seed=0)
-        with pytest.raises(ValueError, match="RaisingEnv") as info:
-            env.step(_zeros(3))
-        assert "sub-environment 1" in "".join(getattr(info.value, "__notes__", []))
-        env.close()  # an env raising in close() does not stop close()
-        env.close()
-
-
 def test_a_constructor_error_closes_the_envs_already_built():
     _Tracked.built = []
     calls = {"n": 0}
@@ -235,86 +161,6 @@ def test_a_constructor_error_closes_the_envs_already_built():
     assert "sub-environment 2" in "".join(getattr(info.value, "__notes__", []))
     assert len(_Tracked.built) == 3
     assert all(env.closes == 1 for env in _Tracked.built)
-
-
-def test_a_second_thread_gets_concurrent_use_error():
-    env = vecpool.AsyncVectorEnv([_SlowStep] * 2, num_workers=0)
-    try:
-        env.reset(seed=0)
-        errors: list[str] = []
-
-        def other() -> None:
-            time.sleep(0.1)
-            errors.append(_outcome(lambda: env.step(_zeros(2)))[0])
-
-        thread = threading.Thread(target=other)
-        thread.start()
-        env.step(_zeros(2))
-        thread.join()
-        assert errors == ["ConcurrentUseError"]
-    finally:
-        env.close()
-
-
-def _rollout(num_workers: int, obs_kind: str, wrap: Any, **kwargs: Any) -> list[Any]:
-    fns = make_env_fns(
-        3, obs_kind=obs_kind, max_steps=4, terminate_prob=0.2, info_every=2
-    )
-    env = vecpool.AsyncVectorEnv(fns, num_workers=num_workers, **kwargs)
-    if wrap is not None:
-        env = wrap(env)
-    try:
-        out: list[Any] = [env.reset(seed=7)]
-        rng = np.random.default_rng(0)
-        disabled = kwargs.get("autoreset_mode") == AutoresetMode.DISABLED
-        for _ in range(15):
-            result = env.step(rng.integers(0, 3, 3))
-            out.append(copy.deepcopy(result))
-            ended = result[2] | result[3]
-            if disabled and ended.any():
-                out.append(copy.deepcopy(env.reset(options={"reset_mask": ended})))
-        for _, *rest in out:
-            info = rest[-1]
-            if "episode" in info:
-                info["episode"].pop("t")  # wall-clock time
-        return out
-    finally:
-        env.close()
-
-
-@pytest.mark.parametrize(
-    ("obs_kind", "wrap", "kwargs"),
-    [
-        ("box", None, {"shared_memory": False}),
-        ("box", None, {"copy": False}),
-        ("tuple", None, {"shared_memory": False}),
-        ("image", None, {"copy": False}),
-        ("dict", None, {"autoreset_mode": AutoresetMode.SAME_STEP}),
-        (
-            "dict",
-            None,
-            {"autoreset_mode": AutoresetMode.DISABLED, "shared_memory": False},
-        ),
-        ("box", None, {"observation_mode": "different"}),
-        ("box", RecordEpisodeStatistics, {}),
-        ("box", NormalizeObservation, {}),
-    ],
-    ids=[
-        "no-shm",
-        "no-copy",
-        "tuple-no-shm",
-        "image-no-copy",
-        "same-step",
-        "disabled-mask",
-        "obs-different",
-        "record-stats",
-        "normalize",
-    ],
-)
-def test_rollouts_match_the_process_engine(obs_kind, wrap, kwargs):
-    processes = _rollout(1, obs_kind, wrap, **kwargs)
-    local = _rollout(0, obs_kind, wrap, **kwargs)
-    assert_same_data(processes, local, "num_workers=1 vs 0")
 
 
 def test_sampler_step_from_and_render_match_the_process_engine():
@@ -360,3 +206,147 @@ def test_a_batch_send_interrupted_in_process_is_refused_after():
                 assert sorted(ids.tolist()) == [0, 1]
     finally:
         env.close()
+
+
+class _Closing(CountingEnv):
+    """Counts its closes in the class (visible here: the envs live in this process)."""
+
+    closed = 0
+
+    def close(self) -> None:
+        type(self).closed += 1
+        super().close()
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture(autouse=True)
+def _warm() -> None:
+    """Envs first: multiprocessing's heap (RawArray) opens its arenas' fds once.
+
+    As large a vector env as the tests below: a larger block needs a new arena,
+    which the heap then keeps (run alone, the tests saw its 2 fds as a leak).
+    """
+    vecpool.AsyncVectorEnv([CountingEnv] * 4, num_workers=0).close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc")
+def test_no_process_and_everything_released_on_close(leak_checker):
+    fds = _open_fds()
+    _Closing.closed = 0
+    env = vecpool.AsyncVectorEnv([_Closing] * 3, num_workers=0)
+    assert env.processes == []
+    assert leak_checker.new_children() == {}
+    env.reset(seed=0)
+    env.step(np.zeros(3, np.int64))
+    env.close()
+    # the 3 envs closed (the dummy env built for the spaces closes too)
+    assert _Closing.closed == 4
+    assert _open_fds() == fds
+    leak_checker.assert_no_leaks()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc")
+def test_garbage_collection_releases_it(leak_checker):
+    fds = _open_fds()
+    env = vecpool.AsyncVectorEnv([CountingEnv] * 2, num_workers=0)
+    env.reset(seed=0)
+    del env
+    gc.collect()
+    assert _open_fds() == fds
+    leak_checker.assert_no_leaks()
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # Gymnasium's error log lines
+def test_a_constructor_error_is_raised_and_nothing_is_left(leak_checker):
+    def broken() -> gym.Env[Any, Any]:
+        msg = "no such env"
+        raise KeyError(msg)
+
+    calls = {"n": 0}
+
+    def second_one_breaks() -> gym.Env[Any, Any]:
+        calls["n"] += 1
+        if calls["n"] > 2:  # the dummy env and env 0 build, env 1 does not
+            return broken()
+        return CountingEnv()
+
+    with pytest.raises(KeyError, match="no such env"):
+        vecpool.AsyncVectorEnv([second_one_breaks] * 2, num_workers=0)
+    leak_checker.assert_no_leaks()
+
+
+def test_replay_wrapper_records_the_same_pool_in_process():
+    env_fns = make_env_fns(3, max_steps=5, terminate_prob=0.2, info_every=1)
+    pools = []
+    for num_workers in (3, 0):
+        envs = vecpool.ReplayPoolWrapper(
+            vecpool.AsyncVectorEnv(env_fns, num_workers=num_workers), pool_size=60
+        )
+        try:
+            envs.reset(seed=1)
+            for step in range(25):
+                envs.step(np.full(3, step % 2))
+            pools.append(envs.get_pool())
+        finally:
+            envs.close()
+    assert_same_data(pools[0], pools[1], "pool")
+
+
+def test_num_workers_zero_with_a_custom_worker_is_refused():
+    def worker(*args: Any) -> None:
+        del args
+
+    with pytest.raises(
+        ValueError, match=re.escape("`num_workers=0` cannot be combined")
+    ):
+        vecpool.AsyncVectorEnv([CountingEnv] * 2, num_workers=0, worker=worker)
+
+
+def test_negative_num_workers_names_the_in_process_mode():
+    with pytest.raises(ValueError, match=re.escape("0 runs the envs in this process")):
+        vecpool.AsyncVectorEnv([CountingEnv] * 2, num_workers=-1)
+
+
+class _PickleCounter:
+    """An info value that counts how often it is unpickled (in this process)."""
+
+    unpickled = 0
+
+    def __reduce__(self):
+        return (_revive, ())
+
+
+def _revive():
+    _PickleCounter.unpickled += 1
+    return _PickleCounter()
+
+
+class _ObjectInfoEnv(CountingEnv):
+    """Every step info holds an object (never a shared-memory column)."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated, truncated, {**info, "obj": _PickleCounter()}
+
+
+def test_step_infos_are_never_pickled_in_process():
+    _PickleCounter.unpickled = 0
+    env = vecpool.AsyncVectorEnv([_ObjectInfoEnv] * 3, num_workers=0)
+    try:
+        env.reset(seed=0)
+        for _ in range(5):
+            *_, infos = env.step(np.zeros(3, np.int64))
+            assert all(type(value) is _PickleCounter for value in infos["obj"])
+    finally:
+        env.close()
+    assert _PickleCounter.unpickled == 0
+    processes = vecpool.AsyncVectorEnv([_ObjectInfoEnv] * 2, num_workers=1)
+    try:
+        processes.reset(seed=0)
+        processes.step(np.zeros(2, np.int64))
+    finally:
+        processes.close()
+    assert _PickleCounter.unpickled > 0  # the counter works: from a worker, it is
