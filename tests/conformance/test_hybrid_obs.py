@@ -204,19 +204,10 @@ def test_the_transport_is_reported(fns, transport, make_placed):
 
 @pytest.mark.parametrize("copy_obs", [True, False])
 def test_close_releases_the_shared_block_of_a_hybrid_env(
-    copy_obs, placement, make_placed, request
+    copy_obs, placement, make_placed
 ):
     import gc
     import weakref
-
-    if copy_obs and placement.id == "in_process":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="engine: after close() the in-process channel keeps its host, "
-                "whose WorkerConfig holds the SharedBlock (reported, not fixed here)",
-            )
-        )
 
     env = make_placed(_fns("mixed"), copy=copy_obs)
     env.reset(seed=0)

@@ -278,18 +278,9 @@ def test_vector_entry_point_keeps_the_registered_spec():
         del gym.registry[env_id]
 
 
-def test_close_releases_the_shared_block(placement, make_placed, request):
+def test_close_releases_the_shared_block(placement, make_placed):
     import gc
     import weakref
-
-    if placement.id == "in_process":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="engine: after close() the in-process channel keeps its host, "
-                "whose WorkerConfig holds the SharedBlock (reported, not fixed here)",
-            )
-        )
 
     envs = make_placed([functools.partial(CountingEnv) for _ in range(2)])
     envs.reset(seed=0)

@@ -153,6 +153,7 @@ class _LocalProcess:
 
     def close(self) -> None:
         self._channel.close_envs()
+        self._channel.host = None  # it holds the shared block: let it go now
         self._sentinel.close()
 
 
