@@ -20,7 +20,12 @@ Limits: POSIX record locks belong to the process, so an env that closes a
 descriptor of this file (one inherited under ``fork``) drops its worker's permit;
 a parent that is not dumpable hides its descriptors, and the semaphore is used.
 Where there is no ``memfd`` or ``/proc`` (not Linux), :meth:`LockPermits.create`
-returns ``None`` and the vector env keeps its semaphore.
+returns ``None`` and :func:`create_permits` falls back to
+:class:`SemaphorePermits`: a semaphore plus a byte per worker that marks it as
+holding one, so the parent can give back the permit of a worker that died holding
+it (a worker killed between taking the semaphore and marking it, a few
+instructions, takes the permit with it; docs/reliability.md). Workers and the
+parent see one interface (:class:`Permits`), whichever it is.
 """
 
 from __future__ import annotations
@@ -32,11 +37,18 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 if sys.platform != "win32":
     import fcntl  # POSIX record locks; LOCK_PERMITS is False where there are none
 
-__all__ = ["LOCK_PERMITS", "LockPermits"]
+__all__ = [
+    "LOCK_PERMITS",
+    "LockPermits",
+    "Permits",
+    "SemaphorePermits",
+    "create_permits",
+]
 
 LOCK_PERMITS = hasattr(os, "memfd_create") and sys.platform.startswith("linux")
 """Whether lock permits are possible here (Linux, with ``memfd_create``)."""
@@ -59,6 +71,88 @@ def _dumpable() -> bool:
         return bool(libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0) == 1)
     except (OSError, AttributeError):
         return False
+
+
+class Permits(Protocol):
+    """``max_concurrency`` permits, as a worker and the parent use them."""
+
+    def open(self) -> None:
+        """Prepare this worker's use (before the first :meth:`acquire`)."""
+        ...
+
+    def acquire(self, index: int) -> None:
+        """Take a permit for worker ``index`` (waiting while none is free)."""
+        ...
+
+    def release(self) -> None:
+        """Give back the permit this worker holds (nothing if none)."""
+        ...
+
+    def give_back(self, index: int) -> None:
+        """In the parent: free the permit dead worker ``index`` may have held."""
+        ...
+
+    def close(self) -> None:
+        """Let go of this process's resources."""
+        ...
+
+
+def create_permits(count: int, num_workers: int, ctx: Any) -> Permits:
+    """``count`` permits for ``num_workers`` workers: locks where possible.
+
+    Args:
+        count: ``max_concurrency``.
+        num_workers: The worker processes that take them.
+        ctx: The ``multiprocessing`` context (for the fallback's semaphore).
+
+    Returns:
+        :class:`LockPermits`, or the fallback :class:`SemaphorePermits` where
+        locks cannot be used (not Linux; a parent that is not dumpable).
+    """
+    permits = LockPermits.create(count)
+    if permits is not None:
+        return permits
+    return SemaphorePermits(ctx.BoundedSemaphore(count), ctx.RawArray("b", num_workers))
+
+
+@dataclass
+class SemaphorePermits:
+    """The fallback: a semaphore, and a byte per worker marking it held.
+
+    Attributes:
+        semaphore: The ``multiprocessing`` semaphore of ``max_concurrency``.
+        holding: One byte per worker: 1 while it holds a permit.
+    """
+
+    semaphore: Any
+    holding: Any
+    _index: int = field(default=-1, repr=False)  # this worker's, while held
+
+    def open(self) -> None:
+        """Nothing to open: the semaphore came with the configuration."""
+
+    def acquire(self, index: int) -> None:
+        """Take the semaphore, then mark this worker as holding it."""
+        self.semaphore.acquire()
+        self.holding[index] = 1  # a death from here on: the parent gives it back
+        self._index = index
+
+    def release(self) -> None:
+        """Unmark, then release the semaphore (nothing if not held)."""
+        if self._index >= 0:
+            self.holding[self._index] = 0
+            self._index = -1
+            self.semaphore.release()
+
+    def give_back(self, index: int) -> None:
+        """Release the permit dead worker ``index`` held, if it held one."""
+        if self.holding[index]:
+            self.holding[index] = 0
+            with contextlib.suppress(ValueError):
+                self.semaphore.release()
+
+    def close(self) -> None:
+        """Nothing to close (the semaphore goes with its last user)."""
 
 
 @dataclass
@@ -148,6 +242,10 @@ class LockPermits:
         if self._held >= 0:
             fcntl.lockf(self._own, fcntl.LOCK_UN, 1, self._held, os.SEEK_SET)
             self._held = -1
+
+    def give_back(self, index: int) -> None:
+        """Nothing to do: the kernel released a dead worker's locks."""
+        del index
 
     def close(self) -> None:
         """Close this process's descriptor (the parent's: the file goes with it)."""

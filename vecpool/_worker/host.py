@@ -48,6 +48,7 @@ from vecpool._wire.wide_infos import (
     WideOffer,
     accepted_serial,
 )
+from vecpool._worker.cuts import Cuts
 
 __all__ = ["Host", "open_host", "serve"]
 
@@ -125,23 +126,11 @@ class Host:
         self.permits = config.permits  # locks the kernel releases on death
         if self.permits is not None:
             self.permits.open()
-        # a replacement worker (on_worker_crash="restart"): every env marks the cut
+        # a replacement worker (on_worker_crash="restart"): its envs' cuts
         restart = config.restart
-        self.restarted = [restart is not None] * len(envs)
-        self.any_restarted = restart is not None
-        self.start_seeds: list[int | None] = [None] * len(envs)
-        # a replacement's cut rows show these observations (kept: the cut may have
-        # to be shown again, see `cut_again`)
-        self.cut_obs: list[Any] | None = None
-        self.cut_seeds: list[int | None] = [None] * len(envs)
-        # envs whose latest row marked the cut (and nothing since): the only ones
-        # `cut_again` marks again (a later step, reset or set_states ends it)
-        self.cut_open = [False] * len(envs)
+        self.cuts = None if restart is None else Cuts(restart)
         if restart is not None:
             self.last_obs = list(restart.last_obs)
-            self.cut_obs = list(restart.last_obs)
-            self.start_seeds = list(restart.seeds)
-            self.cut_seeds = list(restart.seeds)
 
     def _acquire(self) -> None:
         if self.permits is not None:
@@ -161,33 +150,7 @@ class Host:
 
     def _take_seed(self, local: int) -> int | None:
         """The first-reset seed of a replaced env (once), else ``None``."""
-        seed = self.start_seeds[local]
-        self.start_seeds[local] = None
-        return seed
-
-    def _restart_row(self, local: int) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        """The step result that marks a replaced env's cut (see RestartStart).
-
-        In SAME_STEP the cut row holds the env's first reset: if that raises, the
-        env stays marked, so every later step tries it again (and raises) rather
-        than step a never-reset env and return its rows unmarked.
-        """
-        last = self.last_obs[local] if self.cut_obs is None else self.cut_obs[local]
-        info: dict[str, Any] = {"worker_restarted": True}
-        if self.mode is AutoresetMode.SAME_STEP:
-            seed = self.start_seeds[local]
-            obs, reset_info = self.envs[local].reset(seed=seed)
-            self.start_seeds[local] = None  # used (kept for a retry if it raised)
-            info = {"final_info": {}, "final_obs": last, **reset_info, **info}
-            self._cut_shown(local)
-            return obs, 0.0, False, True, info
-        self._cut_shown(local)
-        return last, 0.0, False, True, info
-
-    def _cut_shown(self, local: int) -> None:
-        self.restarted[local] = False
-        self.any_restarted = any(self.restarted)
-        self.cut_open[local] = True
+        return None if self.cuts is None else self.cuts.take_seed(local)
 
     # -- commands ------------------------------------------------------------------
 
@@ -218,6 +181,7 @@ class Host:
         info_ids = self.info_ids
         ids_now = self.info_ids_now
         columns = False
+        cuts = self.cuts  # None but in a replacement worker
         self._acquire()
         envs = self.envs
         try:
@@ -228,21 +192,19 @@ class Host:
                 index = self.start + local
                 try:
                     marked = False
-                    if (
-                        self.any_restarted
-                        and self.restarted[local]
-                        and self.last_obs[local] is not None
-                    ):
-                        obs, reward, terminated, truncated, info = self._restart_row(
-                            local
+                    if cuts is not None and cuts.shows_row(local):
+                        obs, reward, terminated, truncated, info = cuts.row(
+                            local, env, mode
                         )
                         marked = True  # pickled: the parent looks at this info
                     elif mode is AutoresetMode.NEXT_STEP and self.autoreset[local]:
-                        self.cut_open[local] = False
+                        if cuts is not None:
+                            cuts.open[local] = False
                         obs, info = env.reset(seed=self._take_seed(local))
                         reward, terminated, truncated = 0.0, False, False
                     else:
-                        self.cut_open[local] = False
+                        if cuts is not None:
+                            cuts.open[local] = False
                         action = (
                             actions[position]
                             if actions is not None
@@ -296,23 +258,15 @@ class Host:
             self.cut_again()
 
     def cut_again(self) -> None:
-        """Mark every hosted env's cut again: the parent never returned its rows.
+        """Mark the cut again: the parent never returned the rows that marked it.
 
-        The call that restarted this worker gave up before returning them.
-        The next step returns each env's cut row again (the observations it
-        restarted from, truncated, ``worker_restarted``); a reset marks its infos.
-        Nothing happens in a worker that is not a replacement.
+        The call that restarted this worker gave up before returning them; the
+        next step returns each such env's cut row again, a reset marks its info
+        (vecpool/_worker/cuts.py). Nothing happens in a worker that is not a
+        replacement.
         """
-        if self.cut_obs is None:
-            return
-        for local, shown in enumerate(self.cut_open):
-            if shown:  # its cut row answered the given-up call: show it again
-                self.restarted[local] = True
-                self.cut_open[local] = False
-                # as the parent last returned it (a masked reset shows it)
-                self.last_obs[local] = self.cut_obs[local]
-                self.start_seeds[local] = self.cut_seeds[local]
-        self.any_restarted = any(self.restarted)
+        if self.cuts is not None:
+            self.cuts.mark_again(self.last_obs)
 
     def accept_wide(self, tail: bytes | memoryview) -> None:
         """Switch to the wide-info area the parent accepted (a step command's tail)."""
@@ -404,9 +358,7 @@ class Host:
                         seed = seeds[local]
                     obs, info = env.reset(seed=seed, options=env_options)
                     self.autoreset[local] = False
-                    self.cut_open[local] = False
-                    if self.any_restarted and self.restarted[local]:
-                        self._cut_shown(local)
+                    if self.cuts is not None and self.cuts.reset(local):
                         info = {**info, "worker_restarted": True}
                     if write_obs is not None:
                         write_obs(index, obs)
@@ -522,9 +474,8 @@ class Host:
     def _restore(self, local: int, state: Any) -> Any:
         """Set an :class:`EnvState` (or a bare env state: then mid-episode)."""
         methods = self._state_methods(local)
-        self.restarted[local] = False  # the state given defines the env now
-        self.any_restarted = any(self.restarted)
-        self.cut_open[local] = False
+        if self.cuts is not None:
+            self.cuts.forget(local)  # the state given defines the env now
         if isinstance(state, EnvState):
             methods.set_state(state.state)
             self.autoreset[local] = bool(state.autoreset_pending)
