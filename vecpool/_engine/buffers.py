@@ -30,8 +30,6 @@ from gymnasium.vector.utils import (
     create_empty_array,
     create_shared_memory,
     iterate,
-    read_from_shared_memory,
-    write_to_shared_memory,
 )
 
 from vecpool._engine.env_errors import raise_env_errors
@@ -159,7 +157,6 @@ class StepBuffers:
         truncations: ``bool[num_envs]`` view.
         observations: The latest observations (views or a Gymnasium batch).
         step_messages: The hot-path step message for each observation buffer.
-        gym_obs_memory: Gymnasium's shared memory (``ObsTransport.GYM`` only).
     """
 
     def __init__(
@@ -172,7 +169,6 @@ class StepBuffers:
         *,
         shared_memory: bool | str,
         copy: bool,
-        vecpool_worker: bool,
         batches: bool,
         ctx: Any,
     ) -> None:
@@ -187,7 +183,6 @@ class StepBuffers:
             shared_memory: Whether observations come back through shared memory;
                 ``"auto"``: where they can, else pickled through the pipes.
             copy: Whether observations handed out must stay unchanged.
-            vecpool_worker: Whether the workers are vecpool's (not a custom one).
             batches: Whether ``send``/``recv`` batches are enabled.
             ctx: The ``multiprocessing`` context.
 
@@ -202,12 +197,11 @@ class StepBuffers:
         self.batched_observation_space = batched_observation_space
         self._batch_spaces: dict[int, Space[Any]] = {num_envs: batched_action_space}
         self._warned_dtypes: set[tuple[np.dtype[Any], np.dtype[Any]]] = set()
-        self.gym_obs_memory: Any = None
         if not shared_memory:
             self.transport = ObsTransport.PIPE
-        elif vecpool_worker and is_native(observation_space):
+        elif is_native(observation_space):
             self.transport = ObsTransport.NATIVE
-        elif vecpool_worker:
+        else:
             # Text, OneOf, Graph, Sequence, custom leaves: vecpool's workers never
             # use Gymnasium's shared memory for them (its reader decodes a Text or
             # OneOf leaf once, at construction: every later step would return
@@ -221,30 +215,9 @@ class StepBuffers:
                 if is_hybrid(observation_space)
                 else ObsTransport.PIPE
             )
-        else:
-            self.transport = ObsTransport.GYM
-            try:
-                self.gym_obs_memory = create_shared_memory(
-                    observation_space, n=num_envs, ctx=ctx
-                )
-            except (GymCustomSpaceError, TypeError) as e:
-                # "auto": what cannot, is pickled (a custom space: CustomSpaceError;
-                # Sequence and Graph, of dynamic shape: Gymnasium's TypeError)
-                if isinstance(shared_memory, str):
-                    self.transport = ObsTransport.PIPE
-                    self.gym_obs_memory = None
-                elif isinstance(e, TypeError):
-                    raise  # Gymnasium's own error, as with its AsyncVectorEnv
-                else:
-                    msg = (
-                        "Using `AsyncVector(..., shared_memory=True)` caused an error, "
-                        "you can disable this feature with `shared_memory=False` "
-                        "however this is slower."
-                    )
-                    raise ValueError(msg) from CustomSpaceError(str(e))
         hybrid = self.transport is ObsTransport.HYBRID
         native = hybrid or self.transport is ObsTransport.NATIVE
-        native_actions = vecpool_worker and is_native(action_space)
+        native_actions = is_native(action_space)
         # With copy=True, observations rotate through several buffers: a step's
         # observations are handed out as views of a buffer nobody else holds any
         # more (its reference count says so) instead of being copied; the last
@@ -311,10 +284,6 @@ class StepBuffers:
             self._obs_arrays = cut(self._obs_owners[0], self._obs_fields[0])
             self.observations: Any = make_views(
                 observation_space, self._obs_arrays, self._foreign
-            )
-        elif self.transport is ObsTransport.GYM:
-            self.observations = read_from_shared_memory(
-                observation_space, self.gym_obs_memory, n=num_envs
             )
         else:
             self.observations = create_empty_array(
@@ -484,7 +453,7 @@ class StepBuffers:
     def apply_reply(
         self, start: int, reply: Reply, only: list[int] | None = None
     ) -> None:
-        """Store what a reply carried besides infos: piped observations and values.
+        """Store what a reply carried besides infos: piped observations.
 
         Args:
             start: Global index of the worker's first env.
@@ -501,11 +470,6 @@ class StepBuffers:
             else:
                 for index in only:
                     self.env_obs[index] = reply.observations[index - start]
-        if reply.step_values is not None:
-            for index, reward, terminated, truncated in reply.step_values:
-                self.rewards[index] = reward
-                self.terminations[index] = terminated
-                self.truncations[index] = truncated
 
     def merge_replies(
         self,
@@ -636,21 +600,19 @@ class StepBuffers:
             return deepcopy(self.observations) if self.copy else self.observations
         if self.transport is ObsTransport.HYBRID:
             return self._read_hybrid()
-        if self.transport is ObsTransport.NATIVE:
-            if not self.copy:
-                return self.observations
-            index = self.obs_index
-            if len(self._obs_owners) == 1:  # one buffer: its standing views, copied
-                return copy_tree(self.observations)
-            tree = make_views(
-                self.observation_space,
-                cut(self._obs_owners[index], self._obs_fields[index]),
-            )
-            self.observations = tree
-            if index == len(self._obs_owners) - 1:  # scratch: never handed out
-                return copy_tree(tree)
-            return tree
-        return deepcopy(self.observations) if self.copy else self.observations
+        if not self.copy:  # NATIVE
+            return self.observations
+        index = self.obs_index
+        if len(self._obs_owners) == 1:  # one buffer: its standing views, copied
+            return copy_tree(self.observations)
+        tree = make_views(
+            self.observation_space,
+            cut(self._obs_owners[index], self._obs_fields[index]),
+        )
+        self.observations = tree
+        if index == len(self._obs_owners) - 1:  # scratch: never handed out
+            return copy_tree(tree)
+        return tree
 
     def _foreign_batches(self, rows: list[int] | None = None) -> list[Any]:
         """Batch the leaves that are not arrays of every env (or of ``rows``).
@@ -695,10 +657,6 @@ class StepBuffers:
         """Overwrite env ``index``'s row of the current observations with ``value``."""
         if self.transport is ObsTransport.PIPE:
             self.env_obs[index] = value
-        elif self.transport is ObsTransport.GYM:
-            write_to_shared_memory(
-                self.observation_space, index, value, self.gym_obs_memory
-            )
         elif self.transport is ObsTransport.HYBRID:
             assert self._extract is not None
             make_writer(self.observation_space, self._obs_arrays)(index, value)
@@ -727,14 +685,9 @@ class StepBuffers:
                 [array[ids] for array in self._obs_arrays],
                 self._foreign_batches(ids.tolist()),
             )
-        items = (
-            self.env_obs
-            if self.transport is ObsTransport.PIPE
-            else list(iterate(self.batched_observation_space, self.observations))
-        )
         out: Any = create_empty_array(self.observation_space, n=ids.size)
         return concatenate(
-            self.observation_space, [items[i] for i in ids.tolist()], out
+            self.observation_space, [self.env_obs[i] for i in ids.tolist()], out
         )
 
     def release(self) -> None:

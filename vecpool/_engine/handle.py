@@ -5,8 +5,10 @@ A handle sends numbered commands and reads numbered replies (its
 :class:`~vecpool._wire.channel.Channel`. The kinds, one file each:
 
 * :class:`vecpool._engine.process.ProcessHandle`: a vecpool worker process;
-* :class:`vecpool._engine.in_process.InProcessHandle`: ``num_workers=0``;
-* :class:`vecpool._engine.gym_protocol.GymProtocolHandle`: a Gymnasium ``worker=``.
+* :class:`vecpool._engine.in_process.InProcessHandle`: ``num_workers=0``.
+
+(A custom Gymnasium ``worker=`` has no handle: Gymnasium's own ``AsyncVectorEnv``
+runs it, see :mod:`vecpool.vector.gymnasium_worker`.)
 
 The group (:mod:`vecpool._engine.group`) waits on them all through this interface
 and never needs to know which kind it holds. A transfer and its count happen

@@ -3,9 +3,10 @@
 :class:`Starter` starts every worker at construction (:meth:`Starter.start`) and,
 with ``on_worker_crash="restart"``, each replacement (:meth:`Starter.spawn`). The
 kind of handle follows from the settings: a vecpool worker process
-(:class:`~vecpool._engine.process.ProcessHandle`), a Gymnasium ``worker=``
-(:class:`~vecpool._engine.gym_protocol.GymProtocolHandle`), or no process at all
-(``num_workers=0``: :class:`~vecpool._engine.in_process.InProcessHandle`).
+(:class:`~vecpool._engine.process.ProcessHandle`), or no process at all
+(``num_workers=0``: :class:`~vecpool._engine.in_process.InProcessHandle`). A custom
+Gymnasium ``worker=`` never comes here: Gymnasium's own ``AsyncVectorEnv`` runs it
+(vecpool/vector/gymnasium_worker.py).
 """
 
 from __future__ import annotations
@@ -19,17 +20,16 @@ from typing import Any
 import cloudpickle
 from gymnasium import Env, Space
 from gymnasium.vector import AutoresetMode
-from gymnasium.vector.utils import CloudpickleWrapper, clear_mpi_env_vars
+from gymnasium.vector.utils import clear_mpi_env_vars
 
 from vecpool._engine.buffers import StepBuffers
 from vecpool._engine.group import WorkerGroup
-from vecpool._engine.gym_protocol import GymProtocolHandle
 from vecpool._engine.handle import WorkerHandle
 from vecpool._engine.in_process import InProcessHandle
 from vecpool._engine.lifecycle import STARTING_WORKERS
 from vecpool._engine.process import ProcessHandle
 from vecpool._util.slices import split
-from vecpool._wire.messages import ObsTransport, RestartStart, WorkerConfig
+from vecpool._wire.messages import RestartStart, WorkerConfig
 from vecpool._wire.permits import LockPermits
 from vecpool._worker.loop import owner_start, run_worker
 
@@ -63,7 +63,6 @@ class StartSpec:
     Attributes:
         env_fns: The env constructors, one per env.
         num_workers: Number of worker processes.
-        custom_worker: A Gymnasium-protocol worker function, or ``None``.
         daemon: Whether the workers are daemonic.
         name: The vector env's class name (processes are named after it).
         buffers: The step buffers (shared block and layout).
@@ -72,12 +71,10 @@ class StartSpec:
         observation_space: Single observation space.
         action_space: Single action space.
         max_concurrency: At most this many envs step at once, or ``None``.
-        error_queue: Gymnasium's error queue (custom workers only).
     """
 
     env_fns: Sequence[Callable[[], Env[Any, Any]]]
     num_workers: int
-    custom_worker: Callable[..., None] | None
     daemon: bool
     name: str
     buffers: StepBuffers
@@ -86,7 +83,6 @@ class StartSpec:
     observation_space: Space[Any]
     action_space: Space[Any]
     max_concurrency: int | None
-    error_queue: Any
 
 
 class Starter:
@@ -96,7 +92,7 @@ class Starter:
         spec: What to start.
         semaphore: The ``max_concurrency`` semaphore shared by the workers, or
             ``None``.
-        holding: With a semaphore and vecpool workers, one shared byte per worker,
+        holding: With a semaphore and worker processes, one shared byte per worker,
             set while it holds a permit (so the permit of a worker that died
             holding it can be given back).
     """
@@ -122,24 +118,21 @@ class Starter:
         self.ctx = ctx
         self.processes = processes
         self.parent_pipes = parent_pipes
-        custom = spec.custom_worker
         self.semaphore: Any = None
-        if spec.max_concurrency is not None and (
-            custom is not None or spec.max_concurrency < spec.num_workers
-        ):
+        if spec.max_concurrency is not None and spec.max_concurrency < spec.num_workers:
             self.semaphore = ctx.BoundedSemaphore(spec.max_concurrency)
-        # vecpool's workers take permits the kernel gives back when one dies (locks,
+        # the workers take permits the kernel gives back when one dies (locks,
         # vecpool/_wire/permits.py); else the semaphore, and a mark per worker so
         # the parent can give back the permit of a worker that died holding it
         self.permits: LockPermits | None = None
-        if self.semaphore is not None and custom is None and spec.num_workers:
+        if self.semaphore is not None and spec.num_workers:
             assert spec.max_concurrency is not None
             self.permits = LockPermits.create(spec.max_concurrency)
             if self.permits is not None:
                 self.semaphore = None
         self.holding: Any = (
             ctx.RawArray("b", spec.num_workers)
-            if self.semaphore is not None and custom is None and spec.num_workers
+            if self.semaphore is not None and spec.num_workers
             else None
         )
 
@@ -180,27 +173,13 @@ class Starter:
             after: Commands sent to the worker it replaces (its numbers go on).
         """
         spec = self.spec
-        custom = spec.custom_worker
-        buffers = spec.buffers
         with clear_mpi_env_vars():
             parent_conn, child_conn = self.ctx.Pipe()
-            if custom is not None:
-                args: tuple[Any, ...] = (
-                    index,
-                    CloudpickleWrapper(spec.env_fns[index]),
-                    child_conn,
-                    parent_conn,
-                    buffers.gym_obs_memory,
-                    spec.error_queue,
-                    spec.autoreset_mode,
-                    self.semaphore,
-                )
-                target = custom
-            else:
-                config = self._config(group, index, env_indices, restart=restart)
-                args, target = (child_conn, parent_conn, config), run_worker
+            config = self._config(group, index, env_indices, restart=restart)
             process = self.ctx.Process(
-                target=target, name=f"Worker<{spec.name}>-{index}", args=args
+                target=run_worker,
+                name=f"Worker<{spec.name}>-{index}",
+                args=(child_conn, parent_conn, config),
             )
             process.daemon = spec.daemon
             if index < len(self.processes):  # a replacement
@@ -215,15 +194,6 @@ class Starter:
             finally:
                 STARTING_WORKERS[0] -= 1
                 child_conn.close()
-        if custom is not None:
-            return GymProtocolHandle(
-                index,
-                env_indices,
-                process,
-                parent_conn,
-                spec.error_queue,
-                buffers.transport is ObsTransport.PIPE,
-            )
         return ProcessHandle(index, env_indices, process, parent_conn, after)
 
     def _config(
@@ -256,7 +226,6 @@ class Starter:
             action_space=spec.action_space,
             observation_space=spec.observation_space,
             obs_transport=buffers.transport,
-            gym_obs_memory=buffers.gym_obs_memory,
             autoreset_mode=spec.autoreset_mode,
             observation_mode=spec.observation_mode,
             check_spaces=(spec.observation_space, spec.action_space),

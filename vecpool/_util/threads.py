@@ -36,6 +36,7 @@ import threadpoolctl
 __all__ = [
     "PolicyThreads",
     "ThreadPools",
+    "fit_policy_threads",
     "fitting_threads",
     "oversubscription",
     "parent_pools",
@@ -118,6 +119,30 @@ def warn_once(num_workers: int, cpus: int) -> None:
     if message is not None:
         _warned = True
         LOGGER.warning(message)
+
+
+def fit_policy_threads(
+    policy_threads: int | str | None, num_workers: int, cpus: int
+) -> PolicyThreads | None:
+    """Apply ``AsyncVectorEnv(policy_threads=...)``, or give the advice once.
+
+    Args:
+        policy_threads: ``None`` (advise only), ``"auto"`` or a number of threads.
+        num_workers: The vector env's worker processes.
+        cpus: CPUs this process may run on.
+
+    Returns:
+        The limits in force (restore them on ``close``), or ``None``.
+    """
+    if policy_threads is None:
+        warn_once(num_workers, cpus)
+        return None
+    if policy_threads == "auto":
+        # no workers (num_workers=0): nothing to fit beside
+        return (
+            PolicyThreads(fitting_threads(num_workers, cpus)) if num_workers else None
+        )
+    return PolicyThreads(int(policy_threads))
 
 
 class PolicyThreads:

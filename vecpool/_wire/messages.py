@@ -62,8 +62,6 @@ class ObsTransport(enum.Enum):
     """A Dict/Tuple's array leaves in vecpool's shared block, its other leaves
     (Text, Graph, Sequence, OneOf, custom) pickled in the reply: one list of them
     per env of the worker, in ``Reply.observations``."""
-    GYM = "gym"
-    """Gymnasium's shared memory (other spaces, or a custom ``worker=``)."""
     PIPE = "pipe"
     """Pickled through the pipes (``shared_memory=False``)."""
 
@@ -113,9 +111,6 @@ class Reply(NamedTuple):
             (``ObsTransport.HYBRID``: the list of its leaves that are not arrays).
         results: Per-env results of ``call`` (or of the start-up space check).
         errors: Exceptions raised by sub-environments.
-        step_values: ``(env_index, reward, terminated, truncated)``; only used by
-            Gymnasium-protocol workers (custom ``worker=``), whose values come by
-            pipe.
         columns: Whether some of the step's infos are in shared memory (see
             vecpool/_wire/info_columns.py).
         wide_offer: A memory area for infos too large for a row, offered by the
@@ -126,7 +121,6 @@ class Reply(NamedTuple):
     observations: list[Any] | None = None
     results: list[Any] | None = None
     errors: list[ErrorRecord] | None = None
-    step_values: list[tuple[int, Any, Any, Any]] | None = None
     columns: bool = False
     wide_offer: WideOffer | None = None
 
@@ -161,7 +155,6 @@ class WorkerConfig:
         action_space: Single action space (to read actions from shared memory).
         observation_space: Single observation space (to write observations).
         obs_transport: How observations travel (see :class:`ObsTransport`).
-        gym_obs_memory: Gymnasium shared-memory object with ``ObsTransport.GYM``.
         autoreset_mode: The autoreset mode.
         observation_mode: ``"same"``, ``"different"`` or a space tuple (space check).
         check_spaces: ``(single_observation_space, single_action_space)`` to check.
@@ -194,7 +187,6 @@ class WorkerConfig:
     action_space: Any
     observation_space: Any
     obs_transport: ObsTransport
-    gym_obs_memory: Any
     autoreset_mode: AutoresetMode
     observation_mode: Any
     check_spaces: tuple[Any, Any]
@@ -287,7 +279,6 @@ def encode_safely(reply: Reply, start: int) -> bytes:
             observations=parts["observations"],
             results=parts["results"],
             errors=errors,
-            step_values=reply.step_values,
             columns=reply.columns,
             wide_offer=reply.wide_offer,
         )

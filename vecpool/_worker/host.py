@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
-from gymnasium.vector.utils import write_to_shared_memory
 
 from vecpool._util.spaces import leaves, make_extractor, make_reader, make_writer
 from vecpool._wire.info_columns import (
@@ -84,13 +83,6 @@ class Host:
                 for start in range(0, len(fields), per_buffer)
             ]
             self.write_obs = self.obs_writers[0]
-        elif config.obs_transport is ObsTransport.GYM:
-            space, memory = config.observation_space, config.gym_obs_memory
-
-            def write_gym(index: int, value: Any) -> None:
-                write_to_shared_memory(space, index, value, memory)
-
-            self.write_obs = write_gym
         # what every reply carries of each env's observation: all of it (PIPE), the
         # leaves that are not arrays (HYBRID), or nothing
         self.by_pipe = transport in (ObsTransport.PIPE, ObsTransport.HYBRID)

@@ -16,7 +16,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Self, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -37,20 +37,8 @@ from vecpool._engine.restart import LastObservations, Restarter, RestartPolicy
 from vecpool._engine.startup import Starter, StartSpec
 from vecpool._util.closing import close_within
 from vecpool._util.spaces import observation_spaces
-from vecpool._util.threads import PolicyThreads, fitting_threads, warn_once
-from vecpool._util.validation import (
-    available_cpus,
-    check_batch_size,
-    check_custom_worker,
-    check_env_fns,
-    check_max_concurrency,
-    check_platform,
-    check_policy_threads,
-    check_reset_mask,
-    check_restart,
-    check_wait_strategy,
-    resolve_num_workers,
-)
+from vecpool._util.threads import PolicyThreads, fit_policy_threads
+from vecpool._util.validation import available_cpus, check_reset_mask
 from vecpool._wire.messages import ObsTransport, Reply
 from vecpool._wire.spin import SpinPolicy
 from vecpool.errors import (
@@ -59,6 +47,8 @@ from vecpool.errors import (
     NoAsyncCallError,
     WorkerCrashedError,
 )
+from vecpool.vector.arguments import check_arguments
+from vecpool.vector.gymnasium_worker import GymnasiumWorkerEnv
 
 __all__ = ["AsyncState", "AsyncVectorEnv"]
 
@@ -66,7 +56,6 @@ _RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
 DUMMY_CLOSE_SECONDS = 2.0
 _TRANSPORT_NAMES = {
     ObsTransport.NATIVE: "shared",
-    ObsTransport.GYM: "shared",
     ObsTransport.HYBRID: "hybrid",
     ObsTransport.PIPE: "pickled",
 }
@@ -94,7 +83,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     contiguous slice of the sub-environments, and every per-step array (actions,
     observations, rewards, terminations, truncations) lives in one shared-memory
     block, so a step costs one tiny message per worker and no pickling unless an env
-    returns a non-empty info.
+    returns a non-empty info. With a custom ``worker``, which speaks Gymnasium's
+    protocol, the constructor returns Gymnasium's own machinery instead, under
+    vecpool's checks and API (:mod:`vecpool.vector.gymnasium_worker`).
 
     Example:
         >>> import gymnasium as gym
@@ -138,6 +129,17 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     processes: list[multiprocessing.process.BaseProcess]
     parent_pipes: list[Connection]
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+        """A vecpool engine, or, with a custom ``worker``, Gymnasium's machinery.
+
+        A custom worker speaks Gymnasium's pipe protocol, so Gymnasium's own
+        ``AsyncVectorEnv`` runs it (vecpool/vector/gymnasium_worker.py); the object
+        is still an instance of ``cls``.
+        """
+        worker = kwargs.get("worker", args[5] if len(args) > 5 else None)
+        target = cls if worker is None else _gymnasium_worker_class(cls)
+        return cast("Self", object.__new__(target))
+
     def __init__(
         self,
         env_fns: Sequence[Callable[[], Env[Any, Any]]],
@@ -174,8 +176,10 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 ``"spawn"``); ``None`` uses the default.
             daemon: If ``True``, workers are daemonic (they cannot start children).
             worker: A custom worker with Gymnasium's 8-argument signature. It keeps
-                Gymnasium's one-env-per-process protocol (``num_workers`` must then be
-                ``None`` or ``num_envs``).
+                Gymnasium's one-env-per-process protocol, run by Gymnasium's own
+                ``AsyncVectorEnv`` (``num_workers`` must then be ``None`` or
+                ``num_envs``; ``batch_size``, restarts and env states need vecpool's
+                workers).
             observation_mode: ``"same"``, ``"different"`` or a tuple
                 ``(observation_space, single_observation_space)``.
             autoreset_mode: The autoreset mode (see ``gymnasium.vector.AutoresetMode``).
@@ -216,12 +220,19 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 observation space with ``shared_memory=True``.
             RuntimeError: If the sub-environments' spaces do not match.
         """
+        checked = check_arguments(
+            env_fns,
+            shared_memory,
+            worker,
+            max_concurrency,
+            num_workers=num_workers,
+            wait_strategy=wait_strategy,
+            batch_size=batch_size,
+            on_worker_crash=on_worker_crash,
+            max_restarts=max_restarts,
+            policy_threads=policy_threads,
+        )
         self.env_fns = env_fns
-        if isinstance(shared_memory, str) and shared_memory != "auto":
-            msg = (
-                f'`shared_memory` must be True, False or "auto", got {shared_memory!r}.'
-            )
-            raise ValueError(msg)
         self.shared_memory = shared_memory
         self.copy = copy
         self.context = context
@@ -233,24 +244,14 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             if isinstance(autoreset_mode, AutoresetMode)
             else AutoresetMode(autoreset_mode)
         )
-        check_platform()
-        self.max_concurrency = check_max_concurrency(max_concurrency)
-        check_custom_worker(worker)
-        check_env_fns(env_fns)
-        self.num_envs = len(env_fns)
-        if self.num_envs == 0:
-            msg = "`env_fns` is empty: pass at least one function that creates an env."
-            raise ValueError(msg)
-        self.num_workers = resolve_num_workers(
-            num_workers, self.num_envs, worker, self.max_concurrency
-        )
-        self.wait_strategy = check_wait_strategy(wait_strategy)
-        self.batch_size = check_batch_size(batch_size, self.num_envs, worker)
-        self.max_restarts = check_restart(
-            on_worker_crash, max_restarts, worker, self.num_workers
-        )
-        self.on_worker_crash = str(on_worker_crash)
-        self.policy_threads = check_policy_threads(policy_threads)
+        self.max_concurrency = checked.max_concurrency
+        self.num_envs = checked.num_envs
+        self.num_workers = checked.num_workers
+        self.wait_strategy = checked.wait_strategy
+        self.batch_size = checked.batch_size
+        self.max_restarts = checked.max_restarts
+        self.on_worker_crash = checked.on_worker_crash
+        self.policy_threads = checked.policy_threads
         self._policy_limits: PolicyThreads | None = None
 
         self._state = AsyncState.DEFAULT
@@ -294,7 +295,6 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             self.observation_space,
             shared_memory=shared_memory,
             copy=copy,
-            vecpool_worker=worker is None,
             batches=self.batch_size is not None,
             ctx=ctx,
         )
@@ -330,37 +330,24 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._holds_sigint = _guards.install()
         try:
             self._start_workers(ctx)
-            self._fit_policy_threads()
+            self._policy_limits = fit_policy_threads(
+                self.policy_threads, self.num_workers, available_cpus()
+            )
         except BaseException:
             self.close(terminate=True)
             raise
 
     # -- construction ------------------------------------------------------------------
 
-    def _fit_policy_threads(self) -> None:
-        """Apply ``policy_threads``, or advise it once (vecpool/_util/threads.py)."""
-        cpus = available_cpus()
-        if self.policy_threads is None:
-            warn_once(self.num_workers, cpus)
-        elif self.policy_threads == "auto":
-            if self.num_workers:  # no workers (num_workers=0): nothing to fit beside
-                self._policy_limits = PolicyThreads(
-                    fitting_threads(self.num_workers, cpus)
-                )
-        else:
-            self._policy_limits = PolicyThreads(int(self.policy_threads))
-
     def _start_workers(self, ctx: Any) -> None:
         # Registered before the first start: a failure half-way still reaps everything.
         self._finalizer = weakref.finalize(
-            self, shutdown, self.processes, self.parent_pipes, self.worker is None
+            self, shutdown, self.processes, self.parent_pipes
         )
-        self.error_queue = ctx.Queue() if self.worker is not None else None
         starter = Starter(
             StartSpec(
                 env_fns=self.env_fns,
                 num_workers=self.num_workers,
-                custom_worker=self.worker,
                 daemon=self.daemon,
                 name=type(self).__name__,
                 buffers=self._buffers,
@@ -369,7 +356,6 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 observation_space=self.single_observation_space,
                 action_space=self.single_action_space,
                 max_concurrency=self.max_concurrency,
-                error_queue=self.error_queue,
             ),
             ctx,
             self.processes,
@@ -837,9 +823,6 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
 
     def _assert_state_calls(self, method: str) -> None:
         self._assert_is_running()
-        if self.worker is not None:
-            msg = f"`{method}` is not available with a custom `worker`."
-            raise ValueError(msg)
         self._assert_idle(method)
 
     # -- EnvPool-style asynchronous batches --------------------------------------------
@@ -987,8 +970,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         if not terminate:
             # envs closed: let the workers exit, then kill what their envs forked
             reap(self.processes, min(deadline, time.monotonic() + 1.0))
-            if self.worker is None:
-                kill_groups(self.processes)
+            kill_groups(self.processes)
         if self._finalizer is not None:
             self._finalizer()  # terminates whatever is left, reaps, closes pipes
         close_permits = getattr(self, "_close_permits", None)
@@ -1060,6 +1042,42 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             group.drop_pending()
             raise
         return [handle.answer() for handle in group.handles]
+
+
+class _GymnasiumWorkerVectorEnv(GymnasiumWorkerEnv, AsyncVectorEnv):  # type: ignore[misc]
+    """A :class:`AsyncVectorEnv` with a custom ``worker``: Gymnasium's machinery.
+
+    Gymnasium's methods come first in the MRO, then vecpool's class (for
+    ``isinstance``); :class:`GymnasiumWorkerEnv` covers every public name of
+    vecpool's class that would need vecpool's engine. Named ``AsyncVectorEnv``, as
+    Gymnasium's messages and process names show ``type(self).__name__``.
+    """
+
+
+_GymnasiumWorkerVectorEnv.__name__ = "AsyncVectorEnv"
+_WORKER_CLASSES: dict[type[Any], type[Any]] = {
+    AsyncVectorEnv: _GymnasiumWorkerVectorEnv
+}
+
+
+def _gymnasium_worker_class(cls: type[Any]) -> type[Any]:
+    """The class that runs a custom ``worker`` for ``cls`` (a user's subclass too).
+
+    A subclass keeps its overrides and its name: they come before Gymnasium's.
+    """
+    made = _WORKER_CLASSES.get(cls)
+    if made is None:
+        made = (
+            cls
+            if issubclass(cls, GymnasiumWorkerEnv)
+            else type(
+                cls.__name__,
+                (cls, _GymnasiumWorkerVectorEnv),
+                {"__module__": cls.__module__, "__qualname__": cls.__qualname__},
+            )
+        )
+        _WORKER_CLASSES[cls] = made
+    return made
 
 
 _STEP_ASYNC = AsyncVectorEnv.step_async

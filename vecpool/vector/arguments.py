@@ -1,0 +1,97 @@
+"""The constructor arguments of :class:`vecpool.AsyncVectorEnv`, checked in one place.
+
+Both kinds of vector env check them alike before anything starts, with the same
+messages: vecpool's engine (:mod:`vecpool.vector.async_env`) and Gymnasium's own
+machinery under a custom ``worker`` (:mod:`vecpool.vector.gymnasium_worker`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from vecpool._util.validation import (
+    check_batch_size,
+    check_custom_worker,
+    check_env_fns,
+    check_max_concurrency,
+    check_platform,
+    check_policy_threads,
+    check_restart,
+    check_wait_strategy,
+    resolve_num_workers,
+)
+
+__all__ = ["Arguments", "check_arguments"]
+
+
+@dataclass(frozen=True, slots=True)
+class Arguments:
+    """The checked arguments (the others are kept as given).
+
+    Attributes:
+        num_envs: Number of sub-environments.
+        max_concurrency: ``max_concurrency`` as an ``int``, or ``None``.
+        num_workers: Worker processes (the default resolved).
+        wait_strategy: ``"auto"``, ``"spin"`` or ``"block"``.
+        batch_size: ``send``/``recv`` batch size, or ``None``.
+        on_worker_crash: ``"raise"`` or ``"restart"``.
+        max_restarts: Restarts allowed per worker, or ``None``.
+        policy_threads: ``None``, ``"auto"`` or a number of threads.
+    """
+
+    num_envs: int
+    max_concurrency: int | None
+    num_workers: int
+    wait_strategy: str
+    batch_size: int | None
+    on_worker_crash: str
+    max_restarts: int | None
+    policy_threads: int | str | None
+
+
+def check_arguments(
+    env_fns: object,
+    shared_memory: object,
+    worker: Callable[..., None] | None,
+    max_concurrency: object,
+    *,
+    num_workers: object,
+    wait_strategy: object,
+    batch_size: object,
+    on_worker_crash: object,
+    max_restarts: object,
+    policy_threads: object,
+) -> Arguments:
+    """Check the arguments of :class:`vecpool.AsyncVectorEnv` (see its docstring).
+
+    Returns:
+        The checked values.
+
+    Raises:
+        ValueError: On an invalid argument, named in the message.
+        TypeError: If ``env_fns`` is not a list of functions.
+        RuntimeError: On a platform without ``select.poll``.
+    """
+    if isinstance(shared_memory, str) and shared_memory != "auto":
+        msg = f'`shared_memory` must be True, False or "auto", got {shared_memory!r}.'
+        raise ValueError(msg)
+    check_platform()
+    concurrency = check_max_concurrency(max_concurrency)
+    check_custom_worker(worker)
+    check_env_fns(env_fns)
+    num_envs = len(env_fns)  # type: ignore[arg-type]  # check_env_fns: a sequence
+    if num_envs == 0:
+        msg = "`env_fns` is empty: pass at least one function that creates an env."
+        raise ValueError(msg)
+    workers = resolve_num_workers(num_workers, num_envs, worker, concurrency)
+    return Arguments(
+        num_envs=num_envs,
+        max_concurrency=concurrency,
+        num_workers=workers,
+        wait_strategy=check_wait_strategy(wait_strategy),
+        batch_size=check_batch_size(batch_size, num_envs, worker),
+        max_restarts=check_restart(on_worker_crash, max_restarts, worker, workers),
+        on_worker_crash=str(on_worker_crash),
+        policy_threads=check_policy_threads(policy_threads),
+    )

@@ -1,0 +1,302 @@
+"""A custom ``worker=``: Gymnasium's own ``AsyncVectorEnv``, under vecpool's contract.
+
+A custom worker speaks Gymnasium's pipe protocol, one env per process, so vecpool
+hands it to :class:`gymnasium.vector.AsyncVectorEnv` itself instead of running a
+transport of its own for it (issue 29). :class:`GymnasiumWorkerEnv` adds what
+:class:`vecpool.AsyncVectorEnv` promises on top of Gymnasium's class:
+
+* vecpool's argument checks and messages (:mod:`vecpool.vector.arguments`), and
+  ``shared_memory="auto"``: Gymnasium's shared memory for the spaces it reads back
+  exactly (Box, Discrete, MultiDiscrete, MultiBinary, Dict/Tuple of them), the
+  observations pickled for any other;
+* an env's exception re-raised with its type, the remote traceback as
+  ``__cause__`` and a note naming the env (:func:`raise_env_errors`), after
+  Gymnasium's log lines;
+* the caller's ``options`` left alone by ``reset_mask``, a wrong number of
+  actions refused before anything is sent, ``policy_threads``;
+* processes released at interpreter exit too, never closed from a forked child;
+* vecpool's extra API: ``send``/``recv`` and the env-state calls refused with
+  vecpool's messages, ``restarts``, ``pending_env_ids``, ``observation_transport``.
+
+Timeouts, a worker that dies and ``close`` behave as in Gymnasium (the worker is
+Gymnasium's protocol; the user chose it). :mod:`vecpool.vector.async_env` mixes
+this class with :class:`vecpool.AsyncVectorEnv`, whose constructor builds it when
+``worker`` is given, so ``isinstance(env, vecpool.AsyncVectorEnv)`` holds.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NoReturn
+
+import gymnasium
+from gymnasium import Env, Space
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.async_vector_env import AsyncState
+from gymnasium.vector.utils import iterate
+
+from vecpool._engine.env_errors import raise_env_errors
+from vecpool._engine.lifecycle import LIVE_ENVS, shutdown
+from vecpool._util.spaces import is_native
+from vecpool._util.threads import PolicyThreads, fit_policy_threads
+from vecpool._util.validation import available_cpus
+from vecpool._wire.messages import Reply
+from vecpool._wire.remote_errors import ErrorRecord
+from vecpool.vector.arguments import check_arguments
+
+__all__ = ["GymnasiumWorkerEnv"]
+
+
+class GymnasiumWorkerEnv(gymnasium.vector.AsyncVectorEnv[Any, Any]):
+    """Gymnasium's ``AsyncVectorEnv`` with vecpool's checks, errors and extra API.
+
+    Built by :class:`vecpool.AsyncVectorEnv` for a custom ``worker``; see the module
+    docstring for what differs from Gymnasium's class.
+    """
+
+    _shared_memory: bool | None
+    observations: Any = None
+    """Gymnasium's batch (a plain attribute, not :class:`vecpool.AsyncVectorEnv`'s
+    property over vecpool's buffers)."""
+    num_workers: int
+    wait_strategy: str
+    batch_size: int | None
+    on_worker_crash: str
+    max_restarts: int | None
+    policy_threads: int | str | None
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], Env[Any, Any]]],
+        shared_memory: bool | str = "auto",
+        copy: bool = True,
+        context: str | None = None,
+        daemon: bool = True,
+        worker: Callable[..., None] | None = None,
+        observation_mode: str | Space[Any] | tuple[Space[Any], Space[Any]] = "same",
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        max_concurrency: int | None = None,
+        *,
+        num_workers: int | None = None,
+        wait_strategy: str = "auto",
+        batch_size: int | None = None,
+        on_worker_crash: str = "raise",
+        max_restarts: int | None = 3,
+        policy_threads: int | str | None = None,
+    ) -> None:
+        """Check vecpool's arguments, then start Gymnasium's workers.
+
+        Args: as :class:`vecpool.AsyncVectorEnv`'s.
+
+        Raises:
+            ValueError: On an invalid argument (vecpool's messages), or a space that
+                Gymnasium's shared memory cannot hold with ``shared_memory=True``.
+            RuntimeError: If the sub-environments' spaces do not match.
+        """
+        checked = check_arguments(
+            env_fns,
+            shared_memory,
+            worker,
+            max_concurrency,
+            num_workers=num_workers,
+            wait_strategy=wait_strategy,
+            batch_size=batch_size,
+            on_worker_crash=on_worker_crash,
+            max_restarts=max_restarts,
+            policy_threads=policy_threads,
+        )
+        self.num_workers = checked.num_workers
+        self.wait_strategy = checked.wait_strategy
+        self.batch_size = checked.batch_size
+        self.on_worker_crash = checked.on_worker_crash
+        self.max_restarts = checked.max_restarts
+        self.policy_threads = checked.policy_threads
+        self._policy_limits: PolicyThreads | None = None
+        self._owner_pid = os.getpid()  # a forked child must not close our workers
+        try:
+            super().__init__(
+                env_fns,
+                shared_memory,  # type: ignore[arg-type]  # "auto": the property below
+                copy,
+                context,
+                daemon,
+                worker,
+                observation_mode,  # type: ignore[arg-type]  # a tuple of spaces too
+                autoreset_mode,
+                checked.max_concurrency,
+            )
+        except BaseException:
+            # Gymnasium leaves what it started to its __del__, which needs `_state`
+            shutdown(
+                getattr(self, "processes", []),
+                getattr(self, "parent_pipes", []),
+                groups=False,  # Gymnasium's workers lead no process group
+            )
+            self.closed = True
+            raise
+        LIVE_ENVS.add(self)  # closed at interpreter exit (vecpool._engine.lifecycle)
+        self._policy_limits = fit_policy_threads(
+            self.policy_threads, self.num_workers, available_cpus()
+        )
+
+    @property
+    def shared_memory(self) -> bool:
+        """Whether observations come through Gymnasium's shared memory.
+
+        ``"auto"`` resolves on the first read, which Gymnasium's constructor makes
+        once it knows the observation space.
+        """
+        if self._shared_memory is None:
+            self._shared_memory = is_native(self.single_observation_space)
+        return self._shared_memory
+
+    @shared_memory.setter
+    def shared_memory(self, value: bool | str) -> None:
+        self._shared_memory = None if value == "auto" else bool(value)
+
+    @property
+    def observation_transport(self) -> str:
+        """``"shared"`` (Gymnasium's shared memory) or ``"pickled"``."""
+        return "shared" if self.shared_memory else "pickled"
+
+    @property
+    def restarts(self) -> tuple[int, ...]:
+        """Restarts of each worker: none (restart needs vecpool's own worker)."""
+        return (0,) * self.num_workers
+
+    @property
+    def pending_env_ids(self) -> list[int]:
+        """Envs sent by ``send`` and not yet received: none (no ``batch_size``)."""
+        return []
+
+    def reset_async(
+        self,
+        seed: int | list[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        """Gymnasium's, on a copy of ``options`` (it pops ``reset_mask`` from it)."""
+        super().reset_async(
+            seed=seed, options=None if options is None else dict(options)
+        )
+
+    def step_async(self, actions: Any) -> None:
+        """Gymnasium's, once the actions hold one action per env.
+
+        Raises:
+            ValueError: If they do not; nothing is sent then (Gymnasium would
+                send the first ones, and the next call would read their replies).
+        """
+        if not self.closed and self._state is AsyncState.DEFAULT:
+            count = sum(1 for _ in iterate(self.action_space, actions))
+            if count != self.num_envs:
+                msg = (
+                    "`actions` must hold one action per sub-environment "
+                    f"(num_envs={self.num_envs}), got {count}."
+                )
+                raise ValueError(msg)
+        super().step_async(actions)
+
+    def _raise_if_errors(self, successes: Iterable[bool]) -> None:
+        """Gymnasium's, raising as vecpool does: see :func:`raise_env_errors`."""
+        failures = [index for index, success in enumerate(successes) if not success]
+        if not failures:
+            return
+        errors = []
+        for _ in failures:
+            index, exc_type, value, trace = self.error_queue.get()
+            errors.append(ErrorRecord(index, None, exc_type, str(value), trace))
+            self.parent_pipes[index].close()  # that worker has ended
+            self.parent_pipes[index] = None  # type: ignore[call-overload]  # Gymnasium's mark
+        self._state = AsyncState.DEFAULT
+        raise_env_errors([Reply(errors=errors)], type(self).__name__)
+
+    def close_extras(
+        self, timeout: float | None = None, terminate: bool = False
+    ) -> None:
+        """Gymnasium's close; a worker found dead ends the others.
+
+        Args:
+            timeout: Seconds to wait for a pending call and the envs' ``close``.
+            terminate: Terminate the workers at once.
+        """
+        LIVE_ENVS.discard(self)
+        if self._owner_pid != os.getpid():
+            return  # a forked child: the workers are its parent's
+        try:
+            try:
+                super().close_extras(timeout=timeout, terminate=terminate)
+            except (OSError, EOFError):  # a pipe to a dead worker
+                super().close_extras(terminate=True)
+        finally:
+            limits, self._policy_limits = self._policy_limits, None
+            if limits is not None:
+                limits.restore()
+
+    # -- vecpool's API that needs vecpool's own workers ------------------------------
+
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Refused: ``send``/``recv`` need ``batch_size``, which a custom worker lacks.
+
+        Raises:
+            ValueError: Always.
+        """
+        del actions, env_ids
+        self._refuse_batches()
+
+    def recv(self, timeout: float | None = None) -> NoReturn:
+        """Refused, as :meth:`send`.
+
+        Raises:
+            ValueError: Always.
+        """
+        del timeout
+        self._refuse_batches()
+
+    def get_states(self, indices: Sequence[int] | None = None) -> NoReturn:
+        """Refused: env states need vecpool's own workers.
+
+        Raises:
+            ValueError: Always.
+        """
+        del indices
+        self._refuse("get_states")
+
+    def set_states(
+        self, states: Sequence[Any], indices: Sequence[int] | None = None
+    ) -> NoReturn:
+        """Refused, as :meth:`get_states`.
+
+        Raises:
+            ValueError: Always.
+        """
+        del states, indices
+        self._refuse("set_states")
+
+    def step_from(
+        self,
+        states: Sequence[Any],
+        actions: Any,
+        dt: int = 1,
+        indices: Sequence[int] | None = None,
+    ) -> NoReturn:
+        """Refused, as :meth:`get_states`.
+
+        Raises:
+            ValueError: Always.
+        """
+        del states, actions, dt, indices
+        self._refuse("step_from")
+
+    def _refuse_batches(self) -> NoReturn:
+        self._assert_is_running()
+        msg = (
+            "`send`/`recv` need asynchronous batches: create the vector env with "
+            "`batch_size=k`."
+        )
+        raise ValueError(msg)
+
+    def _refuse(self, method: str) -> NoReturn:
+        self._assert_is_running()
+        msg = f"`{method}` is not available with a custom `worker`."
+        raise ValueError(msg)
