@@ -378,13 +378,10 @@ class Restarter:
         """Release the ``max_concurrency`` permit a dead worker died holding."""
         if self.starter is None:
             return
-        semaphore, holding = self.starter.semaphore, self.starter.holding
-        if dead.process.exitcode is None:
-            return  # its pipe broke, yet it lives: it may still release it itself
-        if holding is not None and holding[dead.index]:
-            holding[dead.index] = 0
-            with contextlib.suppress(ValueError):
-                semaphore.release()
+        permits = self.starter.permits
+        if permits is not None and dead.process.exitcode is not None:
+            # (a worker whose pipe broke, yet lives, may still release it itself)
+            permits.give_back(dead.index)
 
     def lose_result(self, old: WorkerHandle, what: str) -> None:
         """Note the error a call that cannot be re-sent raises after the restart."""

@@ -30,7 +30,7 @@ from vecpool._engine.lifecycle import STARTING_WORKERS
 from vecpool._engine.process import ProcessHandle
 from vecpool._util.slices import split
 from vecpool._wire.messages import RestartStart, WorkerConfig
-from vecpool._wire.permits import LockPermits
+from vecpool._wire.permits import Permits, create_permits
 from vecpool._worker.loop import owner_start, run_worker
 
 __all__ = ["EnvFns", "StartSpec", "Starter"]
@@ -90,11 +90,8 @@ class Starter:
 
     Attributes:
         spec: What to start.
-        semaphore: The ``max_concurrency`` semaphore shared by the workers, or
-            ``None``.
-        holding: With a semaphore and worker processes, one shared byte per worker,
-            set while it holds a permit (so the permit of a worker that died
-            holding it can be given back).
+        permits: The ``max_concurrency`` permits the workers share
+            (vecpool/_wire/permits.py), or ``None`` when there is no limit to keep.
     """
 
     def __init__(
@@ -118,23 +115,11 @@ class Starter:
         self.ctx = ctx
         self.processes = processes
         self.parent_pipes = parent_pipes
-        self.semaphore: Any = None
+        # locks the kernel gives back when a worker dies, where the platform
+        # allows (else the documented fallback): vecpool/_wire/permits.py
+        self.permits: Permits | None = None
         if spec.max_concurrency is not None and spec.max_concurrency < spec.num_workers:
-            self.semaphore = ctx.BoundedSemaphore(spec.max_concurrency)
-        # the workers take permits the kernel gives back when one dies (locks,
-        # vecpool/_wire/permits.py); else the semaphore, and a mark per worker so
-        # the parent can give back the permit of a worker that died holding it
-        self.permits: LockPermits | None = None
-        if self.semaphore is not None and spec.num_workers:
-            assert spec.max_concurrency is not None
-            self.permits = LockPermits.create(spec.max_concurrency)
-            if self.permits is not None:
-                self.semaphore = None
-        self.holding: Any = (
-            ctx.RawArray("b", spec.num_workers)
-            if self.semaphore is not None and spec.num_workers
-            else None
-        )
+            self.permits = create_permits(spec.max_concurrency, spec.num_workers, ctx)
 
     def start(self, group: WorkerGroup) -> None:
         """Start one worker per slice of envs (none with ``num_workers=0``).
@@ -207,10 +192,8 @@ class Starter:
         spec = self.spec
         buffers = spec.buffers
         waiting: dict[str, Any] = {}
-        if spec.num_workers:  # a worker process: its semaphore and spin settings
+        if spec.num_workers:  # a worker process: its permits and spin settings
             waiting = {
-                "semaphore": self.semaphore,
-                "holding": self.holding,
                 "permits": self.permits,
                 "restart": restart,
                 "spin": group.spin.worker_spin,

@@ -158,7 +158,6 @@ class WorkerConfig:
         autoreset_mode: The autoreset mode.
         observation_mode: ``"same"``, ``"different"`` or a space tuple (space check).
         check_spaces: ``(single_observation_space, single_action_space)`` to check.
-        semaphore: Optional semaphore limiting concurrent env execution.
         spin: Seconds to poll for the next command before blocking on the pipe.
         spin_yield: Whether to ``sched_yield`` between polls while spinning.
         spin_hint: Whether to read the byte ``layout.spin_hint`` of ``block``,
@@ -167,11 +166,8 @@ class WorkerConfig:
             while it is 1. A parent busy between steps (a policy) sets it to 0 and
             finds the worker blocked, so spinning never takes a core from the
             parent's own work.
-        holding: With a semaphore, a shared byte array in which each worker marks
-            that it holds the semaphore (so the parent can give back the permit of a
-            worker that died holding it).
-        permits: The ``max_concurrency`` permits as locks (see
-            vecpool/_wire/permits.py), used instead of ``semaphore``.
+        permits: The ``max_concurrency`` permits (vecpool/_wire/permits.py), or
+            ``None`` when there is no limit to keep.
         restart: Set for a replacement worker (see :class:`RestartStart`).
         parent_pid: The process that owns the vector env (under ``forkserver`` the
             worker's parent is the fork server, not it); 0: the worker's parent.
@@ -190,11 +186,9 @@ class WorkerConfig:
     autoreset_mode: AutoresetMode
     observation_mode: Any
     check_spaces: tuple[Any, Any]
-    semaphore: Any = None
     spin: float = 0.0
     spin_yield: bool = False
     spin_hint: bool = False
-    holding: Any = None
     permits: Any = None
     restart: RestartStart | None = None
     parent_pid: int = 0

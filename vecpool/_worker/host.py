@@ -113,9 +113,7 @@ class Host:
         self.last_obs: list[Any] = [None] * len(envs)
         self.autoreset = [False] * len(envs)
         self.mode = config.autoreset_mode
-        self.semaphore = config.semaphore
-        self.holding = config.holding
-        self.permits = config.permits  # locks the kernel releases on death
+        self.permits = config.permits  # max_concurrency (vecpool/_wire/permits.py)
         if self.permits is not None:
             self.permits.open()
         # a replacement worker (on_worker_crash="restart"): its envs' cuts
@@ -127,18 +125,10 @@ class Host:
     def _acquire(self) -> None:
         if self.permits is not None:
             self.permits.acquire(self.config.index)
-        elif self.semaphore is not None:
-            self.semaphore.acquire()
-            if self.holding is not None:  # a death from here on: the parent releases
-                self.holding[self.config.index] = 1
 
     def _release(self) -> None:
         if self.permits is not None:
             self.permits.release()
-        elif self.semaphore is not None:
-            if self.holding is not None:
-                self.holding[self.config.index] = 0
-            self.semaphore.release()
 
     def _take_seed(self, local: int) -> int | None:
         """The first-reset seed of a replaced env (once), else ``None``."""
