@@ -3,7 +3,7 @@
 MiniGrid's observation is a Dict with a custom string leaf (``MissionSpace``):
 Gymnasium's AsyncVectorEnv refuses it with ``shared_memory=True`` (its default),
 and so did vecpool. With ``shared_memory="auto"`` (vecpool's default) such an
-observation travels pickled (vecpool/_engine/buffers.py) and the results are
+observation travels pickled (vecpool/_engine/observations.py) and the results are
 ``SyncVectorEnv``'s; an explicit ``shared_memory=True`` keeps Gymnasium's error.
 """
 

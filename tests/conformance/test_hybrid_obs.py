@@ -4,7 +4,7 @@ With ``shared_memory="auto"`` (the default), a Dict/Tuple observation whose leav
 are partly arrays (Box, Discrete, ...) and partly spaces shared memory cannot hold
 (Text, Graph, Sequence, OneOf, a custom space such as MiniGrid's mission) sends
 its array leaves through shared memory and only the other leaves pickled in the
-worker's reply (vecpool/_engine/buffers.py, vecpool/_worker/host.py). Every
+worker's reply (vecpool/_engine/observations.py, vecpool/_worker/host.py). Every
 result must be ``SyncVectorEnv``'s, bit for bit, in every autoreset mode, placement
 and ``copy`` setting, through ``send``/``recv`` and a worker restart.
 """

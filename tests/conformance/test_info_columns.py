@@ -63,7 +63,7 @@ def _lockstep(reference, candidate, steps, seed=0):
         actual = candidate.step(actions)
         assert_same_data(expected, actual, f"step {step}")
         assert _keys(expected[4]) == _keys(actual[4]), f"step {step}: key order"
-        columned += int(np.count_nonzero(candidate._buffers.info_ids))
+        columned += int(np.count_nonzero(candidate._buffers.infos.info_ids))
         assert_same_partial_reset(reference, candidate, expected, f"step {step}")
     return columned
 

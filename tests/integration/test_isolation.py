@@ -178,7 +178,7 @@ def test_lossless_integer_actions_take_the_fast_path(make_placed, make_sync, dty
         batched.send(np.array([1, 0, 1], dtype), np.arange(3))
         assert batched.recv()[4]["env_id"].size == 3
     # the hot path itself takes them (the pipe path would have warned above)
-    assert ours._buffers.place_actions(np.zeros(3, dtype)) is None
+    assert ours._buffers.actions.place(np.zeros(3, dtype)) is None
 
 
 def test_lossy_integer_actions_still_travel_as_given(make_placed, make_sync):

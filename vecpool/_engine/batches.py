@@ -179,7 +179,7 @@ class Batches:
         run = self._consecutive(env_ids)  # the common case, checked in a few reads
         ids = run[0] if run is not None else self.check_env_ids(env_ids)
         with HELD:
-            per_env = self.buffers.place_actions(
+            per_env = self.buffers.actions.place(
                 actions, ids, shared=not self.group.any_abandoned()
             )
             listed = ids.tolist()
@@ -266,7 +266,7 @@ class Batches:
                 if ready_infos
                 else []
             )
-            infos = self.buffers.merge_with_rows(self.group.handles, pickled, listed)
+            infos = self.buffers.infos.merge(self.group.handles, pickled, listed)
         infos["env_id"] = ids
         buffers = self.buffers
         first = listed[0] if listed else 0
@@ -279,7 +279,7 @@ class Batches:
         else:
             rows = ids
         return (
-            buffers.take_observations(rows),
+            buffers.obs.take(rows),
             buffers.rewards[rows].copy(),
             buffers.terminations[rows].copy(),
             buffers.truncations[rows].copy(),
@@ -363,9 +363,9 @@ class Batches:
             if "final_obs" in info:
                 info["final_obs"] = last
             else:
-                self.buffers.put_observation(index, last)
+                self.buffers.obs.put(index, last)
         ids = np.asarray(done, np.int64)
-        last_obs.record(self.buffers.take_observations(ids), ids)
+        last_obs.record(self.buffers.obs.take(ids), ids)
 
     def clear(self) -> None:
         """Forget every batch (on close: the replies will be dropped)."""

@@ -15,10 +15,11 @@ import numpy.typing as npt
 from gymnasium import Space
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
-from vecpool._engine.buffers import StepBuffers, merge_infos
+from vecpool._engine.buffers import StepBuffers
 from vecpool._engine.env_errors import raise_env_errors
 from vecpool._engine.group import WorkerGroup
 from vecpool._engine.guards import HELD
+from vecpool._engine.infos import merge_infos
 from vecpool._util.validation import check_int, is_int
 from vecpool._wire.messages import Command, Reply
 
@@ -171,7 +172,7 @@ class EnvStates:
         repeats = check_int("dt", dt, 1)
         order, groups = self.group_indices(indices)
         states = check_count("states", states, len(order))
-        space = self.buffers.batched_action_space(len(order))
+        space = self.buffers.actions.batched_space(len(order))
         per_env = check_count("actions", list(iterate(space, actions)), len(order))
         replies = self._call(
             "step_from",

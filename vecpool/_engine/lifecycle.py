@@ -45,7 +45,7 @@ def _retire_held_buffers() -> None:
         return
     for env in list(LIVE_ENVS):
         with contextlib.suppress(Exception):
-            env._buffers.retire_held_obs_buffers()
+            env._buffers.obs.retire_held()
 
 
 def _drop_wide_areas() -> None:

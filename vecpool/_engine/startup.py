@@ -208,7 +208,7 @@ class Starter:
             layout=buffers.layout,
             action_space=spec.action_space,
             observation_space=spec.observation_space,
-            obs_transport=buffers.transport,
+            obs_transport=buffers.obs.transport,
             autoreset_mode=spec.autoreset_mode,
             observation_mode=spec.observation_mode,
             check_spaces=(spec.observation_space, spec.action_space),

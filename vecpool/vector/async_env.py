@@ -388,11 +388,11 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     @property
     def observations(self) -> Any:
         """The latest observations (the shared buffers themselves)."""
-        return self._buffers.observations
+        return self._buffers.obs.observations
 
     @observations.setter
     def observations(self, value: Any) -> None:
-        self._buffers.observations = value
+        self._buffers.obs.observations = value
 
     @property
     def observation_transport(self) -> str:
@@ -405,7 +405,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         (``shared_memory=False``, or ``"auto"`` where no leaf is an array).
         ``shared_memory`` itself reports the argument given, as Gymnasium's does.
         """
-        return _TRANSPORT_NAMES[self._buffers.transport]
+        return _TRANSPORT_NAMES[self._buffers.obs.transport]
 
     # -- reset -------------------------------------------------------------------------
 
@@ -469,7 +469,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         if self._restarter is not None:
             self._restarter.policy.note_seeds(seeds)
         with HELD:
-            buffer = self._buffers.choose_obs_buffer()
+            buffer = self._buffers.obs.choose()
             group = self._group
             group.send_all(
                 "reset",
@@ -508,7 +508,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         infos = self._buffers.merge_replies(
             self._group.handles, replies, type(self).__name__
         )
-        observations = self._buffers.read_observations()
+        observations = self._buffers.obs.read()
         if self._restarter is not None:  # the rows that mark a cut are returned
             self._restarter.returned(observations)
         return observations, infos
@@ -558,8 +558,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             # the shared actions stay unread while a worker whose call gave up
             # may still read them: then everything goes by pipe (one read)
             shared = not (group.gave_up and group.any_abandoned())
-            per_env = buffers.place_actions(actions, shared=shared)
-            group.send_step(buffers.step_messages[buffers.choose_obs_buffer()], per_env)
+            per_env = buffers.actions.place(actions, shared=shared)
+            group.send_step(buffers.obs.step_messages[buffers.obs.choose()], per_env)
             self._state = AsyncState.WAITING_STEP
             self._step_interrupted = False
 
@@ -591,7 +591,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         infos = buffers.merge_replies(
             self._group.handles, replies, type(self).__name__, step=True
         )
-        observations = buffers.read_observations()
+        observations = buffers.obs.read()
         if self._restarter is not None:  # the rows that mark a cut are returned
             self._restarter.returned(observations)
         return (
