@@ -117,9 +117,8 @@ def test_random_interrupts_in_step_never_return_older_rows(shared_memory, info):
                 raise
             _recover(envs, counter, rows)
     finally:
-        start = time.monotonic()
-        envs.close()
-        assert time.monotonic() - start < 10
+        envs.close()  # a hang fails through the module's timeout
+    assert not any(process.is_alive() for process in envs.processes)
     assert interrupts >= 100  # the signals did land
     assert len(rows) > 120
 
@@ -183,9 +182,8 @@ def test_random_interrupts_in_reset_call_and_batches():
                 except KeyboardInterrupt:
                     continue
     finally:
-        start = time.monotonic()
-        envs.close()
-        assert time.monotonic() - start < 10
+        envs.close()  # a hang fails through the module's timeout
+    assert not any(process.is_alive() for process in envs.processes)
     assert interrupts >= 100
 
 
@@ -233,7 +231,6 @@ def test_close_returns_after_an_interrupted_wait():
     with pytest.raises(KeyboardInterrupt):
         envs.step(np.zeros(NUM_ENVS))
     timer.join()
-    start = time.monotonic()
-    envs.close()
-    assert time.monotonic() - start < 10
+    envs.close()  # a hang fails through the module's timeout
+    assert envs.closed
     assert not any(process.is_alive() for process in envs.processes)

@@ -148,12 +148,10 @@ class _Run:
 
 
 def _close_promptly(envs: vecpool.AsyncVectorEnv) -> None:
-    start = time.monotonic()
     with warnings.catch_warnings():  # Gymnasium's "close while a call is pending"
         warnings.simplefilter("ignore")
-        envs.close()
-    took = time.monotonic() - start
-    assert took < 10, f"close() took {took:.1f} s after an interrupt"
+        envs.close()  # a hang fails through the module's timeout
+    assert envs.closed
     assert not any(process.is_alive() for process in envs.processes)
     assert not set(envs.processes) & set(multiprocessing.active_children())
 

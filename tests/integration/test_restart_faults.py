@@ -537,12 +537,13 @@ def test_a_kill_during_a_state_call_raises_and_the_env_stays_usable(make_async, 
     np.testing.assert_array_equal(obs[:2], last[:2])
 
 
+@pytest.mark.timeout(60)  # a hang guard: a close() that waited out CLOSE_GRACE
 def test_a_kill_during_close_returns_promptly_and_leaks_nothing(
     leak_checker, monkeypatch
 ):
     # a long CLOSE_GRACE: a close() that ignored its timeout would far exceed the
-    # guard below
-    monkeypatch.setattr(vecpool.vector.async_env, "CLOSE_GRACE", 120.0)
+    # test's timeout (by name: `vecpool.vector.async_env` loads on first use)
+    monkeypatch.setattr("vecpool.vector.async_env.CLOSE_GRACE", 120.0)
     env = vecpool.AsyncVectorEnv(
         _fns(4, SlowCloseEnv), num_workers=2, on_worker_crash="restart"
     )
@@ -552,23 +553,23 @@ def test_a_kill_during_close_returns_promptly_and_leaks_nothing(
         warnings.simplefilter("ignore")
         env.step(np.zeros(4, np.int64))  # restart 1
     timer = _kill_later(env, 1, 0.2)  # while its envs close (0.5 s each)
-    start = time.monotonic()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         env.close(timeout=3)
     timer.join()
-    # a hang guard (10x the 3 s timeout), not a speed claim
-    assert time.monotonic() - start < 30
+    assert env.closed
+    assert not any(process.is_alive() for process in env.processes)
     assert env.restarts == (1, 0)  # close never restarts
     leak_checker.assert_no_leaks()
 
 
+@pytest.mark.timeout(60)  # a hang guard: a close() that waited out CLOSE_GRACE
 def test_close_with_a_pending_step_and_a_dead_worker_leaks_nothing(
     leak_checker, monkeypatch
 ):
     # a long CLOSE_GRACE: a close() that ignored its timeout would far exceed the
-    # guard below
-    monkeypatch.setattr(vecpool.vector.async_env, "CLOSE_GRACE", 120.0)
+    # test's timeout (by name: `vecpool.vector.async_env` loads on first use)
+    monkeypatch.setattr("vecpool.vector.async_env.CLOSE_GRACE", 120.0)
     env = vecpool.AsyncVectorEnv(
         _fns(4, BuildGate, step_delay=0.3), num_workers=2, on_worker_crash="restart"
     )
@@ -576,12 +577,11 @@ def test_close_with_a_pending_step_and_a_dead_worker_leaks_nothing(
     env.step_async(np.zeros(4, np.int64))
     time.sleep(0.05)
     _kill(env, 1)
-    start = time.monotonic()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         env.close(timeout=2)
-    # a hang guard (10x the 2 s timeout), not a speed claim
-    assert time.monotonic() - start < 20
+    assert env.closed
+    assert not any(process.is_alive() for process in env.processes)
     leak_checker.assert_no_leaks()
 
 
@@ -600,30 +600,31 @@ def _slow_rebuild_env(make_async, tmp_path, slow):
     return env
 
 
+@pytest.mark.timeout(30)  # a hang guard: waiting for the replacement takes 60 s
 def test_close_is_prompt_when_the_replacement_builds_slowly(make_async, tmp_path):
     # a replacement would take 2 x 30 s to build: waiting for it far exceeds the
-    # guard below
+    # test's timeout
     env = _slow_rebuild_env(make_async, tmp_path, slow=30.0)
-    start = time.monotonic()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         env.close(timeout=0.5)
-    assert time.monotonic() - start < 10  # a hang guard, not a speed claim
+    assert env.closed
+    assert not any(process.is_alive() for process in env.processes)
 
 
 # ------------------------------------------------------------------ 4: timeouts
 
 
+@pytest.mark.timeout(30)  # a hang guard: waiting for the replacement takes 60 s
 def test_step_wait_timeout_holds_while_a_replacement_builds(make_async, tmp_path):
     # issue 22, item 6 (was a strict xfail): the start-up wait had no deadline
-    # the replacement takes 2 x 6 s to build: waiting for it exceeds the guard below
-    env = _slow_rebuild_env(make_async, tmp_path, slow=6.0)
-    start = time.monotonic()
+    # the replacement takes 2 x 30 s to build: waiting for it exceeds the test's
+    # timeout (the close at teardown gives up on it, as the test above shows)
+    env = _slow_rebuild_env(make_async, tmp_path, slow=30.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
         with pytest.raises(multiprocessing.TimeoutError):
             env.step_wait(timeout=0.5)
-    assert time.monotonic() - start < 10  # a hang guard, not a speed claim
 
 
 def test_the_call_after_a_timed_out_start_finishes_the_restart(make_async, tmp_path):
@@ -1103,8 +1104,7 @@ def test_interpreter_exit_after_restarts_leaves_no_process_or_segment(tmp_path):
         """
     )
     shm_before = set(os.listdir("/dev/shm"))
-    start = time.monotonic()
-    done = subprocess.run(
+    done = subprocess.run(  # a hang raises subprocess.TimeoutExpired
         [sys.executable, "-c", script],
         capture_output=True,
         text=True,
@@ -1112,7 +1112,6 @@ def test_interpreter_exit_after_restarts_leaves_no_process_or_segment(tmp_path):
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert time.monotonic() - start < 20
     pids = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(set(pids)) == 4  # two originals, two replacements
     deadline = time.monotonic() + 10  # a hang guard, not a speed claim
@@ -1185,6 +1184,7 @@ def test_the_same_crashes_replay_the_same_rows(make_async, tmp_path, mode):
 # ---------------------------------------------------------- startup deaths
 
 
+@pytest.mark.timeout(30)  # a hang guard: replacements that die are not waited for
 @pytest.mark.parametrize("max_restarts", [2, None])
 def test_a_replacement_that_always_dies_raises_promptly_and_leaks_nothing(
     tmp_path, leak_checker, max_restarts
@@ -1200,12 +1200,10 @@ def test_a_replacement_that_always_dies_raises_promptly_and_leaks_nothing(
         env.reset(seed=0)
         Path(marker).touch()
         _kill(env, 1)
-        start = time.monotonic()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", vecpool.VecPoolWarning)
             with pytest.raises(vecpool.WorkerCrashedError, match="exit code 7"):
                 env.step(np.zeros(4, np.int64))
-        assert time.monotonic() - start < 10
         with pytest.raises(vecpool.WorkerCrashedError, match="unusable"):
             env.step(np.zeros(4, np.int64))
         assert env.restarts[0] == 0
