@@ -74,13 +74,6 @@ def _fns(n: int, cls: Any = IncarnationEnv, **kwargs: Any) -> list[Any]:
     return [functools.partial(cls, index=i, **kwargs) for i in range(n)]
 
 
-def _kill(env: vecpool.AsyncVectorEnv, worker: int) -> None:
-    process = env.processes[worker]
-    assert process.pid is not None
-    os.kill(process.pid, signal.SIGKILL)
-    process.join(10.0)  # dead before the next command: a deterministic test
-
-
 # -- the checks ---------------------------------------------------------------------
 
 
@@ -210,19 +203,23 @@ def _copy(row: Any) -> Any:
 # -- step under random kills --------------------------------------------------------
 
 
-def _stressed_run(env, mode, steps, killer, kills, seed=0):
-    """Step at least ``steps`` times, and on until ``kills`` kills (60 s at most)."""
+def _stressed_run(env, mode, steps, killer, kills, seed=0, seconds=60.0):
+    """Step at least ``steps`` times, and on until ``kills`` kills (``seconds`` at
+    most); check every row. Returns the :class:`Tracker`."""
     rng = np.random.default_rng(seed)
     obs, _ = env.reset(seed=seed)
     tracker = Tracker(mode, obs, env.num_envs)
-    step, deadline = 0, time.monotonic() + 60
+    step, deadline = 0, time.monotonic() + seconds
     while step < steps or (killer.kills < kills and time.monotonic() < deadline):
         step += 1
         actions = rng.integers(0, 2, env.num_envs)
-        tracker.check(list(range(env.num_envs)), actions, env.step(actions))
+        env.step_async(actions)
+        result = env.step_wait(timeout=10)  # a hang (a lost permit): TimeoutError
+        tracker.check(list(range(env.num_envs)), actions, result)
         if mode == "Disabled" and tracker.ended.any():  # the user resets what ended
             mask = tracker.ended.copy()
             tracker.reset(env.reset(options={"reset_mask": mask})[0], mask)
+    return tracker
 
 
 STRESS_CASES = pytest.mark.parametrize(
@@ -272,21 +269,12 @@ def test_dict_observations_under_random_kills(make_async, shared_memory, mode):
         on_worker_crash="restart",
         max_restarts=None,
     )
-    rng = np.random.default_rng(1)
-    obs, _ = env.reset(seed=1)
-    tracker = Tracker(mode, obs, 4)
     with (
         warnings.catch_warnings(),
         _killer(env, 0.01, 0.04) as killer,
     ):
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
-        step, deadline = 0, time.monotonic() + 10
-        while step < 300 or (killer.kills < 8 and time.monotonic() < deadline):
-            step += 1
-            actions = rng.integers(0, 2, 4)
-            env.step_async(actions)
-            result = env.step_wait(timeout=10)
-            tracker.check(list(range(4)), dict(enumerate(actions.tolist())), result)
+        tracker = _stressed_run(env, mode, 300, killer, kills=8, seed=1, seconds=10)
     assert killer.kills >= 8
     assert tracker.cuts >= 4
 
@@ -302,21 +290,12 @@ def test_max_concurrency_one_under_random_kills_never_hangs(make_async):
         on_worker_crash="restart",
         max_restarts=None,
     )
-    rng = np.random.default_rng(5)
-    obs, _ = env.reset(seed=5)
-    tracker = Tracker("NextStep", obs, 6)
     with (
         warnings.catch_warnings(),
         _killer(env, 0.003, 0.02, seed=5) as killer,
     ):
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
-        step, deadline = 0, time.monotonic() + 10
-        while step < 800 or (killer.kills < 15 and time.monotonic() < deadline):
-            step += 1
-            actions = rng.integers(0, 2, 6)
-            env.step_async(actions)
-            result = env.step_wait(timeout=10)  # a lost permit: TimeoutError
-            tracker.check(list(range(6)), dict(enumerate(actions.tolist())), result)
+        _stressed_run(env, "NextStep", 800, killer, kills=15, seed=5, seconds=10)
     assert killer.kills >= 15
 
 
@@ -348,8 +327,10 @@ def test_timeouts_and_kills_interleaved_never_give_a_stale_row(make_async):
             _set_attr(env, "step_delay", [0.05 if s else 0.0 for s in slow])
             actions = rng.integers(0, 2, 4)
             env.step_async(actions)
-            if rng.random() < 0.4:
-                _kill(env, int(rng.integers(0, 2)))
+            if rng.random() < 0.4:  # a kill now, waited for
+                process = env.processes[int(rng.integers(0, 2))]
+                os.kill(process.pid, signal.SIGKILL)
+                process.join(10.0)
             try:
                 result = env.step_wait(timeout=0.02 if rng.random() < 0.4 else 10)
             except multiprocessing.TimeoutError:
