@@ -12,6 +12,7 @@ import io
 import re
 import sys
 import textwrap
+from typing import Any
 
 import numpy as np
 import pytest
@@ -491,18 +492,19 @@ def test_collect_with_restart_survives_a_dead_worker_and_records_only_real_steps
         entry_point="vecpool.testing:IncarnationEnv",
         kwargs={"crash_marker": str(marker), "crash_at": 15},
     )
+    settings: dict[str, Any] = {
+        "num_envs": 4,
+        "steps": 400,
+        "pool_size": 400,
+        "out": None,
+        "seed": 0,
+        "num_workers": 2,
+    }
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", vecpool.VecPoolWarning)
             result = vecpool.sampling.collect.collect(
-                env_id,
-                num_envs=4,
-                steps=400,
-                pool_size=400,
-                out=None,
-                seed=0,
-                num_workers=2,
-                on_worker_crash="restart",
+                env_id, **settings, on_worker_crash="restart"
             )
         assert marker.exists()  # a worker died on the way
         t = result.pool.get_pool()
@@ -510,16 +512,8 @@ def test_collect_with_restart_survives_a_dead_worker_and_records_only_real_steps
         np.testing.assert_array_equal(t.next_obs[:, 2], t.obs[:, 2] + 1)
         assert result.episodes == result.pool.episode_stats.count
         marker.unlink()
-        with pytest.raises(vecpool.WorkerCrashedError):
-            vecpool.sampling.collect.collect(
-                env_id,
-                num_envs=4,
-                steps=400,
-                pool_size=400,
-                out=None,
-                seed=0,
-                num_workers=2,
-            )
+        with pytest.raises(vecpool.WorkerCrashedError):  # "raise", the default
+            vecpool.sampling.collect.collect(env_id, **settings)
     finally:
         del gym.registry[env_id]
 
