@@ -725,13 +725,12 @@ class SlowCloseVectorEnv(SyncVectorEnv):
         super().close(**kwargs)
 
 
+# two instances, each given up on once after 0.5 s: waiting for their two closes
+# (2 x 30 s) exceeds the timeout
+@pytest.mark.timeout(45)
 def test_a_close_that_hangs_is_reported_not_waited_on(monkeypatch):
     monkeypatch.setattr("vecpool.check.runner.CLOSE_TIMEOUT", 0.5)
-    start = time.monotonic()
     report = check_vector_env(lambda: SlowCloseVectorEnv(cartpole_fns(2)), num_steps=12)
-    # two instances, each given up on once after 0.5 s, not two full 30 s closes
-    # (a hang guard, not a speed claim)
-    assert time.monotonic() - start < 10
     failure = report.failure("api.close")
     assert failure is not None, report
     assert "close() did not return within 0 s" in failure.message

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
-import os
 import re
 import time
 
@@ -15,7 +14,7 @@ from gymnasium.vector import AutoresetMode
 
 import vecpool
 from vecpool._util.validation import available_cpus
-from vecpool.bench.agent import cpu_seconds, env_pids
+from vecpool._worker.loop import wait_counts
 from vecpool.testing import CountingEnv, SlowEnv
 
 pytestmark = pytest.mark.timeout(60)
@@ -57,35 +56,58 @@ def test_invalid_wait_strategy_is_refused():
         vecpool.AsyncVectorEnv([CountingEnv], wait_strategy="busy")
 
 
-def _worker_cpu_seconds(env: vecpool.AsyncVectorEnv) -> float:
-    seconds = cpu_seconds(env_pids(env))
-    assert seconds is not None
-    return seconds
+def _wait_counts(env: vecpool.AsyncVectorEnv) -> dict[str, int]:
+    """The workers' :class:`~vecpool._worker.loop.WaitCounts`, summed.
+
+    Each test env here has a worker of its own, so each env's answer is its
+    worker's. The call is a command too: it counts once per worker.
+    """
+    counts = env.call("wait_counts")
+    return {
+        key: sum(count[key] for count in counts) for key in ("spinning", "blocking")
+    }
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc (Linux)")
+def _counted(env, loop, times):
+    """How the workers waited for the commands of ``times`` rounds of ``loop``.
+
+    The commands counted: the rounds' and the closing count call.
+    """
+    env.set_attr("wait_counts", wait_counts)  # pickled by name: run in the workers
+    before = _wait_counts(env)
+    for _ in range(times):
+        loop(env)
+    after = _wait_counts(env)
+    return {key: after[key] - before[key] for key in before}
+
+
+def _step_then_sleep(env):
+    env.step(np.zeros(2, np.int64))
+    time.sleep(0.006)  # the parent's own work
+
+
+@pytest.mark.skipif(available_cpus() < 2, reason="auto spins only with a core each")
 def test_auto_workers_block_while_the_parent_computes(make_async):
     """A policy between steps (here 6 ms of sleep) must not find the workers spinning.
 
-    With ``"spin"`` each worker burns up to its 2 ms budget after every reply; with
-    ``"auto"`` it sees the parent's long gaps and blocks after a few steps. CPU
-    seconds, not wall time: the two differ by an order of magnitude, not by noise.
+    With ``"spin"`` each worker spins (up to its 2 ms budget) for every command;
+    with ``"auto"`` it reads the parent's long gaps in the hint and blocks after a
+    few steps. Counted by the workers, per command, not timed.
     """
-    burned = {}
+    counts = {}
     for strategy in ("spin", "auto"):
         env = make_async([CountingEnv] * 2, num_workers=2, wait_strategy=strategy)
         env.reset(seed=0)
-        before = _worker_cpu_seconds(env)
-        for _ in range(80):
-            env.step(np.zeros(2, np.int64))
-            time.sleep(0.006)  # the parent's own work
-        burned[strategy] = _worker_cpu_seconds(env) - before
+        counts[strategy] = _counted(env, _step_then_sleep, 80)
         env.close()
-    # spin: up to 2 workers x 80 x 2 ms = 0.32 s on idle cores (it yields, so far
-    # less when other processes want them: no bound on it here); auto: a few
-    # spins, then the steps only (~0.02 s). Without the gap rule, auto spins as
-    # "spin" does (0.34 s measured on idle cores)
-    assert burned["auto"] < 0.1, burned
+    # 2 workers x (80 steps + the closing count call)
+    assert counts["spin"] == {"spinning": 162, "blocking": 0}, counts
+    # auto: the hint says spin until the parent's smoothed gap passes 0.25 ms
+    # (3 steps of 6 ms: the gap is clipped to 1 ms, averaged by 1/8), then block;
+    # without the gap rule auto spins as "spin" does
+    assert 0 < counts["auto"]["spinning"] <= 2 * 5, counts
+    assert counts["auto"]["blocking"] >= 162 - 2 * 5, counts
+    assert sum(counts["auto"].values()) == 162, counts
 
 
 def _step_then_compute(env, actions):
@@ -111,7 +133,6 @@ def _send_compute_recv(env, actions):
     env.recv()
 
 
-@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc (Linux)")
 @pytest.mark.skipif(available_cpus() < 2, reason="auto spins only with a core each")
 @pytest.mark.parametrize(
     "loop",
@@ -128,7 +149,8 @@ def test_auto_workers_block_wherever_the_parent_computes(make_async, loop):
     Its own time between two step commands, less its waits, decides; measuring from
     the end of its last wait missed a policy run between ``step_async`` and
     ``step_wait`` or before a quick ``get_attr``, and the workers spun through it
-    (0.18-0.33 s here). Blocked, they burn a few hundredths of a second.
+    (0.18-0.33 s of CPU here). Counted by the workers: after ten rounds the hint
+    says block, and every command of the next 80 rounds finds them blocked.
     """
     env = make_async(
         [CountingEnv] * 2, num_workers=2, wait_strategy="auto", batch_size=1
@@ -137,9 +159,7 @@ def test_auto_workers_block_wherever_the_parent_computes(make_async, loop):
     actions = np.zeros(2, np.int64)
     for _ in range(10):
         loop(env, actions)
-    before = _worker_cpu_seconds(env)
-    for _ in range(80):
-        loop(env, actions)
-    burned = _worker_cpu_seconds(env) - before
+    counts = _counted(env, functools.partial(loop, actions=actions), 80)
+    assert counts["spinning"] == 0, counts
+    assert counts["blocking"] >= 80, counts  # at least a command a round
     assert env.unwrapped._group.spin.hint.value == 0
-    assert burned < 0.1, burned

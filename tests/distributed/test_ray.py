@@ -129,6 +129,7 @@ def _slow_policy(obs: Any) -> Any:
     return np.zeros(len(obs), np.int64)
 
 
+@pytest.mark.timeout(180)  # six rollouts that resume after a kill, not a hang
 def test_a_killed_actor_is_restarted_reseeded_and_nothing_is_duplicated(samplers):
     fns = _incarnation_fns(6)
     env = fns[0]()
@@ -147,10 +148,7 @@ def test_a_killed_actor_is_restarted_reseeded_and_nothing_is_duplicated(samplers
     pids_before: set[Any] = set()
     for call in range(6):
         thread = _killer(remote, 1, 0.1) if call in (2, 4) else None
-        started = time.monotonic()
-        batch, _ = remote.obtain_samples()
-        # resumes (a hang guard, not a speed claim)
-        assert time.monotonic() - started < 30
+        batch, _ = remote.obtain_samples()  # resumes (a hang fails on the timeout)
         if thread is not None:
             thread.join()
         accepted += int(batch.valid.sum())

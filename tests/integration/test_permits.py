@@ -7,6 +7,7 @@ where locks cannot be (forced here by making ``LockPermits.create`` refuse).
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import signal
@@ -21,7 +22,7 @@ import pytest
 import vecpool
 from vecpool._engine import startup
 from vecpool._wire import permits as permits_module
-from vecpool.testing import SlowEnv
+from vecpool.testing import IncarnationEnv, SlowEnv
 
 KINDS = [
     pytest.param(
@@ -95,12 +96,34 @@ def test_max_concurrency_is_never_exceeded(limit, permit_kind, make_async):
 
 
 @pytest.mark.timeout(60)
-def test_a_permit_held_by_a_killed_worker_comes_back(permit_kind, make_async):
+def test_a_worker_dying_with_the_only_permit_does_not_starve_the_others(
+    permit_kind, make_async, tmp_path
+):
+    marker = str(tmp_path / "crashed")
+    fns = [
+        functools.partial(IncarnationEnv, index=i, crash_marker=marker, crash_at=2)
+        for i in range(2)
+    ]
+    env = make_async(fns, num_workers=2, max_concurrency=1, on_worker_crash="restart")
+    env.reset(seed=0)
+    env.step(np.zeros(2, np.int64))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", vecpool.VecPoolWarning)
+        env.step(np.zeros(2, np.int64))  # one worker died holding the only permit
+        for _ in range(3):  # the permit came back: no step waits for ever
+            env.step(np.zeros(2, np.int64))
+    assert sum(env.restarts) == 1
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("then", ["step", "recv"])
+def test_a_permit_held_by_a_killed_worker_comes_back(then, permit_kind, make_async):
     env = make_async(
         [SlowEnv] * 4,
         num_workers=2,
         max_concurrency=1,
         on_worker_crash="restart",
+        batch_size=None if then == "step" else 2,
         context="fork",
     )
     env.reset(seed=0)
@@ -115,9 +138,13 @@ def test_a_permit_held_by_a_killed_worker_comes_back(permit_kind, make_async):
     process.join(10.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
-        for _ in range(2):  # worker 0 gets the permit back; nothing waits for ever
-            env.step(np.zeros((4, 1), np.float32))
-    assert env.restarts == (0, 1)
+        if then == "step":  # worker 0 gets the permit back: nothing waits for ever
+            for _ in range(2):
+                env.step(np.zeros((4, 1), np.float32))
+        else:  # a `send` to worker 0's envs only, after worker 1 was found dead
+            env.send(np.zeros((2, 1), np.float32), [0, 1])
+            _, _, _, _, infos = env.recv()
+            assert sorted(infos["env_id"].tolist()) == [0, 1]
 
 
 def test_no_permits_without_a_limit_to_keep(permit_kind, make_async):

@@ -396,6 +396,18 @@ def test_a_cut_row_is_recorded_as_nothing(mode):
 # -- the sampler ----------------------------------------------------------------------
 
 
+def _check_batch_row(batch, t: int, b: int) -> None:
+    """Row ``t`` of column ``b`` of a sample batch is one real step."""
+    _check_transition(
+        batch.obs[t, b],
+        batch.action[t, b],
+        batch.next_obs[t, b],
+        batch.reward[t, b],
+        batch.terminated[t, b],
+        batch.truncated[t, b],
+    )
+
+
 def _check_batch(batch, kinds: list[list[str]], first_call: list[int]) -> None:
     """``valid`` is exactly the real rows; every valid row is one real step."""
     steps, count = batch.valid.shape
@@ -407,14 +419,7 @@ def _check_batch(batch, kinds: list[list[str]], first_call: list[int]) -> None:
                 assert batch.truncated[t, b]
                 assert batch.reward[t, b] == 0.0
             if batch.valid[t, b]:
-                _check_transition(
-                    batch.obs[t, b],
-                    batch.action[t, b],
-                    batch.next_obs[t, b],
-                    batch.reward[t, b],
-                    batch.terminated[t, b],
-                    batch.truncated[t, b],
-                )
+                _check_batch_row(batch, t, b)
 
 
 def _run_sampler(sampler: Sampler, core: _Core, calls: int) -> list[EpisodeRecord]:
@@ -495,14 +500,7 @@ def test_wait_reset_parks_a_cut_env_like_an_ended_one(batched):
                 waiting = batch.obs[ends[0] + 1 :, b]
                 assert (waiting == batch.next_obs[ends[0], b]).all()
             for t in np.flatnonzero(batch.valid[:, b]).tolist():
-                _check_transition(
-                    batch.obs[t, b],
-                    batch.action[t, b],
-                    batch.next_obs[t, b],
-                    batch.reward[t, b],
-                    batch.terminated[t, b],
-                    batch.truncated[t, b],
-                )
+                _check_batch_row(batch, t, b)
     assert core.cut_episodes > 5
 
 

@@ -13,7 +13,7 @@ import math
 import os
 import re
 import sys
-import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -336,15 +336,32 @@ def test_mujoco_workloads_say_what_to_install(monkeypatch, name, env_id):
 # -------------------------------------------------------------------------- envs
 
 
-def test_busy_env_step_burns_about_200_microseconds():
+def test_busy_env_step_burns_about_200_microseconds(monkeypatch):
+    """Each step polls the clock until 200 microseconds have passed, then stops.
+
+    The clock is a fake one that moves ``TICK`` per reading: the readings show the
+    busy wait (how long it kept polling), whatever the machine's load.
+    """
+    tick = 2.0**-17  # ~7.6 microseconds, exact in binary
+    readings: list[float] = []
+
+    def clock() -> float:
+        readings.append(len(readings) * tick)
+        return readings[-1]
+
+    monkeypatch.setattr(
+        "vecpool.bench.workloads.time", types.SimpleNamespace(perf_counter=clock)
+    )
     env = BusyEnv()
+    assert env.step_seconds == 200e-6
     env.reset(seed=0)
-    durations = []
     for _ in range(20):
-        start = time.perf_counter()
+        first = len(readings)
         obs, _, terminated, truncated, info = env.step(np.int64(1))
-        durations.append(time.perf_counter() - start)
-    assert min(durations) >= 150e-6
+        polled = readings[first:]
+        # it reads the clock until the deadline, and not one reading after it
+        assert polled[-1] - polled[0] >= 200e-6
+        assert polled[-2] - polled[0] < 200e-6
     assert env.observation_space.contains(obs)
     assert (terminated, truncated, info) == (False, False, {})
 

@@ -202,15 +202,18 @@ def test_unpicklable_info_env():
         pickle.dumps(env.step(0)[4])
 
 
-def test_slow_env_sleeps_and_action_overrides_delay():
+def test_slow_env_sleeps_and_action_overrides_delay(monkeypatch):
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)  # what SlowEnv sleeps, not when
     env = SlowEnv(step_delay=0.05)
     obs, _ = env.reset(seed=0)
     assert obs[0] == 0
-    start = time.monotonic()
+    assert slept == [0.0]  # reset_delay
     _, reward, _, _, _ = env.step(np.array([0.0], dtype=np.float32))
-    assert time.monotonic() - start >= 0.05
+    assert slept[1:] == [0.05]  # step_delay
     assert reward == 0.05
     _, reward, _, _, _ = env.step(np.array([0.01], dtype=np.float32))
+    assert slept[2:] == [pytest.approx(0.01)]  # the action overrides it
     assert reward == pytest.approx(0.01)
     assert env.steps_taken == 2
     assert env.sleep(0.0) == 0.0

@@ -24,7 +24,7 @@ from vecpool._wire.messages import WorkerConfig
 from vecpool._wire.spin import spin_until_ready
 from vecpool._worker.host import open_host, serve
 
-__all__ = ["run_worker"]
+__all__ = ["WAITS", "WaitCounts", "run_worker", "wait_counts"]
 
 
 def _ignore_signal(signum: int, frame: Any) -> None:
@@ -93,6 +93,44 @@ def _watch_parent(parent: int, parent_start: bytes | None = None) -> None:
     threading.Thread(target=watch, name="vecpool parent watch", daemon=True).start()
 
 
+class WaitCounts:
+    """How this worker process waited for its commands, counted since it started.
+
+    One per process (:data:`WAITS`); the command loop adds one per command it waits
+    for, before reading it. The counts show whether the workers spin while the
+    parent computes (the point of ``wait_strategy="auto"``) without timing CPU
+    seconds: a test reads them in the worker through :func:`wait_counts`.
+
+    Attributes:
+        spinning: Commands it waited for with spinning allowed (a spin budget, and
+            the parent's hint, if it reads one, said spin); it spun unless the
+            command was already there.
+        blocking: Commands it waited for blocked (no spin budget, or the hint said
+            block: the parent computes between steps).
+    """
+
+    __slots__ = ("blocking", "spinning")
+
+    def __init__(self) -> None:
+        """Start at zero."""
+        self.spinning = 0
+        self.blocking = 0
+
+
+WAITS = WaitCounts()
+"""This process's :class:`WaitCounts` (zero outside a worker process)."""
+
+
+def wait_counts() -> dict[str, int]:
+    """This process's :data:`WAITS` as ``{"spinning": ..., "blocking": ...}``.
+
+    A module-level function, so it pickles by name: a test sets it as an env
+    attribute (``envs.set_attr("wait_counts", wait_counts)``) and calls it in every
+    worker (``envs.call("wait_counts")``), whatever the envs.
+    """
+    return {"spinning": WAITS.spinning, "blocking": WAITS.blocking}
+
+
 def run_worker(
     conn: Connection, parent_conn: Connection | None, config: WorkerConfig
 ) -> None:
@@ -130,13 +168,12 @@ def run_worker(
         running = True
         while running:
             # the parent says (a shared byte) whether it computes between steps
-            if (
-                spin > 0.0
-                and (hint is None or hint.value)
-                and not channel.has_message()
-                and not poller.poll(0)
-            ):
-                spin_until_ready(poller, spin, spin_yield)
+            if spin > 0.0 and (hint is None or hint.value):
+                WAITS.spinning += 1
+                if not channel.has_message() and not poller.poll(0):
+                    spin_until_ready(poller, spin, spin_yield)
+            else:
+                WAITS.blocking += 1
             try:
                 data = channel.recv()
             except (EOFError, OSError):
