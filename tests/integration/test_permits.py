@@ -13,6 +13,7 @@ import os
 import signal
 import time
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -36,12 +37,12 @@ KINDS = [
 
 
 @pytest.fixture(params=KINDS)
-def permit_kind(request, monkeypatch) -> list[Any]:
+def permit_kind(request, monkeypatch) -> Iterator[list[Any]]:
     """The permits' kind; returns the list the permits each env got are put in."""
     if request.param == "semaphore":
         monkeypatch.setattr(permits_module.LockPermits, "create", lambda count: None)
     made: list[Any] = []
-    create = startup.create_permits
+    create = permits_module.create_permits
 
     def spy(*args: Any) -> Any:
         made.append(create(*args))
@@ -152,6 +153,6 @@ def test_no_permits_without_a_limit_to_keep(permit_kind, make_async):
     make_async([_IntervalEnv] * 2, num_workers=2, max_concurrency=2).reset(seed=0)
     make_async([_IntervalEnv] * 2, num_workers=0, max_concurrency=1).reset(seed=0)
     assert not permit_kind
-    permit_kind.append(
-        startup.create_permits(1, 2, multiprocessing.get_context("fork"))
-    )  # (the fixture checks its kind)
+    permit_kind.append(  # (the fixture checks its kind)
+        permits_module.create_permits(1, 2, multiprocessing.get_context("fork"))
+    )
