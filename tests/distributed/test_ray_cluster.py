@@ -86,6 +86,7 @@ def _check(pool: vecpool.ReplayPool, accepted: int) -> None:
     assert pool.episode_stats.count == int(t.terminated.sum())
 
 
+@pytest.mark.timeout(120)
 def test_a_killed_actor_process_resumes(cluster):
     pool = _pool()
     sampler = _sampler(pool)
@@ -94,13 +95,9 @@ def test_a_killed_actor_process_resumes(cluster):
         pid = ray.get(sampler.actors[1].pid.remote())
         killer = threading.Timer(0.1, os.kill, (pid, signal.SIGKILL))
         killer.start()
-        started = time.monotonic()
-        batch, _ = sampler.obtain_samples()
-        took = time.monotonic() - started
+        batch, _ = sampler.obtain_samples()  # a hang fails the test's timeout
         killer.join()
         accepted += int(batch.valid.sum())
-        # a hang guard, not a speed claim
-        assert took < 30, f"resumed after {took:.1f} s"
         assert sampler.restarts == [0, 1]
         accepted += int(sampler.obtain_samples()[0].valid.sum())
         _check(pool, accepted)
@@ -108,6 +105,7 @@ def test_a_killed_actor_process_resumes(cluster):
         sampler.close()
 
 
+@pytest.mark.timeout(180)
 def test_a_removed_node_resumes(cluster):
     pool = _pool()
     sampler = _sampler(pool)
@@ -117,14 +115,11 @@ def test_a_removed_node_resumes(cluster):
         (node,) = [n for n in cluster.list_all_nodes() if n.node_id == where]
         remover = threading.Timer(0.1, cluster.remove_node, (node,))
         remover.start()
-        started = time.monotonic()
+        # a hang fails the test's timeout (detection alone takes 3 missed 500 ms
+        # health checks)
         batch, _ = sampler.obtain_samples()
-        took = time.monotonic() - started
         remover.join()
         accepted += int(batch.valid.sum())
-        # a hang guard (detection alone takes 3 missed 500 ms health checks), not
-        # a speed claim
-        assert took < 60, f"resumed after {took:.1f} s"
         assert sampler.restarts == [0, 1]
         assert ray.get(sampler.actors[1].node_id.remote()) != where
         accepted += int(sampler.obtain_samples()[0].valid.sum())

@@ -31,9 +31,14 @@ def test_spinning_without_sched_yield_still_yields_and_finds_the_event(monkeypat
     try:
         poller = select.poll()
         poller.register(read, select.POLLIN)
-        started = time.perf_counter()
+        zero_sleeps = []
+        real_sleep = time.sleep
+        monkeypatch.setattr(
+            time, "sleep", lambda s: (zero_sleeps.append(s), real_sleep(s))
+        )
         assert spin_until_ready(poller, 0.01, spin_yield=True) == []
-        assert time.perf_counter() - started >= 0.01
+        assert zero_sleeps  # it yielded the CPU between polls (a zero sleep)
+        assert set(zero_sleeps) == {0}
         os.write(write, b"x")
         assert spin_until_ready(poller, 0.01, spin_yield=True)
     finally:
