@@ -134,7 +134,7 @@ def test_cpu_seconds_reads_proc_and_sums_several(tmp_path, monkeypatch):
         return tasks[path]
 
     monkeypatch.setattr(agent, "open", fake_open, raising=False)
-    monkeypatch.setattr(agent.os, "listdir", fake_listdir)
+    monkeypatch.setattr(os, "listdir", fake_listdir)
     assert cpu_seconds([7]) == pytest.approx(2.0)  # both threads
     assert cpu_seconds([7, 8]) == pytest.approx(2.25)
     assert cpu_seconds([7, 7]) == pytest.approx(4.0)

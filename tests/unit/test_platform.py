@@ -31,11 +31,14 @@ def test_spinning_without_sched_yield_still_yields_and_finds_the_event(monkeypat
     try:
         poller = select.poll()
         poller.register(read, select.POLLIN)
-        zero_sleeps = []
+        zero_sleeps: list[float] = []
         real_sleep = time.sleep
-        monkeypatch.setattr(
-            time, "sleep", lambda s: (zero_sleeps.append(s), real_sleep(s))
-        )
+
+        def counting_sleep(seconds: float) -> None:
+            zero_sleeps.append(seconds)
+            real_sleep(seconds)
+
+        monkeypatch.setattr(time, "sleep", counting_sleep)
         assert spin_until_ready(poller, 0.01, spin_yield=True) == []
         assert zero_sleeps  # it yielded the CPU between polls (a zero sleep)
         assert set(zero_sleeps) == {0}
