@@ -48,11 +48,10 @@ from vecpool.errors import (
     WorkerCrashedError,
 )
 from vecpool.vector.arguments import check_arguments
-from vecpool.vector.gymnasium_worker import GymnasiumWorkerEnv
+from vecpool.vector.gymnasium_worker import RESERVED_CALLS, GymnasiumWorkerEnv
 
 __all__ = ["AsyncState", "AsyncVectorEnv"]
 
-_RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
 DUMMY_CLOSE_SECONDS = 2.0
 _TRANSPORT_NAMES = {
     ObsTransport.NATIVE: "shared",
@@ -667,7 +666,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         """
         self._assert_is_running()
         self._assert_idle("call_async")
-        if name in _RESERVED_CALLS:
+        if name in RESERVED_CALLS:
             msg = (
                 f"Trying to call function `{name}` with `call`, use `{name}` directly "
                 "instead."
