@@ -366,10 +366,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             self._close_permits = weakref.finalize(self, starter.permits.close)
         starter.start(self._group)
         self._group.check_spaces(
-            self.observation_mode,
-            self.single_observation_space,
-            self.single_action_space,
-            type(self).__name__,
+            self.observation_mode, self.single_action_space, type(self).__name__
         )
 
     # -- seeding -----------------------------------------------------------------------
