@@ -339,13 +339,20 @@ def test_vecpools_tools_work_on_it():
         vector_env.close()
 
 
-def test_a_crashed_env_still_closes(leak_checker, caplog_gym):
+def test_after_an_env_error_calls_say_the_worker_was_shut_down(
+    leak_checker, caplog_gym
+):
     env = vecpool.AsyncVectorEnv(
         [CountingEnv, functools.partial(RaisingEnv, raise_on="reset", at=1)],
         worker=_async_worker,
     )
     with pytest.raises(ValueError, match="failed on purpose"):
         env.reset(seed=0)
+    message = "Worker 1 (hosting env 1) was shut down after its env raised"
+    with pytest.raises(vecpool.WorkerCrashedError, match=re.escape(message)):
+        env.step(np.zeros(2, np.int64))  # Gymnasium's: an AttributeError
+    with pytest.raises(vecpool.WorkerCrashedError, match=re.escape(message)):
+        env.get_attr("steps_taken")
     env.close()
     leak_checker.assert_no_leaks()
 

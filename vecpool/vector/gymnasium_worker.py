@@ -43,6 +43,7 @@ from vecpool._util.spaces import is_native, split_actions
 from vecpool._util.threads import PolicyThreads, fit_policy_threads
 from vecpool._wire.messages import Reply
 from vecpool._wire.remote_errors import ErrorRecord
+from vecpool.errors import WorkerCrashedError
 from vecpool.vector.arguments import check_arguments
 
 __all__ = ["RESERVED_CALLS", "GymnasiumWorkerEnv"]
@@ -180,7 +181,7 @@ class GymnasiumWorkerEnv(gymnasium.vector.AsyncVectorEnv[Any, Any]):
         options: dict[str, Any] | None = None,
     ) -> None:
         """Gymnasium's, on a copy of ``options`` (it pops ``reset_mask`` from it)."""
-        self._drop_owed_replies()
+        self._before_send()
         super().reset_async(
             seed=seed, options=None if options is None else dict(options)
         )
@@ -196,7 +197,7 @@ class GymnasiumWorkerEnv(gymnasium.vector.AsyncVectorEnv[Any, Any]):
             split_actions(
                 self.action_space, self.single_action_space, actions, self.num_envs
             )
-        self._drop_owed_replies()
+        self._before_send()
         super().step_async(actions)
 
     def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
@@ -213,12 +214,12 @@ class GymnasiumWorkerEnv(gymnasium.vector.AsyncVectorEnv[Any, Any]):
                 "instead."
             )
             raise ValueError(msg)
-        self._drop_owed_replies()
+        self._before_send()
         super().call_async(name, *args, **kwargs)
 
     def set_attr(self, name: str, values: list[Any] | tuple[Any] | object) -> None:
         """Gymnasium's, after the replies a timed-out call left (see below)."""
-        self._drop_owed_replies()
+        self._before_send()
         super().set_attr(name, values)
 
     def _poll_pipe_envs(self, timeout: float | None = None) -> bool:
@@ -227,21 +228,35 @@ class GymnasiumWorkerEnv(gymnasium.vector.AsyncVectorEnv[Any, Any]):
         self._owed = self._owed or not ready
         return ready
 
-    def _drop_owed_replies(self) -> None:
-        """Read the replies of a call that timed out, before sending the next one.
+    def _before_send(self) -> None:
+        """Before a new call: read what a timed-out call left, refuse a lost env.
 
-        Gymnasium would hand them to the next call: a step after a timed-out step
-        would return the earlier step's rows, and every later step too.
+        Gymnasium would hand the replies of a call that timed out to the next
+        call: a step after a timed-out step would return the earlier step's rows,
+        and every later step too. And it would send to the pipe of a worker that
+        ended after its env raised (``None``): an ``AttributeError``.
 
         Raises:
-            Exception: An env's error in those replies (that worker has ended).
+            WorkerCrashedError: If a worker has ended (as vecpool's own say).
+            Exception: An env's error in the late replies (that worker ends).
         """
-        if not self._owed or self.closed or self._state is not AsyncState.DEFAULT:
-            return
-        self._owed = False
+        if self.closed or self._state is not AsyncState.DEFAULT:
+            return  # Gymnasium's checks raise
         pipes: list[Any] = self.parent_pipes  # Gymnasium sets an ended one's to None
-        successes = [pipe.recv()[1] if pipe is not None else True for pipe in pipes]
-        self._raise_if_errors(successes)
+        if self._owed:
+            self._owed = False
+            self._raise_if_errors(
+                [pipe.recv()[1] if pipe is not None else True for pipe in pipes]
+            )
+        if None in pipes:
+            index = pipes.index(None)
+            exitcode = self.processes[index].exitcode
+            msg = (
+                f"Worker {index} (hosting env {index}) was shut down after its env "
+                "raised (Gymnasium's protocol, which a custom `worker` speaks): call "
+                "`close()` and create a new vector env."
+            )
+            raise WorkerCrashedError(msg, index, (index,), exitcode)
 
     def _raise_if_errors(self, successes: Iterable[bool]) -> None:
         """Gymnasium's, raising as vecpool does: see :func:`raise_env_errors`."""
