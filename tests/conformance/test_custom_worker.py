@@ -418,3 +418,12 @@ def test_non_daemonic_workers_do_not_hold_up_interpreter_exit():
         """
     )
     assert "exiting" in stdout
+
+
+def test_the_signature_is_still_gymnasiums_plus_keyword_options():
+    import inspect
+
+    ours = list(inspect.signature(vecpool.AsyncVectorEnv).parameters)
+    gymnasiums = list(inspect.signature(gym.vector.AsyncVectorEnv).parameters)
+    assert ours[: len(gymnasiums)] == gymnasiums
+    assert ours[len(gymnasiums)] == "num_workers"

@@ -9,6 +9,7 @@ class. See docs/architecture.md.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import multiprocessing
 import os
 import threading
@@ -1103,6 +1104,11 @@ def _gymnasium_worker_class(cls: type[Any]) -> type[Any]:
         _WORKER_CLASSES[cls] = made
     return made
 
+
+# inspect.signature(AsyncVectorEnv) reads __new__ first: show __init__'s parameters
+AsyncVectorEnv.__new__.__signature__ = inspect.signature(  # type: ignore[attr-defined]
+    AsyncVectorEnv.__init__
+)
 
 _STEP_ASYNC = AsyncVectorEnv.step_async
 _STEP_WAIT = AsyncVectorEnv.step_wait
