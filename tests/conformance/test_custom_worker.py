@@ -21,7 +21,9 @@ from gymnasium.vector.async_vector_env import _async_worker
 
 import vecpool
 from vecpool.testing import (
+    ActionEchoEnv,
     CountingEnv,
+    ExitingEnv,
     MissionEnv,
     RaisingEnv,
     assert_same_data,
@@ -241,6 +243,48 @@ def test_a_wrong_number_of_actions_is_refused_before_anything_is_sent(make_async
     env.step(np.zeros(3, np.int64))  # nothing was half-sent
 
 
+def test_a_wrong_action_shape_is_refused_with_vecpools_message(make_async):
+    env = make_async(make_env_fns(2, action_kind="box"), worker=_async_worker)
+    env.reset(seed=0)
+    message = "`actions[0]` has shape (3,), which does not fit the single action"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        env.step(np.zeros((2, 3), np.float32))
+    env.step(np.zeros((2, 2), np.float32))
+
+
+def test_calling_a_protocol_command_is_refused_and_the_env_goes_on(make_async):
+    env = make_async(make_env_fns(2), worker=_async_worker)
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=re.escape("use `reset` directly instead")):
+        env.call("reset")
+    env.step(np.zeros(2, np.int64))
+
+
+def test_after_a_timeout_a_step_returns_its_own_rows(make_async):
+    import multiprocessing
+
+    env = make_async(
+        [functools.partial(ActionEchoEnv, delay=0.2)] * 2, worker=_async_worker
+    )
+    env.reset(seed=0)
+    env.step_async(np.array([1.0, 1.0]))
+    with pytest.raises(multiprocessing.TimeoutError):
+        env.step_wait(timeout=0.01)
+    obs = env.step(np.array([2.0, 3.0]))[0]
+    assert obs.tolist() == [[2.0, 2.0], [3.0, 2.0]]  # not step 1's [1.0, 1.0]
+
+
+def test_a_dead_worker_raises_and_close_returns(leak_checker, caplog_gym):
+    env = vecpool.AsyncVectorEnv(
+        [CountingEnv, functools.partial(ExitingEnv, at_step=1)], worker=_async_worker
+    )
+    env.reset(seed=0)
+    with pytest.raises(EOFError):  # Gymnasium's, from the closed pipe
+        env.step(np.zeros(2, np.int64))
+    env.close()  # Gymnasium's would wait for ever for the live worker's reply
+    leak_checker.assert_no_leaks()
+
+
 def test_a_subclass_keeps_its_overrides():
     steps = []
 
@@ -295,13 +339,20 @@ def test_vecpools_tools_work_on_it():
         vector_env.close()
 
 
-def test_a_crashed_env_still_closes(leak_checker, caplog_gym):
+def test_after_an_env_error_calls_say_the_worker_was_shut_down(
+    leak_checker, caplog_gym
+):
     env = vecpool.AsyncVectorEnv(
         [CountingEnv, functools.partial(RaisingEnv, raise_on="reset", at=1)],
         worker=_async_worker,
     )
     with pytest.raises(ValueError, match="failed on purpose"):
         env.reset(seed=0)
+    message = "Worker 1 (hosting env 1) was shut down after its env raised"
+    with pytest.raises(vecpool.WorkerCrashedError, match=re.escape(message)):
+        env.step(np.zeros(2, np.int64))  # Gymnasium's: an AttributeError
+    with pytest.raises(vecpool.WorkerCrashedError, match=re.escape(message)):
+        env.get_attr("steps_taken")
     env.close()
     leak_checker.assert_no_leaks()
 
@@ -367,3 +418,12 @@ def test_non_daemonic_workers_do_not_hold_up_interpreter_exit():
         """
     )
     assert "exiting" in stdout
+
+
+def test_the_signature_is_still_gymnasiums_plus_keyword_options():
+    import inspect
+
+    ours = list(inspect.signature(vecpool.AsyncVectorEnv).parameters)
+    gymnasiums = list(inspect.signature(gym.vector.AsyncVectorEnv).parameters)
+    assert ours[: len(gymnasiums)] == gymnasiums
+    assert ours[len(gymnasiums)] == "num_workers"

@@ -118,23 +118,17 @@ class WorkerGroup:
     def check_spaces(
         self,
         observation_mode: Any,
-        observation_space: Space[Any],
         action_space: Space[Any],
         owner: str,
     ) -> None:
         """Collect the workers' start-up space checks (Gymnasium's messages).
 
+        The workers send them unasked, once their envs are built.
+
         Raises:
             RuntimeError: If an env's spaces differ from the first env's.
             Exception: The error an env constructor raised, original type.
         """
-        with HELD:
-            for handle in self.handles:
-                number = handle.send_check_spaces(
-                    (observation_mode, observation_space, action_space)
-                )
-                if number is not None:
-                    handle.expect(number)
         self.wait("__init__", None)
         replies = [handle.answer() for handle in self.handles]
         raise_env_errors(replies, owner)

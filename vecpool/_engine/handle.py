@@ -195,13 +195,6 @@ class WorkerHandle:
         """
         return self.send(Command.CLOSE, None)
 
-    def send_check_spaces(
-        self,
-        data: tuple[Any, Any, Any],  # noqa: ARG002 - Gymnasium-protocol workers use it
-    ) -> int | None:
-        """Ask for the start-up space check (vecpool workers send it unasked)."""
-        return None
-
     def send(self, command: Command, payload: Any) -> int:
         """Pickle and send a command; return its number."""
         try:

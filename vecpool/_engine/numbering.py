@@ -125,8 +125,7 @@ class ReplyNumbers:
                 expected.popleft()
                 self.answers.append((number, decode(raw)))
                 return True
-            # decoded even when stale: decoding may consume state (a Gymnasium-
-            # protocol worker's error queue), and a stale reply's errors are read
+            # decoded even when stale: a stale reply's errors are read
             reply = decode(raw)
         except BaseException:
             lost = self.batches.pop(number, None)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 from gymnasium.utils.env_checker import data_equivalence
-from gymnasium.vector.utils import batch_differing_spaces, batch_space
+from gymnasium.vector.utils import batch_differing_spaces, batch_space, iterate
 
 __all__ = [
     "IMMUTABLE",
@@ -37,6 +37,7 @@ __all__ = [
     "observation_spaces",
     "put_value",
     "same_value",
+    "split_actions",
     "storage_leaves",
     "take_rows",
 ]
@@ -820,3 +821,50 @@ def integer_bounds(space: spaces.Space[Any]) -> list[tuple[Any, Any] | None]:
     if isinstance(space, spaces.Box) and np.dtype(space.dtype).kind in "iu":
         return [(space.low, space.high + 1)]
     return [None]
+
+
+def split_actions(
+    batched_space: spaces.Space[Any],
+    single_space: spaces.Space[Any],
+    actions: Any,
+    num_envs: int,
+) -> list[Any]:
+    """One action per env from a batch, checked before anything is sent.
+
+    Each action is what Gymnasium's ``iterate`` hands that env; checking them all
+    first means a bad batch never reaches some envs and not the others.
+
+    Args:
+        batched_space: The vector env's action space.
+        single_space: One env's action space.
+        actions: The batch.
+        num_envs: Number of sub-environments.
+
+    Returns:
+        The actions, one per env.
+
+    Raises:
+        ValueError: If the batch does not hold one action per env, or (an array
+            space) an action's shape does not fit the single action space's.
+    """
+    per_env = list(iterate(batched_space, actions))
+    if len(per_env) != num_envs:
+        msg = (
+            "`actions` must hold one action per sub-environment "
+            f"(num_envs={num_envs}), got {len(per_env)}."
+        )
+        raise ValueError(msg)
+    shape = getattr(single_space, "shape", None)
+    if is_native_leaf(single_space) and shape is not None:
+        for index, action in enumerate(per_env):
+            try:
+                fits = np.broadcast_shapes(np.shape(action), shape) == shape
+            except ValueError:
+                fits = False
+            if not fits:
+                msg = (
+                    f"`actions[{index}]` has shape {np.shape(action)}, which does "
+                    f"not fit the single action space's shape {shape}."
+                )
+                raise ValueError(msg)
+    return per_env

@@ -9,6 +9,7 @@ class. See docs/architecture.md.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import multiprocessing
 import os
 import threading
@@ -48,11 +49,10 @@ from vecpool.errors import (
     WorkerCrashedError,
 )
 from vecpool.vector.arguments import check_arguments
-from vecpool.vector.gymnasium_worker import GymnasiumWorkerEnv
+from vecpool.vector.gymnasium_worker import RESERVED_CALLS, GymnasiumWorkerEnv
 
 __all__ = ["AsyncState", "AsyncVectorEnv"]
 
-_RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
 DUMMY_CLOSE_SECONDS = 2.0
 _TRANSPORT_NAMES = {
     ObsTransport.NATIVE: "shared",
@@ -367,10 +367,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             self._close_permits = weakref.finalize(self, starter.permits.close)
         starter.start(self._group)
         self._group.check_spaces(
-            self.observation_mode,
-            self.single_observation_space,
-            self.single_action_space,
-            type(self).__name__,
+            self.observation_mode, self.single_action_space, type(self).__name__
         )
 
     # -- seeding -----------------------------------------------------------------------
@@ -639,7 +636,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         """
         self._assert_is_running()
         self._assert_idle("call_async")
-        if name in _RESERVED_CALLS:
+        if name in RESERVED_CALLS:
             msg = (
                 f"Trying to call function `{name}` with `call`, use `{name}` directly "
                 "instead."
@@ -1079,6 +1076,11 @@ def _gymnasium_worker_class(cls: type[Any]) -> type[Any]:
         _WORKER_CLASSES[cls] = made
     return made
 
+
+# inspect.signature(AsyncVectorEnv) reads __new__ first: show __init__'s parameters
+AsyncVectorEnv.__new__.__signature__ = inspect.signature(  # type: ignore[attr-defined]
+    AsyncVectorEnv.__init__
+)
 
 _STEP_ASYNC = AsyncVectorEnv.step_async
 _STEP_WAIT = AsyncVectorEnv.step_wait

@@ -26,6 +26,7 @@ this class with :class:`vecpool.AsyncVectorEnv`, whose constructor builds it whe
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
@@ -34,18 +35,21 @@ import gymnasium
 from gymnasium import Env, Space
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.async_vector_env import AsyncState
-from gymnasium.vector.utils import iterate
 
 from vecpool._engine.env_errors import raise_env_errors
 from vecpool._engine.lifecycle import LIVE_ENVS, shutdown
-from vecpool._util.spaces import is_native
+from vecpool._util.spaces import is_native, split_actions
 from vecpool._util.threads import PolicyThreads, fit_policy_threads
 from vecpool._util.validation import available_cpus
 from vecpool._wire.messages import Reply
 from vecpool._wire.remote_errors import ErrorRecord
+from vecpool.errors import WorkerCrashedError
 from vecpool.vector.arguments import check_arguments
 
-__all__ = ["GymnasiumWorkerEnv"]
+__all__ = ["RESERVED_CALLS", "GymnasiumWorkerEnv"]
+
+RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
+"""Commands of Gymnasium's worker protocol: names ``call`` refuses."""
 
 
 class GymnasiumWorkerEnv(gymnasium.vector.AsyncVectorEnv[Any, Any]):
@@ -114,6 +118,7 @@ class GymnasiumWorkerEnv(gymnasium.vector.AsyncVectorEnv[Any, Any]):
         self.policy_threads = checked.policy_threads
         self._policy_limits: PolicyThreads | None = None
         self._owner_pid = os.getpid()  # a forked child must not close our workers
+        self._owed = False  # a call gave up: every pipe still owes it a reply
         try:
             super().__init__(
                 env_fns,
@@ -176,26 +181,82 @@ class GymnasiumWorkerEnv(gymnasium.vector.AsyncVectorEnv[Any, Any]):
         options: dict[str, Any] | None = None,
     ) -> None:
         """Gymnasium's, on a copy of ``options`` (it pops ``reset_mask`` from it)."""
+        self._before_send()
         super().reset_async(
             seed=seed, options=None if options is None else dict(options)
         )
 
     def step_async(self, actions: Any) -> None:
-        """Gymnasium's, once the actions hold one action per env.
+        """Gymnasium's, once the actions hold one action of the right shape per env.
 
         Raises:
             ValueError: If they do not; nothing is sent then (Gymnasium would
                 send the first ones, and the next call would read their replies).
         """
         if not self.closed and self._state is AsyncState.DEFAULT:
-            count = sum(1 for _ in iterate(self.action_space, actions))
-            if count != self.num_envs:
-                msg = (
-                    "`actions` must hold one action per sub-environment "
-                    f"(num_envs={self.num_envs}), got {count}."
-                )
-                raise ValueError(msg)
+            split_actions(
+                self.action_space, self.single_action_space, actions, self.num_envs
+            )
+        self._before_send()
         super().step_async(actions)
+
+    def call_async(self, name: str, /, *args: Any, **kwargs: Any) -> None:
+        """Gymnasium's, refusing a protocol command here, as vecpool does.
+
+        Raises:
+            ValueError: For ``reset``, ``step``, ``close`` and the protocol's own
+                commands (Gymnasium's worker raises it and ends; the env stays
+                usable here).
+        """
+        if name in RESERVED_CALLS and not self.closed:
+            msg = (
+                f"Trying to call function `{name}` with `call`, use `{name}` directly "
+                "instead."
+            )
+            raise ValueError(msg)
+        self._before_send()
+        super().call_async(name, *args, **kwargs)
+
+    def set_attr(self, name: str, values: list[Any] | tuple[Any] | object) -> None:
+        """Gymnasium's, after the replies a timed-out call left (see below)."""
+        self._before_send()
+        super().set_attr(name, values)
+
+    def _poll_pipe_envs(self, timeout: float | None = None) -> bool:
+        """Gymnasium's; when it gives up, no reply of the call has been read."""
+        ready: bool = super()._poll_pipe_envs(timeout)
+        self._owed = self._owed or not ready
+        return ready
+
+    def _before_send(self) -> None:
+        """Before a new call: read what a timed-out call left, refuse a lost env.
+
+        Gymnasium would hand the replies of a call that timed out to the next
+        call: a step after a timed-out step would return the earlier step's rows,
+        and every later step too. And it would send to the pipe of a worker that
+        ended after its env raised (``None``): an ``AttributeError``.
+
+        Raises:
+            WorkerCrashedError: If a worker has ended (as vecpool's own say).
+            Exception: An env's error in the late replies (that worker ends).
+        """
+        if self.closed or self._state is not AsyncState.DEFAULT:
+            return  # Gymnasium's checks raise
+        pipes: list[Any] = self.parent_pipes  # Gymnasium sets an ended one's to None
+        if self._owed:
+            self._owed = False
+            self._raise_if_errors(
+                [pipe.recv()[1] if pipe is not None else True for pipe in pipes]
+            )
+        if None in pipes:
+            index = pipes.index(None)
+            exitcode = self.processes[index].exitcode
+            msg = (
+                f"Worker {index} (hosting env {index}) was shut down after its env "
+                "raised (Gymnasium's protocol, which a custom `worker` speaks): call "
+                "`close()` and create a new vector env."
+            )
+            raise WorkerCrashedError(msg, index, (index,), exitcode)
 
     def _raise_if_errors(self, successes: Iterable[bool]) -> None:
         """Gymnasium's, raising as vecpool does: see :func:`raise_env_errors`."""
@@ -214,7 +275,7 @@ class GymnasiumWorkerEnv(gymnasium.vector.AsyncVectorEnv[Any, Any]):
     def close_extras(
         self, timeout: float | None = None, terminate: bool = False
     ) -> None:
-        """Gymnasium's close; a worker found dead ends the others.
+        """Gymnasium's close; a worker found dead ends the others at once.
 
         Args:
             timeout: Seconds to wait for a pending call and the envs' ``close``.
@@ -223,15 +284,28 @@ class GymnasiumWorkerEnv(gymnasium.vector.AsyncVectorEnv[Any, Any]):
         LIVE_ENVS.discard(self)
         if self._owner_pid != os.getpid():
             return  # a forked child: the workers are its parent's
+        # A worker that died (not one that reported an env error: its pipe is
+        # None) would leave Gymnasium waiting for ever on the others' pipes.
+        pipes: list[Any] = self.parent_pipes  # Gymnasium sets an ended one's to None
+        crashed = any(
+            pipe is not None and not process.is_alive()
+            for process, pipe in zip(self.processes, pipes, strict=True)
+        )
         try:
             try:
-                super().close_extras(timeout=timeout, terminate=terminate)
-            except (OSError, EOFError):  # a pipe to a dead worker
+                super().close_extras(timeout=timeout, terminate=terminate or crashed)
+            except (OSError, EOFError):  # a worker that died meanwhile
                 super().close_extras(terminate=True)
         finally:
             limits, self._policy_limits = self._policy_limits, None
             if limits is not None:
                 limits.restore()
+
+    def __del__(self) -> None:
+        """On garbage collection, terminate the workers if not closed."""
+        if not getattr(self, "closed", True) and hasattr(self, "_state"):
+            with contextlib.suppress(Exception):  # as vecpool's; Gymnasium's raises
+                self.close(terminate=True)
 
     # -- vecpool's API that needs vecpool's own workers ------------------------------
 
