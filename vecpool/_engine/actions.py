@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from gymnasium import Space
-from gymnasium.vector.utils import batch_space, iterate
+from gymnasium.vector.utils import batch_space
 
-from vecpool._util.spaces import flatten_batch, is_native_leaf
+from vecpool._util.spaces import flatten_batch, is_native_leaf, split_actions
 from vecpool._wire.shared_memory import Layout, SharedBlock
 from vecpool.errors import VecPoolWarning
 
@@ -134,29 +134,10 @@ class ActionPlacer:
                 return None
             if batch_leaves is not None:
                 self._warn_slow_actions(batch_leaves, views)
-        per_env = list(iterate(self.batched_space(count), actions))
-        if len(per_env) != count:
-            what = (
-                f"sub-environment (num_envs={count})"
-                if ids is None
-                else f"id in `env_ids` ({count})"
-            )
-            msg = f"`actions` must hold one action per {what}, got {len(per_env)}."
-            raise ValueError(msg)
-        shape = getattr(self.action_space, "shape", None)
-        if is_native_leaf(self.action_space) and shape is not None:
-            for index, action in enumerate(per_env):
-                try:
-                    fits = np.broadcast_shapes(np.shape(action), shape) == shape
-                except ValueError:
-                    fits = False
-                if not fits:
-                    msg = (
-                        f"`actions[{index}]` has shape {np.shape(action)}, which does "
-                        f"not fit the single action space's shape {shape}."
-                    )
-                    raise ValueError(msg)
-        return per_env
+        what = "" if ids is None else f"id in `env_ids` ({count})"
+        return split_actions(
+            self.batched_space(count), self.action_space, actions, count, what
+        )
 
     def batched_space(self, count: int) -> Space[Any]:
         """The action space batched ``count`` times (cached)."""

@@ -828,6 +828,7 @@ def split_actions(
     single_space: spaces.Space[Any],
     actions: Any,
     num_envs: int,
+    what: str = "",
 ) -> list[Any]:
     """One action per env from a batch, checked before anything is sent.
 
@@ -838,7 +839,9 @@ def split_actions(
         batched_space: The vector env's action space.
         single_space: One env's action space.
         actions: The batch.
-        num_envs: Number of sub-environments.
+        num_envs: Number of sub-environments (or of ``send``'s ids).
+        what: What each action is for, as the count error names it (default:
+            ``"sub-environment (num_envs=N)"``).
 
     Returns:
         The actions, one per env.
@@ -849,10 +852,8 @@ def split_actions(
     """
     per_env = list(iterate(batched_space, actions))
     if len(per_env) != num_envs:
-        msg = (
-            "`actions` must hold one action per sub-environment "
-            f"(num_envs={num_envs}), got {len(per_env)}."
-        )
+        what = what or f"sub-environment (num_envs={num_envs})"
+        msg = f"`actions` must hold one action per {what}, got {len(per_env)}."
         raise ValueError(msg)
     shape = getattr(single_space, "shape", None)
     if is_native_leaf(single_space) and shape is not None:
