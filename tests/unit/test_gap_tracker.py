@@ -9,9 +9,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from vecpool._engine.spinning import WORKER_SPIN_MAX_GAP, GapTracker, SpinPolicy
 from vecpool._util.validation import available_cpus
 from vecpool._wire.shared_memory import Layout, SharedBlock
-from vecpool._wire.spin import WORKER_SPIN_MAX_GAP, GapTracker, SpinPolicy
 from vecpool.testing import CountingEnv, assert_same_data
 
 MAX_GAP = 0.00025

@@ -3,7 +3,7 @@
 :meth:`WorkerGroup.wait` is the one wait loop, used by step, reset, call, the env
 state calls and the ``send``/``recv`` batches: it waits on every pipe and every
 process sentinel at once, spins first when the
-:class:`~vecpool._wire.spin.SpinPolicy` says so, honours one deadline, reads
+:class:`~vecpool._engine.spinning.SpinPolicy` says so, honours one deadline, reads
 replies before judging deaths, and drops stale replies (each handle's
 :class:`~vecpool._engine.numbering.ReplyNumbers` tells which). A worker found dead
 raises :class:`~vecpool.errors.WorkerCrashedError`, or, with
@@ -30,7 +30,8 @@ from gymnasium import Space
 from vecpool._engine.env_errors import raise_env_errors
 from vecpool._engine.guards import HELD
 from vecpool._engine.handle import WorkerHandle
-from vecpool._wire.spin import SpinPolicy, spin_until_ready
+from vecpool._engine.spinning import SpinPolicy
+from vecpool._wire.spin import spin_until_ready
 from vecpool.errors import OutOfStepError, WorkerCrashedError
 
 __all__ = ["Restarting", "WorkerGroup", "poll_set"]

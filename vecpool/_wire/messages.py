@@ -161,9 +161,9 @@ class WorkerConfig:
         spin: Seconds to poll for the next command before blocking on the pipe.
         spin_yield: Whether to ``sched_yield`` between polls while spinning.
         spin_hint: Whether to read the byte ``layout.spin_hint`` of ``block``,
-            which the parent writes with each step command (``SpinPolicy.hint`` in
-            vecpool/_wire/spin.py): the worker then spins for its next command only
-            while it is 1. A parent busy between steps (a policy) sets it to 0 and
+            which the parent writes with each step command (``SpinPolicy.hint``
+            in vecpool/_engine/spinning.py): the worker then spins for its next
+            command only while it is 1. A parent busy between steps (a policy) sets it to 0 and
             finds the worker blocked, so spinning never takes a core from the
             parent's own work.
         permits: The ``max_concurrency`` permits (vecpool/_wire/permits.py), or

@@ -60,7 +60,7 @@ class Layout:
         info_schemas: ``uint8[n, INFO_SCHEMA_BYTES]``: each env's pickled schema.
         spin_hint: ``int8[1]``: whether the workers should spin for their next
             command (written by the parent, ``SpinPolicy`` in
-            vecpool/_wire/spin.py).
+            vecpool/_engine/spinning.py).
         size: Total bytes.
     """
 

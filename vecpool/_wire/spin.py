@@ -1,10 +1,11 @@
-"""How the parent and the workers wait for each other: spin, then block.
+"""Spinning: poll for an event without blocking, yielding the CPU between polls.
 
 Spinning (poll + ``sched_yield``) skips the 50-150 microseconds it costs to wake a
 blocked process; it pays only while replies come back quickly and no more processes
-run than cores. :class:`SpinPolicy` is the parent's side. The workers spin for
-their next command only while the parent's :class:`GapTracker` says its gaps are
-short, through a shared byte (:attr:`SpinPolicy.hint`) they read after each reply.
+run than cores. Both sides spin with :func:`spin_until_ready`: the parent for
+replies, a worker for its next command, each when the parent's policy says so
+(vecpool/_engine/spinning.py: its ``SpinPolicy``, and a byte of the shared block the
+workers read after each reply).
 """
 
 from __future__ import annotations
@@ -12,122 +13,9 @@ from __future__ import annotations
 import os
 import select
 import time
-from dataclasses import dataclass
 from typing import Any
 
-from vecpool._wire.shared_memory import Layout, SharedBlock
-
-__all__ = [
-    "SPIN_BUDGET",
-    "SPIN_MAX_WAIT",
-    "WORKER_SPIN_MAX_GAP",
-    "GapTracker",
-    "SpinPolicy",
-    "spin_until_ready",
-]
-
-SPIN_BUDGET = 0.002
-"""Seconds to poll before blocking."""
-SPIN_MAX_WAIT = 0.00025
-"""With ``"auto"``, the parent spins while replies come back within this."""
-WORKER_SPIN_MAX_GAP = 0.00025
-"""With ``"auto"``, workers spin while the parent sends the next command within this
-(on average) after their reply; a parent that computes longer (a policy) finds them
-blocked, so their spinning never takes its cores."""
-
-
-@dataclass
-class SpinPolicy:
-    """How long the parent polls before blocking, adapted to the gap between steps.
-
-    Spinning (poll + ``sched_yield``) skips the 50-150 microseconds it costs to wake
-    a blocked process; it pays only while replies come back quickly and no more
-    processes run than cores.
-
-    Attributes:
-        worker_spin: The workers' spin budget (0: they block).
-        spin: The parent's current spin budget.
-        spin_yield: Whether spinners yield the CPU between polls.
-        adaptive: Whether :meth:`before_wait` adapts ``spin``, and
-            :meth:`before_send` the workers' (``wait_strategy="auto"``).
-        wait_ema: Seconds a wait takes, smoothed.
-        hint: With ``adaptive`` workers that spin, the byte of the shared block
-            they read after each reply (set by :meth:`share_hint`): 1 while they
-            should spin for their next command, 0 while they should block (the
-            parent computes between steps). ``None``: the workers spin whenever
-            ``worker_spin`` says.
-        gaps: The parent's own work between its step commands.
-    """
-
-    worker_spin: float
-    spin: float
-    spin_yield: bool = True
-    adaptive: bool = False
-    wait_ema: float = 0.0
-    hint: Any = None
-    gaps: GapTracker | None = None
-
-    def share_hint(self, block: SharedBlock, layout: Layout) -> bool:
-        """Start writing the workers' hint into ``block``; whether they should read it.
-
-        Only adaptive workers that spin need it (``wait_strategy="auto"``).
-
-        Args:
-            block: The vector env's shared block (which the workers map anyway).
-            layout: Its layout (the ``spin_hint`` field).
-        """
-        if not (self.adaptive and self.worker_spin):
-            return False
-        if self.hint is None:
-            self.hint = block.byte(layout.spin_hint)
-            self.hint.value = 1
-            self.gaps = GapTracker(WORKER_SPIN_MAX_GAP)
-        return True
-
-    def drop_hint(self) -> None:
-        """Let go of the hint (on close): it keeps the shared block alive."""
-        self.hint = None
-        self.gaps = None
-
-    def before_send(self) -> None:
-        """A step command goes out: tell the workers whether to spin after it.
-
-        The parent's own work since the last step command (a policy) decides: a
-        long one keeps the workers blocked, never spinning on the cores that work
-        needs.
-        """
-        if self.gaps is not None:
-            self.hint.value = self.gaps.commanded(time.perf_counter())
-
-    @classmethod
-    def from_strategy(
-        cls, wait_strategy: str, num_workers: int, cpus: int
-    ) -> SpinPolicy:
-        """The policy for ``wait_strategy`` with ``num_workers`` on ``cpus`` CPUs."""
-        spins = wait_strategy == "spin" or (
-            wait_strategy == "auto" and num_workers <= cpus
-        )
-        budget = SPIN_BUDGET if spins else 0.0
-        return cls(budget, budget, True, wait_strategy == "auto")
-
-    def before_wait(self) -> float:
-        """The spin budget for the next wait (and start timing it)."""
-        if self.adaptive and self.worker_spin:
-            self.spin = 0.0 if self.wait_ema > SPIN_MAX_WAIT else SPIN_BUDGET
-            self._started = time.perf_counter()
-        return self.spin
-
-    def after_wait(self) -> None:
-        """Fold the wait just finished into the averages."""
-        if self.adaptive and self.worker_spin:
-            now = time.perf_counter()
-            waited = now - self._started
-            self.wait_ema += 0.1 * (waited - self.wait_ema)
-            if self.gaps is not None:
-                self.gaps.waited(waited)
-            self._started = now  # a wait around this one (a restart's) adds the rest
-
-    _started: float = 0.0
+__all__ = ["spin_until_ready"]
 
 
 def _sleep_zero() -> None:
@@ -163,71 +51,3 @@ def spin_until_ready(
             sched_yield()
         if time.perf_counter() >= deadline:
             return []
-
-
-class GapTracker:
-    """The parent's own work between two step commands, smoothed.
-
-    It tells the workers whether spinning for their next command can pay: spin
-    while the parent sends its next command within ``max_gap`` of work (on
-    average), block while it computes longer (a policy between steps), so spinning
-    never takes the cores the parent computes with.
-
-    The parent measures it itself: the time from one step command to the next, less
-    the time it spent waiting for replies in between (:meth:`waited`). So a policy
-    counts wherever it runs: between ``step_wait`` and the next ``step_async``,
-    between ``step_async`` and ``step_wait``, or before a quick ``call``. A worker
-    could only see its own gap, which holds its wake-up but none of the policy run
-    before a wait, and a blocked worker would have to spin now and then to find out
-    that the parent got quick again; here nothing spins to measure.
-
-    Example:
-        >>> tracker = GapTracker(max_gap=0.001)
-        >>> tracker.commanded(now=0.0)  # no gap seen yet: spin
-        True
-        >>> now = 0.0
-        >>> for _ in range(30):
-        ...     tracker.waited(0.0001)  # the step's replies
-        ...     now += 0.0101  # ... and 10 ms of policy
-        ...     spins = tracker.commanded(now)
-        >>> spins
-        False
-        >>> for _ in range(30):
-        ...     tracker.waited(0.0001)
-        ...     now += 0.0002  # quick again
-        ...     spins = tracker.commanded(now)
-        >>> spins
-        True
-
-    Args:
-        max_gap: Spin while the smoothed work stays below this (seconds).
-    """
-
-    __slots__ = ("_last", "_waited", "average", "max_gap")
-
-    def __init__(self, max_gap: float) -> None:
-        """Start with no gap seen (spinning)."""
-        self.max_gap = max_gap
-        self.average = 0.0
-        self._last: float | None = None
-        self._waited = 0.0
-
-    def waited(self, seconds: float) -> None:
-        """The parent waited ``seconds`` for replies (not its own work)."""
-        self._waited += seconds
-
-    def commanded(self, now: float) -> bool:
-        """A step command goes out at ``now``: fold the work since the last one in.
-
-        A single long stretch of work (an evaluation, a checkpoint) is clipped to
-        four times ``max_gap``, so spinning resumes within a few dozen quick steps.
-
-        Returns:
-            Whether the workers should spin for the command after this one.
-        """
-        if self._last is not None:
-            work = min(max(now - self._last - self._waited, 0.0), 4.0 * self.max_gap)
-            self.average += 0.125 * (work - self.average)
-        self._last = now
-        self._waited = 0.0
-        return self.average < self.max_gap

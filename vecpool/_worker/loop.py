@@ -1,7 +1,7 @@
 """Child side: the entry point of a worker process and its command loop.
 
-The loop waits (spinning while the parent says its gaps are short, see
-:class:`vecpool._wire.spin.SpinPolicy`), reads one command from the channel, has
+The loop waits (spinning while the parent says its gaps are short: a byte of the
+shared block, see vecpool/_engine/spinning.py), reads one command from the channel, has
 :func:`vecpool._worker.host.serve` run it and sends the reply. This is what
 ``spawn``/``forkserver`` children import: it imports only the wire layer and the
 host, never the parent's engine, the pool, the sampler or the bench.

@@ -35,13 +35,13 @@ from vecpool._engine.group import WorkerGroup
 from vecpool._engine.guards import HELD, exclusive
 from vecpool._engine.lifecycle import LIVE_ENVS, kill_groups, reap, shutdown
 from vecpool._engine.restart import LastObservations, Restarter, RestartPolicy
+from vecpool._engine.spinning import SpinPolicy
 from vecpool._engine.startup import Starter, StartSpec
 from vecpool._util.closing import close_within
 from vecpool._util.spaces import observation_spaces
 from vecpool._util.threads import PolicyThreads, fit_policy_threads
 from vecpool._util.validation import available_cpus, check_reset_mask
 from vecpool._wire.messages import ObsTransport, Reply
-from vecpool._wire.spin import SpinPolicy
 from vecpool.errors import (
     AlreadyPendingCallError,
     ClosedEnvironmentError,
