@@ -163,9 +163,9 @@ class WorkerConfig:
         spin_hint: Whether to read the byte ``layout.spin_hint`` of ``block``,
             which the parent writes with each step command (``SpinPolicy.hint``
             in vecpool/_engine/spinning.py): the worker then spins for its next
-            command only while it is 1. A parent busy between steps (a policy) sets it to 0 and
-            finds the worker blocked, so spinning never takes a core from the
-            parent's own work.
+            command only while it is 1. A parent busy between steps (a policy)
+            sets it to 0 and finds the worker blocked, so spinning never takes a
+            core from the parent's own work.
         permits: The ``max_concurrency`` permits (vecpool/_wire/permits.py), or
             ``None`` when there is no limit to keep.
         restart: Set for a replacement worker (see :class:`RestartStart`).
