@@ -7,6 +7,7 @@ batching puts them, at any depth, for Dict and Tuple roots alike.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -87,3 +88,17 @@ def test_spaces_with_no_array_leaf_or_no_other_leaf_are_not_hybrid():
     assert not is_hybrid(spaces.Dict({"a": BOX}))
     assert not is_hybrid(TEXT)
     assert not is_hybrid(spaces.Sequence(BOX))
+
+
+def test_flatten_batch_refuses_a_leaf_that_is_not_an_array_unless_told_how():
+    from vecpool._util.spaces import flatten_batch
+    from vecpool.replay.storage import flatten_stored
+
+    space = SPACES["flat-dict"]
+    batch = {"a": np.zeros((2, 2), np.float32), "t": ("ab", "c"), "d": np.zeros(2)}
+    with pytest.raises(ValueError, match=re.escape("`obs['t']` is a batch of Text")):
+        flatten_batch(space, batch, 2, "obs")
+    stored = flatten_stored(space, batch, 2, "obs")
+    assert list(space.spaces) == ["a", "d", "t"]  # Gymnasium sorts a Dict's keys
+    assert stored[2].dtype.kind == "U"
+    assert stored[2].tolist() == ["ab", "c"]

@@ -1,44 +1,37 @@
 """Space-tree helpers: leaves of a Gymnasium space, nested batches, fast writers.
 
-Pure numpy over Gymnasium spaces, no processes: used by the step buffers, the
-worker, the replay pool, the sampler and the wrappers.
+Pure numpy over Gymnasium spaces, no processes: what the step buffers and the
+worker need, which the replay pool, the sampler and the wrappers share. How a pool
+stores a leaf that is not an array lives with the pool (vecpool/replay/storage.py).
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.utils.env_checker import data_equivalence
-from gymnasium.vector.utils import batch_differing_spaces, batch_space, iterate
+from gymnasium.vector.utils import iterate
 
 __all__ = [
     "IMMUTABLE",
     "NATIVE_LEAVES",
-    "check_strings",
+    "Foreign",
     "copy_tree",
     "flatten_batch",
     "foreign_leaves",
-    "fresh_objects",
-    "integer_bounds",
+    "is_foreign",
     "is_hybrid",
     "is_native",
     "is_native_leaf",
-    "is_storable",
     "leaves",
     "make_extractor",
     "make_nester",
     "make_reader",
     "make_views",
     "make_writer",
-    "observation_spaces",
-    "put_value",
-    "same_value",
     "split_actions",
-    "storage_leaves",
     "take_rows",
 ]
 
@@ -100,7 +93,7 @@ def is_hybrid(space: spaces.Space[Any]) -> bool:
     return bool(leaves(space, skip_foreign=True))
 
 
-def _is_foreign(space: spaces.Space[Any]) -> bool:
+def is_foreign(space: spaces.Space[Any]) -> bool:
     """A leaf with no shared-memory layout (any space but an array, Dict or Tuple)."""
     return not isinstance(space, (spaces.Dict, spaces.Tuple)) and not is_native_leaf(
         space
@@ -153,183 +146,7 @@ def foreign_leaves(space: spaces.Space[Any]) -> list[spaces.Space[Any]]:
         return [leaf for sub in space.spaces.values() for leaf in foreign_leaves(sub)]
     if isinstance(space, spaces.Tuple):
         return [leaf for sub in space.spaces for leaf in foreign_leaves(sub)]
-    return [space] if _is_foreign(space) else []
-
-
-def is_storable(space: spaces.Space[Any]) -> bool:
-    """Whether a replay pool or a sampler can hold values of ``space`` in arrays.
-
-    Array leaves, Dict/Tuple nests, and leaves of any other kind in a nest or on
-    their own: those are stored as :func:`storage_leaves` says.
-
-    Args:
-        space: A single-environment space.
-
-    Returns:
-        ``True`` unless a leaf is an array space without a static shape or dtype.
-    """
-    if isinstance(space, spaces.Dict):
-        return all(is_storable(sub) for sub in space.spaces.values())
-    if isinstance(space, spaces.Tuple):
-        return all(is_storable(sub) for sub in space.spaces)
-    return not isinstance(space, NATIVE_LEAVES) or is_native_leaf(space)
-
-
-def storage_dtype(space: spaces.Space[Any]) -> np.dtype[Any]:
-    """The array dtype one value of a leaf that is not an array is stored as.
-
-    ``Text``: fixed-width unicode of its ``max_length`` (``<U{max_length}``);
-    any other leaf (Graph, Sequence, OneOf, a custom space such as a mission
-    string of unknown length): ``object``.
-    """
-    if isinstance(space, spaces.Text):
-        return np.dtype(f"<U{max(1, int(space.max_length))}")
-    return np.dtype(object)
-
-
-def storage_leaves(
-    space: spaces.Space[Any],
-) -> list[tuple[np.dtype[Any], tuple[int, ...]]]:
-    """:func:`leaves`, with every other leaf as one value of :func:`storage_dtype`.
-
-    Args:
-        space: A space for which :func:`is_storable` holds.
-
-    Returns:
-        One ``(dtype, shape)`` per leaf, depth first, leaves of every kind.
-    """
-    if isinstance(space, spaces.Dict):
-        return [leaf for sub in space.spaces.values() for leaf in storage_leaves(sub)]
-    if isinstance(space, spaces.Tuple):
-        return [leaf for sub in space.spaces for leaf in storage_leaves(sub)]
-    if _is_foreign(space):
-        return [(storage_dtype(space), ())]
-    return leaves(space)
-
-
-def put_value(array: np.ndarray[Any, Any], index: Any, value: Any, path: str) -> None:
-    """``array[index] = value`` for one stored value, refusing a silent change.
-
-    A string longer than a fixed-width unicode leaf would be cut short by numpy,
-    and a non-string would be turned into its text: both raise instead.
-
-    Raises:
-        ValueError: Naming ``path``, the value's length and the leaf's width.
-    """
-    if array.dtype.kind == "U":
-        _check_strings([value], array.dtype, path)
-    elif array.dtype.kind == "O" and type(value) not in IMMUTABLE:
-        value = copy.deepcopy(value)  # the env may change the object it returned
-    array[index] = value
-
-
-def same_value(a: Any, b: Any) -> bool:
-    """Whether two stored values of an ``object`` leaf are the same observation.
-
-    The same object, or equal in value with dtypes and types alike (Gymnasium's
-    ``data_equivalence(exact=True)``: a Graph's arrays, a Sequence's items).
-    """
-    if a is b:
-        return True
-    if type(a) is not type(b):
-        return False
-    if type(a) is str:
-        return bool(a == b)
-    return bool(data_equivalence(a, b, exact=True))
-
-
-def fresh_objects(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """``array`` itself, or for an ``object`` array a copy with fresh values.
-
-    Its mutable values are deep copies: what a pool hands out or takes in must not
-    be objects someone else may change.
-    """
-    if array.dtype.kind != "O":
-        return array
-    out = np.empty(array.shape, object)
-    flat, source = out.reshape(-1), array.reshape(-1)
-    for position, item in enumerate(source.tolist() if source.ndim else [source]):
-        flat[position] = item if type(item) in IMMUTABLE else copy.deepcopy(item)
-    return out
-
-
-def check_strings(array: np.ndarray[Any, Any], dtype: np.dtype[Any], path: str) -> None:
-    """Refuse values a ``<U{n}`` leaf of ``dtype`` would store changed.
-
-    Raises:
-        ValueError: As :func:`put_value`.
-    """
-    if array.dtype.kind == "U" and array.dtype.itemsize <= dtype.itemsize:
-        return  # numpy strings fit (and hold no trailing NUL: numpy drops them)
-    _check_strings(array.reshape(-1).tolist(), dtype, path)
-
-
-def _check_strings(values: Sequence[Any], dtype: np.dtype[Any], path: str) -> None:
-    """Refuse values a ``<U{n}`` leaf would store changed (see :func:`put_value`)."""
-    width = dtype.itemsize // 4
-    for value in values:
-        if not isinstance(value, str):
-            msg = (
-                f"`{path}` holds {type(value).__name__} {_short(value)}, not a "
-                "string, for a Text space: a replay pool stores its strings as given."
-            )
-            raise ValueError(msg)
-        if len(value) > width:
-            msg = (
-                f"`{path}` holds a string of {len(value)} characters, longer than its "
-                f"Text space's max_length {width}: it would be stored cut short. "
-                "Give the space a max_length that fits every value."
-            )
-            raise ValueError(msg)
-        if value.endswith("\0"):
-            msg = (
-                f"`{path}` holds a string ending in a NUL character ({_short(value)}), "
-                "which a fixed-width unicode array drops: it would read back "
-                "changed. Strip the NULs, or use a custom string space (stored as "
-                "objects)."
-            )
-            raise ValueError(msg)
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _stored(
-    sub: spaces.Space[Any], value: Any, path: str, num_envs: int
-) -> np.ndarray[Any, Any]:
-    """A batch of a leaf that is not an array, as its :func:`storage_leaves` array.
-
-    Accepts Gymnasium's batch of it (a tuple of values) or such an array already.
-    ``object`` leaves hold deep copies of mutable values: an env may change the
-    object it returned later (strings and numbers are kept as they are).
-    """
-    dtype = storage_dtype(sub)
-    if (
-        isinstance(value, np.ndarray)
-        and value.dtype == dtype
-        and value.shape == (num_envs,)
-    ):  # already a storage array: strings checked, objects copied
-        if dtype.kind == "U":
-            check_strings(value, dtype, path)
-            return value
-        return fresh_objects(value)
-    if not isinstance(value, (tuple, list, np.ndarray)) or len(value) != num_envs:
-        length = f" of length {len(value)}" if hasattr(value, "__len__") else ""
-        msg = (
-            f"`{path}` must be a batch of {num_envs} values of {sub} (a tuple, as "
-            f"Gymnasium batches it), got {type(value).__name__}{length}."
-        )
-        raise ValueError(msg)
-    items = list(value)
-    if dtype.kind == "U":
-        _check_strings(items, dtype, path)
-        return np.array(items, dtype)
-    out = np.empty(num_envs, object)
-    for position, item in enumerate(items):
-        out[position] = item if type(item) in IMMUTABLE else copy.deepcopy(item)
-    return out
+    return [space] if is_foreign(space) else []
 
 
 IMMUTABLE = frozenset({str, bytes, int, float, bool, type(None)})
@@ -376,7 +193,7 @@ def make_extractor(space: spaces.Space[Any]) -> Callable[[Any], list[Any]]:
                     part(value[position], out)
 
             return from_tuple
-        if not _is_foreign(sub):
+        if not is_foreign(sub):
             return None
         return lambda value, out: out.append(value)
 
@@ -432,7 +249,7 @@ def _nest(
         }
     if isinstance(space, spaces.Tuple):
         return tuple(_nest(value, arrays, foreign) for value in space.spaces)
-    if _is_foreign(space):
+    if is_foreign(space):
         return next(foreign)
     return next(arrays)
 
@@ -458,7 +275,7 @@ def make_nester(space: spaces.Space[Any]) -> Nester:
     counts = [0, 0]  # array leaves, foreign leaves placed so far
 
     def place(sub: spaces.Space[Any]) -> tuple[int, int]:
-        kind = 1 if _is_foreign(sub) else 0
+        kind = 1 if is_foreign(sub) else 0
         counts[kind] += 1
         return kind, counts[kind] - 1
 
@@ -543,19 +360,20 @@ def make_writer(
     space: spaces.Space[Any],
     arrays: list[np.ndarray[Any, Any]],
     *,
-    every_leaf: bool = False,
+    store: Callable[[np.ndarray[Any, Any], int, Any, str], None] | None = None,
 ) -> Writer:
     """Compile a function that writes one env's value into row ``i`` of leaf arrays.
 
     Built once per worker, so the per-step cost is one assignment per leaf. The
     leaves of a hybrid space that are not arrays are left out (they travel
-    pickled: :func:`make_extractor`), unless ``every_leaf``: then ``arrays`` are
-    in :func:`storage_leaves` order and those leaves are stored too.
+    pickled: :func:`make_extractor`), unless ``store`` is given: then ``arrays``
+    hold one array for those leaves too, and ``store(array, i, value, path)``
+    writes each (a replay pool: vecpool/replay/storage.py ``put_value``).
 
     Args:
         space: The single space of the values.
-        arrays: Leaf arrays in :func:`leaves` order.
-        every_leaf: Whether ``arrays`` hold every leaf (a replay store).
+        arrays: Leaf arrays, depth first (every leaf's with ``store``).
+        store: Writes a value of a leaf that is not an array.
 
     Returns:
         ``write(i, value)``.
@@ -579,13 +397,13 @@ def make_writer(
                     writer(index, item)
 
             return write_tuple
-        if _is_foreign(sub):
-            if not every_leaf:  # a hybrid space's other leaf: travels pickled
+        if is_foreign(sub):
+            if store is None:  # a hybrid space's other leaf: travels pickled
                 return _write_nothing
-            stored = next(iterator)  # a storage_leaves array
+            stored, put = next(iterator), store  # a storage_leaves array
 
             def write_other(index: int, value: Any) -> None:
-                put_value(stored, index, value, "obs")
+                put(stored, index, value, "obs")
 
             return write_other
         array = next(iterator)
@@ -681,8 +499,17 @@ def make_reader(space: spaces.Space[Any], arrays: list[np.ndarray[Any, Any]]) ->
     return build(space)
 
 
+Foreign = Callable[[spaces.Space[Any], Any, str, int], Any]
+"""Turns a batch of a leaf that is not an array into what :func:`flatten_batch`
+returns for it: ``(leaf space, batch, path for messages, num_envs) -> value``."""
+
+
 def flatten_batch(
-    space: spaces.Space[Any], batch: Any, num_envs: int, name: str = "actions"
+    space: spaces.Space[Any],
+    batch: Any,
+    num_envs: int,
+    name: str = "actions",
+    foreign: Foreign | None = None,
 ) -> list[np.ndarray[Any, Any]]:
     """Split a batch (as Gymnasium batches ``space``) into leaf arrays, checking shapes.
 
@@ -691,24 +518,31 @@ def flatten_batch(
         batch: The batched value (arrays, lists, dicts, tuples).
         num_envs: The expected leading dimension.
         name: What to call the batch in error messages.
+        foreign: What to make of a leaf that is not an array (Text, Graph, ...;
+            the replay pool stores it: vecpool/replay/storage.py); ``None``: such
+            a leaf raises.
 
     Returns:
-        One value per leaf, in :func:`leaves` order, as given (not converted), each
-        of shape ``(num_envs, *leaf_shape)``; a leaf that is not an array (Text,
-        Graph, ...) as its :func:`storage_leaves` array (``<U`` or ``object``), in
-        :func:`storage_leaves` order.
+        One value per leaf, as given (not converted), each of shape
+        ``(num_envs, *leaf_shape)``; a leaf that is not an array as ``foreign``
+        makes it.
 
     Raises:
         ValueError: If the structure or a shape does not match, naming the expected
-            one, or a string does not fit its Text leaf.
+            one, or ``foreign`` refuses a value.
     """
     out: list[Any] = []
-    _walk(space, batch, name, num_envs, out)
+    _walk(space, batch, name, num_envs, out, foreign)
     return out
 
 
 def _walk(
-    sub: spaces.Space[Any], value: Any, path: str, num_envs: int, out: list[Any]
+    sub: spaces.Space[Any],
+    value: Any,
+    path: str,
+    num_envs: int,
+    out: list[Any],
+    foreign: Foreign | None,
 ) -> None:
     """Collect the leaves of ``value`` into ``out`` (see :func:`flatten_batch`)."""
     if isinstance(sub, spaces.Dict):
@@ -720,7 +554,7 @@ def _walk(
             )
             raise ValueError(msg)
         for key, item in sub.spaces.items():
-            _walk(item, value[key], f"{path}[{key!r}]", num_envs, out)
+            _walk(item, value[key], f"{path}[{key!r}]", num_envs, out, foreign)
         return
     if isinstance(sub, spaces.Tuple):
         if not isinstance(value, (tuple, list)) or len(value) != len(sub.spaces):
@@ -731,10 +565,13 @@ def _walk(
             )
             raise ValueError(msg)
         for index, item in enumerate(sub.spaces):
-            _walk(item, value[index], f"{path}[{index}]", num_envs, out)
+            _walk(item, value[index], f"{path}[{index}]", num_envs, out, foreign)
         return
-    if _is_foreign(sub):  # a Text, Graph, ... leaf: its storage array
-        out.append(_stored(sub, value, path, num_envs))
+    if is_foreign(sub):  # a Text, Graph, ... leaf: what `foreign` makes of it
+        if foreign is None:
+            msg = f"`{path}` is a batch of {sub}, which is not an array space."
+            raise ValueError(msg)
+        out.append(foreign(sub, value, path, num_envs))
         return
     array = value if isinstance(value, np.ndarray) else np.asarray(value)
     shape = tuple(sub.shape or ())
@@ -746,81 +583,6 @@ def _walk(
         )
         raise ValueError(msg)
     out.append(value)
-
-
-def observation_spaces(
-    observation_mode: Any,
-    dummy_env: Any,
-    env_fns: Sequence[Callable[[], Any]],
-    num_envs: int,
-) -> tuple[spaces.Space[Any], spaces.Space[Any]]:
-    """The batched and single observation spaces of a vector env, as Gymnasium's.
-
-    Args:
-        observation_mode: ``"same"``, ``"different"`` or a tuple
-            ``(observation_space, single_observation_space)``.
-        dummy_env: The first env (already built).
-        env_fns: Every env's constructor (``"different"`` builds them all).
-        num_envs: Number of sub-environments.
-
-    Returns:
-        ``(observation_space, single_observation_space)``.
-
-    Raises:
-        TypeError: If a tuple does not hold two spaces.
-        ValueError: On an unknown mode.
-    """
-    mode: object = observation_mode
-    if isinstance(mode, tuple) and len(mode) == 2:
-        if not isinstance(mode[0], spaces.Space) or not isinstance(
-            mode[1], spaces.Space
-        ):
-            msg = (
-                "Expected both elements of observation_mode to be Spaces, got "
-                f"{type(mode[0])} and {type(mode[1])}"
-            )
-            raise TypeError(msg)
-        return mode[0], mode[1]
-    if mode == "same":
-        single = dummy_env.observation_space
-        return batch_space(single, num_envs), single
-    if mode == "different":
-        env_spaces = []
-        for env_fn in env_fns:
-            env = env_fn()
-            env_spaces.append(env.observation_space)
-            env.close()
-        return batch_differing_spaces(env_spaces), env_spaces[0]
-    msg = (
-        "Invalid `observation_mode`, expected: 'same' or 'different' or tuple "
-        f"of single and batch observation space, actual got {mode}"
-    )
-    raise ValueError(msg)
-
-
-def integer_bounds(space: spaces.Space[Any]) -> list[tuple[Any, Any] | None]:
-    """Per leaf (in :func:`leaves` order): ``(low, high_exclusive)`` of an integer leaf.
-
-    Args:
-        space: A native space.
-
-    Returns:
-        One entry per leaf: the bounds of a Discrete, MultiDiscrete, MultiBinary or
-        integer Box leaf, ``None`` for a float leaf.
-    """
-    if isinstance(space, spaces.Dict):
-        return [bound for sub in space.spaces.values() for bound in integer_bounds(sub)]
-    if isinstance(space, spaces.Tuple):
-        return [bound for sub in space.spaces for bound in integer_bounds(sub)]
-    if isinstance(space, spaces.Discrete):
-        return [(int(space.start), int(space.start + space.n))]
-    if isinstance(space, spaces.MultiDiscrete):
-        return [(space.start, space.start + space.nvec)]
-    if isinstance(space, spaces.MultiBinary):
-        return [(0, 2)]
-    if isinstance(space, spaces.Box) and np.dtype(space.dtype).kind in "iu":
-        return [(space.low, space.high + 1)]
-    return [None]
 
 
 def split_actions(

@@ -17,7 +17,8 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from vecpool._util.spaces import flatten_batch, make_views, same_value
+from vecpool._util.spaces import make_views
+from vecpool.replay.storage import flatten_stored, same_value
 
 __all__ = ["Episode", "RecordedPool", "complete_episodes"]
 
@@ -110,9 +111,9 @@ def complete_episodes(pool: RecordedPool) -> tuple[list[Episode], int]:
     lengths = pool.lengths.tolist()
     received = pool.received.tolist()
     total = int(sum(lengths))
-    obs = flatten_batch(pool.observation_space, everything.obs, total, "obs")
-    next_obs = flatten_batch(pool.observation_space, everything.next_obs, total, "obs")
-    actions = flatten_batch(pool.action_space, everything.action, total, "action")
+    obs = flatten_stored(pool.observation_space, everything.obs, total, "obs")
+    next_obs = flatten_stored(pool.observation_space, everything.next_obs, total, "obs")
+    actions = flatten_stored(pool.action_space, everything.action, total, "action")
     ended = everything.terminated | everything.truncated
     episodes: list[Episode] = []
     partial = 0

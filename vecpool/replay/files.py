@@ -36,8 +36,8 @@ import numpy.typing as npt
 from gymnasium import spaces
 
 from vecpool._util.files import write_atomically
-from vecpool._util.spaces import storage_leaves
 from vecpool.replay.portable import portable
+from vecpool.replay.storage import storage_leaves
 
 __all__ = [
     "COUNTERS",

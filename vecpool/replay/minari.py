@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from vecpool._util.spaces import flatten_batch
 from vecpool.replay.episodes import Episode, RecordedPool, complete_episodes
 from vecpool.replay.portable import portable
+from vecpool.replay.storage import flatten_stored
 
 __all__ = ["to_minari"]
 
@@ -104,7 +104,7 @@ def _observation_space(pool: RecordedPool, episodes: list[Episode]) -> Any:
     """
     space = pool.observation_space
     leaves = [
-        flatten_batch(space, e.observations, len(e.rewards) + 1, "observations")
+        flatten_stored(space, e.observations, len(e.rewards) + 1, "observations")
         for e in episodes
     ]
     columns = [list(column) for column in zip(*leaves, strict=True)]

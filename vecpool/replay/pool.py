@@ -21,25 +21,22 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
 
-from vecpool._util.spaces import (
-    NATIVE_LEAVES,
-    check_strings,
-    flatten_batch,
-    fresh_objects,
-    integer_bounds,
-    is_native,
-    is_storable,
-    leaves,
-    make_views,
-    same_value,
-    storage_leaves,
-)
+from vecpool._util.spaces import NATIVE_LEAVES, is_native, leaves, make_views
 from vecpool._util.validation import check_int
 from vecpool.replay import files as pool_files
 from vecpool.replay.files import COUNTERS, per_row
 from vecpool.replay.minari import to_minari
 from vecpool.replay.portable import leaf_paths
 from vecpool.replay.settings import PoolSettings, renamed_clearing_size
+from vecpool.replay.storage import (
+    check_strings,
+    flatten_stored,
+    fresh_objects,
+    integer_bounds,
+    is_storable,
+    same_value,
+    storage_leaves,
+)
 
 __all__ = ["EpisodeStats", "ReplayPool", "Transitions"]
 
@@ -1117,4 +1114,4 @@ def _leaves(
         and batch.shape == (count, *(space.shape or ()))
     ):
         return [batch]  # the common case, without the generic walk
-    return [np.asarray(leaf) for leaf in flatten_batch(space, batch, count, name)]
+    return [np.asarray(leaf) for leaf in flatten_stored(space, batch, count, name)]

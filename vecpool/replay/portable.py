@@ -20,7 +20,7 @@ from typing import Any
 import numpy.typing as npt
 from gymnasium import spaces
 
-from vecpool._util.spaces import storage_leaves
+from vecpool.replay.storage import storage_leaves
 
 __all__ = ["leaf_paths", "portable"]
 

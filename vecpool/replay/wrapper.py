@@ -9,16 +9,12 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
-from vecpool._util.spaces import (
-    NATIVE_LEAVES,
-    flatten_batch,
-    make_writer,
-    storage_leaves,
-)
+from vecpool._util.spaces import NATIVE_LEAVES, make_writer
 from vecpool.errors import VecPoolWarning
 from vecpool.replay.boundaries import AutoresetTracker, restarted_rows
 from vecpool.replay.pool import ReplayPool, Transitions
 from vecpool.replay.settings import PoolSettings, renamed_clearing_size
+from vecpool.replay.storage import flatten_stored, put_value, storage_leaves
 
 __all__ = ["ReplayPoolWrapper", "restarted_rows"]
 
@@ -137,7 +133,7 @@ class ReplayPoolWrapper(_VectorWrapper):
             np.zeros((n, *shape), dtype) for dtype, shape in storage_leaves(space)
         ]
         self._next = [np.zeros_like(array) for array in self._obs]
-        self._write_next = make_writer(space, self._next, every_leaf=True)
+        self._write_next = make_writer(space, self._next, store=put_value)
         self._has_obs = False
         self._boundaries = AutoresetTracker(n, self.autoreset_mode)
         single_action = env.single_action_space
@@ -279,12 +275,12 @@ class ReplayPoolWrapper(_VectorWrapper):
         if type(batch) is np.ndarray and batch.shape == self._obs_shape:
             return [batch]
         space, n = self.single_observation_space, self.num_envs
-        return [np.asarray(leaf) for leaf in flatten_batch(space, batch, n, "obs")]
+        return [np.asarray(leaf) for leaf in flatten_stored(space, batch, n, "obs")]
 
     def _split_actions(self, actions: Any) -> list[npt.NDArray[Any]]:
         if type(actions) is np.ndarray and actions.shape == self._action_shape:
             return [actions]
         space, n = self.single_action_space, self.num_envs
         return [
-            np.asarray(leaf) for leaf in flatten_batch(space, actions, n, "actions")
+            np.asarray(leaf) for leaf in flatten_stored(space, actions, n, "actions")
         ]

@@ -23,20 +23,18 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from vecpool._util.spaces import (
-    flatten_batch,
-    fresh_objects,
-    is_native,
-    is_storable,
-    leaves,
-    make_views,
-    put_value,
-    storage_leaves,
-)
+from vecpool._util.spaces import is_native, leaves, make_views
 from vecpool._util.validation import check_int
 from vecpool.errors import VecPoolWarning
 from vecpool.replay.boundaries import AutoresetTracker, restarted_rows
 from vecpool.replay.pool import ReplayPool
+from vecpool.replay.storage import (
+    flatten_stored,
+    fresh_objects,
+    is_storable,
+    put_value,
+    storage_leaves,
+)
 
 __all__ = [
     "BatchedEnv",
@@ -777,7 +775,7 @@ class Sampler:
             actions, info = self._split_output(self.policy(obs))
         for store, leaf in zip(
             self._sent_action,
-            flatten_batch(self._action_space, actions, count, "actions"),
+            flatten_stored(self._action_space, actions, count, "actions"),
             strict=True,
         ):
             store[ids] = leaf
@@ -1007,7 +1005,7 @@ class Sampler:
     def _split_obs(self, obs: Any, count: int) -> list[npt.NDArray[Any]]:
         return [
             np.asarray(leaf)
-            for leaf in flatten_batch(self._obs_space, obs, count, "observations")
+            for leaf in flatten_stored(self._obs_space, obs, count, "observations")
         ]
 
     def _batch(self) -> SampleBatch:

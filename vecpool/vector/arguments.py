@@ -7,8 +7,12 @@ machinery under a custom ``worker`` (:mod:`vecpool.vector.gymnasium_worker`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from gymnasium import spaces
+from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from vecpool._util.validation import (
     check_batch_size,
@@ -22,7 +26,7 @@ from vecpool._util.validation import (
     resolve_num_workers,
 )
 
-__all__ = ["Arguments", "check_arguments"]
+__all__ = ["Arguments", "check_arguments", "observation_spaces"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,3 +99,53 @@ def check_arguments(
         on_worker_crash=str(on_worker_crash),
         policy_threads=check_policy_threads(policy_threads),
     )
+
+
+def observation_spaces(
+    observation_mode: Any,
+    dummy_env: Any,
+    env_fns: Sequence[Callable[[], Any]],
+    num_envs: int,
+) -> tuple[spaces.Space[Any], spaces.Space[Any]]:
+    """The batched and single observation spaces of a vector env, as Gymnasium's.
+
+    Args:
+        observation_mode: ``"same"``, ``"different"`` or a tuple
+            ``(observation_space, single_observation_space)``.
+        dummy_env: The first env (already built).
+        env_fns: Every env's constructor (``"different"`` builds them all).
+        num_envs: Number of sub-environments.
+
+    Returns:
+        ``(observation_space, single_observation_space)``.
+
+    Raises:
+        TypeError: If a tuple does not hold two spaces.
+        ValueError: On an unknown mode.
+    """
+    mode: object = observation_mode
+    if isinstance(mode, tuple) and len(mode) == 2:
+        if not isinstance(mode[0], spaces.Space) or not isinstance(
+            mode[1], spaces.Space
+        ):
+            msg = (
+                "Expected both elements of observation_mode to be Spaces, got "
+                f"{type(mode[0])} and {type(mode[1])}"
+            )
+            raise TypeError(msg)
+        return mode[0], mode[1]
+    if mode == "same":
+        single = dummy_env.observation_space
+        return batch_space(single, num_envs), single
+    if mode == "different":
+        env_spaces = []
+        for env_fn in env_fns:
+            env = env_fn()
+            env_spaces.append(env.observation_space)
+            env.close()
+        return batch_differing_spaces(env_spaces), env_spaces[0]
+    msg = (
+        "Invalid `observation_mode`, expected: 'same' or 'different' or tuple "
+        f"of single and batch observation space, actual got {mode}"
+    )
+    raise ValueError(msg)

@@ -38,7 +38,6 @@ from vecpool._engine.restart import LastObservations, Restarter, RestartPolicy
 from vecpool._engine.spinning import SpinPolicy
 from vecpool._engine.startup import Starter, StartSpec
 from vecpool._util.closing import close_within
-from vecpool._util.spaces import observation_spaces
 from vecpool._util.threads import PolicyThreads, fit_policy_threads
 from vecpool._util.validation import available_cpus, check_reset_mask
 from vecpool._wire.messages import ObsTransport, Reply
@@ -48,7 +47,7 @@ from vecpool.errors import (
     NoAsyncCallError,
     WorkerCrashedError,
 )
-from vecpool.vector.arguments import check_arguments
+from vecpool.vector.arguments import check_arguments, observation_spaces
 from vecpool.vector.gymnasium_worker import RESERVED_CALLS, GymnasiumWorkerEnv
 
 __all__ = ["AsyncState", "AsyncVectorEnv"]
