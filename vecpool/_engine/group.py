@@ -273,24 +273,22 @@ class WorkerGroup:
         else:
             poller, watched = poll_set(handles)
 
-        if self._finished(handles, any_answer):
+        if not self._finished(handles, any_answer):  # else: e.g. waited for again
+            if deadline is None and timeout is not None:
+                deadline = time.monotonic() + timeout
+            outer = self.waiting
+            if what != "restart":  # a replacement's start-up keeps the call's deadline
+                self.waiting = (timeout, label or what, deadline)
+            try:
+                self._wait_loop(what, handles, poller, watched, any_answer, deadline)
+            finally:
+                self.waiting = outer
+        if self.restarter is not None:  # restart's own bookkeeping (restart.py)
             if self.starting:
                 self._finish_starts(what)
-            return  # e.g. a call waited for again after an interrupt
-        if deadline is None and timeout is not None:
-            deadline = time.monotonic() + timeout
-        outer = self.waiting
-        if what != "restart":  # a replacement's start-up keeps the call's deadline
-            self.waiting = (timeout, label or what, deadline)
-        try:
-            self._wait_loop(what, handles, poller, watched, any_answer, deadline)
-        finally:
-            self.waiting = outer
-        if self.starting:
-            self._finish_starts(what)
-        if self.lost is not None and what != "restart":  # this call's results lost
-            error, self.lost = self.lost, None
-            raise error
+            if self.lost is not None and what != "restart":  # this call's results
+                error, self.lost = self.lost, None
+                raise error
 
     def _wait_loop(
         self,
