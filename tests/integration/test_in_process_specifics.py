@@ -196,8 +196,9 @@ def test_a_batch_send_interrupted_in_process_is_refused_after():
         env.send(_zeros(4))
         seen = [env.recv()[4]["env_id"], env.recv()[4]["env_id"]]
         assert sorted(np.concatenate(seen).tolist()) == [0, 1, 2, 3]
+        env.send(_zeros(4))  # queued: the parent's envs step in recv's wait
         with pytest.raises(KeyboardInterrupt):
-            env.send(_zeros(4))
+            env.recv()
         # the send's commands hold batch_size // workers envs each: the command
         # before the interrupted one completed, and its rows may come back first
         with pytest.raises(VecPoolError):  # noqa: PT012 - at most one recv returns

@@ -86,6 +86,7 @@ class WorkerGroup:
     def __init__(self, spin: SpinPolicy) -> None:
         """An empty group (see :meth:`add`)."""
         self.handles: list[WorkerHandle] = []
+        self.local: list[WorkerHandle] = []  # handles whose envs step here
         self.handle_of: dict[int, int] = {}
         self.spin = spin
         self.broken: WorkerCrashedError | None = None
@@ -112,6 +113,8 @@ class WorkerGroup:
         """Add the handle of a started worker."""
         handle.on_cut = self.note_give_up
         self.handles.append(handle)
+        if handle.runs_here:
+            self.local.append(handle)
         for env_index in handle.env_indices:
             self.handle_of[env_index] = handle.index
         self._poll_all_built = False
@@ -273,6 +276,10 @@ class WorkerGroup:
         else:
             poller, watched = poll_set(handles)
 
+        if self.local:  # the parent's own envs step now, while the workers step
+            with HELD:
+                for handle in self.local:
+                    handle.run_queued()
         if not self._finished(handles, any_answer):  # else: e.g. waited for again
             if deadline is None and timeout is not None:
                 deadline = time.monotonic() + timeout
@@ -518,6 +525,11 @@ class WorkerGroup:
     def note_give_up(self) -> None:
         """A call gave up (or a transfer was cut): check the handles from now on."""
         self.gave_up = True
+
+    def forget_queued(self) -> None:
+        """Drop the commands the parent's own envs have not run yet."""
+        for handle in self.local:
+            handle.forget_queued()
 
     def drop_pending(self) -> None:
         """Forget every awaited reply of every worker."""

@@ -92,6 +92,10 @@ class WorkerHandle:
         cut: The ``CUT_AGAIN`` part of :attr:`tail`, which a reset carries too.
     """
 
+    runs_here = False
+    """Whether its envs step in this process, in the call's wait (see
+    :meth:`run_queued`); a worker process's step in their own process."""
+
     def __init__(
         self,
         index: int,
@@ -225,6 +229,12 @@ class WorkerHandle:
         self.out_of_step = True
         if self.on_cut is not None:
             self.on_cut()
+
+    def run_queued(self) -> None:
+        """Run the commands sent (a handle whose envs step here); else nothing."""
+
+    def forget_queued(self) -> None:
+        """Drop the commands not run yet (a handle whose envs step here)."""
 
     # -- receiving -------------------------------------------------------------------
 

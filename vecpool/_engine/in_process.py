@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from vecpool._engine.handle import WorkerHandle
@@ -28,10 +29,12 @@ __all__ = ["InProcessHandle"]
 
 
 class _Quiet:
-    """A pipe nobody writes to: a descriptor ``poll`` never reports ready.
+    """A pipe that ``poll`` reports ready only once :meth:`ring` wrote to it.
 
     The wait loop registers every handle's pipe and process sentinel; an
-    in-process handle gives it these, and its answers through the channel's buffer.
+    in-process handle gives it these: its answers come through the channel's
+    buffer, and its sentinel rings when its envs stop (closed, or a command
+    stopped half-way), as a worker process's does when it exits.
     """
 
     def __init__(self) -> None:
@@ -44,6 +47,10 @@ class _Quiet:
         del timeout
         return False
 
+    def ring(self) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self.write, b"x")
+
     def close(self) -> None:
         for fd in (self.read, self.write):
             with contextlib.suppress(OSError):
@@ -52,7 +59,7 @@ class _Quiet:
 
 
 class _LocalChannel:
-    """A channel whose ``send`` runs the command here and queues the reply."""
+    """A channel whose ``send`` queues the command; the call's wait runs it here."""
 
     def __init__(self, config: WorkerConfig) -> None:
         self.envs: list[Any] = []
@@ -63,31 +70,47 @@ class _LocalChannel:
             self.close_envs()
             raise
         self.buffer: deque[bytes | Reply] = deque([first])
+        self.queued: deque[bytes] = deque()  # commands sent, not run yet
+        self.on_stop: Callable[[], None] | None = None  # rings the sentinel
         self.running = self.host is not None
         if self.host is not None:  # step and reset replies: never pickled
             self.host.keep_replies = True
         self.broken_by: str | None = None  # what stopped a command half-way
 
     def send(self, data: bytes) -> None:
+        """Queue a command; :meth:`run_queued` runs it (in the call's wait)."""
         if not self.running or self.host is None:
             msg = "the in-process envs are closed"
             raise BrokenPipeError(msg)
-        try:
-            reply, self.running = serve(self.host, data)
-        except BaseException as exc:
-            # serve() answers every Exception; this one (KeyboardInterrupt,
-            # SystemExit, ...) stopped the envs half-way: like a worker dying, the
-            # envs are lost, and no later call may return their rows
-            self.broken_by = type(exc).__name__
-            self.running = False
-            raise
-        if not self.running:  # CLOSE: the host closed the envs
-            self.envs.clear()
-        if reply == KEPT and self.host.kept is not None:
-            self.buffer.append(self.host.kept)
-            self.host.kept = None
-        else:
-            self.buffer.append(reply)
+        self.queued.append(data)
+
+    def run_queued(self) -> None:
+        """Run the queued commands, in order, and queue their replies."""
+        while self.queued and self.running and self.host is not None:
+            data = self.queued.popleft()
+            try:
+                reply, self.running = serve(self.host, data)
+            except BaseException as exc:
+                # serve() answers every Exception; this one (SystemExit, ...)
+                # stopped the envs half-way: like a worker dying, the envs are
+                # lost, and no later call may return their rows
+                self.broken_by = type(exc).__name__
+                self.stop()
+                raise
+            if not self.running:  # CLOSE: the host closed the envs
+                self.envs.clear()
+                self.stop()
+            if reply == KEPT and self.host.kept is not None:
+                self.buffer.append(self.host.kept)
+                self.host.kept = None
+            else:
+                self.buffer.append(reply)
+
+    def stop(self) -> None:
+        """The envs stopped: later waits see it as a worker's exit."""
+        self.running = False
+        if self.on_stop is not None:
+            self.on_stop()
 
     def has_message(self) -> bool:
         return bool(self.buffer)
@@ -133,6 +156,7 @@ class _LocalProcess:
         self._channel = channel
         self._sentinel = _Quiet()
         self.sentinel = self._sentinel.read
+        channel.on_stop = self._sentinel.ring
 
     def is_alive(self) -> bool:
         return self._channel.running
@@ -158,10 +182,15 @@ class _LocalProcess:
 
 
 class InProcessHandle(WorkerHandle):
-    """The handle of the in-process "worker": every env, stepped in the parent.
+    """The handle of the envs the parent steps itself, in the call's wait.
+
+    Commands are queued when sent and run when the call waits
+    (:meth:`WorkerGroup.wait` runs :meth:`run_queued` first), so the parent's envs
+    step while the worker processes step theirs, and a policy run between
+    ``step_async`` and ``step_wait`` overlaps the workers.
 
     Args:
-        config: What a worker process would be given (``index`` 0, every env).
+        config: What a worker process would be given (its index and envs).
     """
 
     def __init__(self, config: WorkerConfig) -> None:
@@ -171,7 +200,7 @@ class InProcessHandle(WorkerHandle):
         self.quiet = _Quiet()
         self.local_process = _LocalProcess(channel)
         super().__init__(
-            0,
+            config.index,
             range(config.start, config.start + len(config.env_fns())),
             self.local_process,  # type: ignore[arg-type]
             self.quiet,  # type: ignore[arg-type]
@@ -180,19 +209,24 @@ class InProcessHandle(WorkerHandle):
         # like a worker process, it answers its start-up space check unasked
         self.numbers.expect_also(self.numbers.sent_one())
 
+    runs_here = True
+
     def poll(self) -> bool:
         """Whether an answer is queued."""
         return self.channel.has_message()
 
-    def write(self, data: bytes) -> int:
-        """Run the command at once (its answer is queued for the wait)."""
-        try:
-            return super().write(data)
-        except KeyboardInterrupt:
-            # no transfer was cut (there is no pipe): the envs were, and the next
-            # call says so, as for a dead worker (the channel refuses it)
-            self.out_of_step = False
-            raise
+    def run_queued(self) -> None:
+        """Run the commands sent since the last wait (the group's wait calls it).
+
+        Raises:
+            BaseException: What stopped a command half-way (not an env's
+                exception: that is answered); the envs are then lost.
+        """
+        self.local_channel.run_queued()
+
+    def forget_queued(self) -> None:
+        """Drop the commands not run yet (``close(terminate=True)``)."""
+        self.local_channel.queued.clear()
 
     def send_close(self, timeout: float | None = None) -> int:
         """Close the envs here, within ``timeout`` seconds, then answer CLOSE.

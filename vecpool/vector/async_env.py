@@ -951,6 +951,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 "Calling `close` while waiting for a pending call to "
                 f"`{self._state.value}` to complete."
             )
+            if terminate:  # the parent's own envs do not run the pending call
+                self._group.forget_queued()
             try:
                 getattr(self, f"{self._state.value}_wait")(0 if terminate else grace)
             except multiprocessing.TimeoutError:
