@@ -202,7 +202,14 @@ def peer(session: nox.Session) -> None:
     if not (os.environ.get("GYM_GIT_DIR") or os.environ.get("GYM_TESTS_SRC")):
         session.skip("neither GYM_GIT_DIR nor GYM_TESTS_SRC is set.\n" + GYM_TESTS_HELP)
     install_project(session, *nox.project.dependency_groups(PYPROJECT, "test"))
-    session.run("python", str(PEER_RUNNER), *session.posargs)
+    # vecpool's defaults, then the parent stepping half the envs beside one worker
+    for placement in ("processes", "parent_share"):
+        session.run(
+            "python",
+            str(PEER_RUNNER),
+            *session.posargs,
+            env={"VECPOOL_PEER_PLACEMENT": placement},
+        )
 
 
 @nox.session(python=PYTHON, default=False)

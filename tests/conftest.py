@@ -79,12 +79,14 @@ class Placement:
 
     ``isolated``: every env lives in a worker process, so a worker can be killed,
     segfault, time out or hang without taking the test process with it (a parent
-    share of the envs, the next placement, is not isolated).
+    share of the envs is not isolated). ``all_here``: every env lives in the test
+    process (nothing is pickled, no object is copied across a process).
     """
 
     id: str
     keywords: Callable[[int], dict[str, Any]]
     isolated: bool
+    all_here: bool = False
 
     def kwargs(self, num_envs: int) -> dict[str, Any]:
         """The constructor keywords for ``num_envs`` envs."""
@@ -96,6 +98,12 @@ class Placement:
             pytest.skip(reason or NEEDS_WORKER_REASON)
 
 
+def _share(num_envs: int) -> dict[str, Any]:
+    if num_envs < 2:  # nothing left for a worker: the one env in the parent
+        return {"num_workers": 0, "parent_envs": num_envs}
+    return {"num_workers": 1, "parent_envs": num_envs // 2}
+
+
 NEEDS_WORKER_REASON = (
     "needs a worker process: an in-process env cannot be killed separately"
 )
@@ -105,7 +113,11 @@ NEEDS_WORKER_REASON = (
 PLACEMENTS = [
     # several envs per worker and more than one worker wherever num_envs allows
     Placement("processes", lambda n: {"num_workers": min(2, n)}, isolated=True),
-    Placement("in_process", lambda n: {"num_workers": 0}, isolated=False),
+    Placement(
+        "in_process", lambda n: {"num_workers": 0}, isolated=False, all_here=True
+    ),
+    # the parent steps half the envs (the last ones) while one worker steps the rest
+    Placement("parent_share", lambda n: _share(n), isolated=False),
 ]
 
 

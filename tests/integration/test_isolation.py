@@ -24,13 +24,9 @@ from vecpool.testing import CountingEnv, SlowEnv, UnpicklableInfoEnv
 
 pytestmark = pytest.mark.timeout(60)
 
-NO_TIMEOUT = (
-    "needs a worker process: in-process envs step in the caller, "
-    "so a wait cannot time out"
-)
 STEPS_IN_STEP_ASYNC = (
-    "needs a worker process: an in-process step runs in step_async, "
-    "so step_wait has nothing to interrupt"
+    "needs a worker process: an env that steps in this process cannot be "
+    "interrupted half-way (its step runs under the Ctrl-C guard)"
 )
 NEVER_PICKLED = "needs a worker process: in-process results are never pickled"
 

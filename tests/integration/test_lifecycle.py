@@ -43,8 +43,8 @@ CLOSED_MESSAGE = "Trying to operate on `AsyncVectorEnv`, after a call to `close(
 pytestmark = pytest.mark.timeout(30)
 
 STEP_BLOCKS = (
-    "needs a worker process: an in-process step runs in step_async, "
-    "so a 30 s step would block the caller"
+    "needs a worker process: an env that steps in this process runs its 30 s "
+    "step in the caller's wait, which cannot be cut short"
 )
 
 

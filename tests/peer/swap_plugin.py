@@ -28,7 +28,33 @@ import vecpool
 
 ORIGINAL_ASYNC = gymnasium.vector.AsyncVectorEnv
 ORIGINAL_SYNC = gymnasium.vector.SyncVectorEnv
-REPLACEMENT: type[Any] = vecpool.AsyncVectorEnv
+PLACEMENT = os.environ.get("VECPOOL_PEER_PLACEMENT", "processes")
+"""Where the envs run: ``processes`` (vecpool's defaults) or ``parent_share`` (the
+parent steps half of them, one worker the rest, wherever the test leaves the
+placement to the defaults)."""
+
+
+class AsyncVectorEnv(vecpool.AsyncVectorEnv):
+    """vecpool's class with the parent stepping half the envs (``parent_share``).
+
+    Named as Gymnasium's class, whose messages the tests match.
+    """
+
+    def __init__(self, env_fns: Any, *args: Any, **kwargs: Any) -> None:
+        """Add ``parent_envs`` and ``num_workers=1`` unless a custom worker runs."""
+        worker = kwargs.get("worker", args[4] if len(args) > 4 else None)
+        if worker is None and len(env_fns) >= 2:
+            kwargs.setdefault("parent_envs", len(env_fns) // 2)
+            kwargs.setdefault("num_workers", 1)
+        super().__init__(env_fns, *args, **kwargs)
+
+
+if PLACEMENT not in ("processes", "parent_share"):
+    message = f"VECPOOL_PEER_PLACEMENT={PLACEMENT!r}: processes|parent_share"
+    raise ValueError(message)
+REPLACEMENT: type[Any] = (
+    AsyncVectorEnv if PLACEMENT == "parent_share" else vecpool.AsyncVectorEnv
+)
 
 gymnasium.vector.AsyncVectorEnv = REPLACEMENT  # type: ignore[misc]
 
@@ -38,7 +64,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [
         f"gymnasium {gymnasium.__version__} from {os.path.dirname(gymnasium.__file__)}",
         f"AsyncVectorEnv under test: {REPLACEMENT.__module__}."
-        f"{REPLACEMENT.__qualname__} (vecpool {vecpool.__version__})",
+        f"{REPLACEMENT.__qualname__} (vecpool {vecpool.__version__}), "
+        f"placement {PLACEMENT}",
         f"tests from: {os.environ.get('VECPOOL_PEER_SOURCE', '?')}",
     ]
 

@@ -276,13 +276,18 @@ class WorkerGroup:
         else:
             poller, watched = poll_set(handles)
 
+        if deadline is None and timeout is not None:
+            deadline = time.monotonic() + timeout
         if self.local:  # the parent's own envs step now, while the workers step
-            with HELD:
-                for handle in self.local:
-                    handle.run_queued()
+            self._run_local(what, poller, watched, any_answer=any_answer)
+            if deadline is not None and time.monotonic() > deadline:
+                # the call took longer than its timeout, as Gymnasium's does
+                msg = (
+                    f"The call to `{label or what}` has timed out after {timeout} "
+                    "second(s)."
+                )
+                raise multiprocessing.TimeoutError(msg)
         if not self._finished(handles, any_answer):  # else: e.g. waited for again
-            if deadline is None and timeout is not None:
-                deadline = time.monotonic() + timeout
             outer = self.waiting
             if what != "restart":  # a replacement's start-up keeps the call's deadline
                 self.waiting = (timeout, label or what, deadline)
@@ -342,6 +347,27 @@ class WorkerGroup:
                 else:
                     break
         self.spin.after_wait()
+
+    def _run_local(
+        self,
+        what: str,
+        poller: select.poll,
+        watched: dict[int, tuple[WorkerHandle, bool]],
+        *,
+        any_answer: bool,
+    ) -> None:
+        """Step the parent's own envs: run the commands their handles queued.
+
+        With ``any_answer`` (``recv``), the replies the workers sent meanwhile are
+        read too, so the parent's envs, always done first, do not always win.
+        """
+        with HELD:
+            for handle in self.local:
+                handle.run_queued()
+            if any_answer:
+                events = poller.poll(0)
+                if events:
+                    self._read_events(events, poller, watched, what)
 
     def _finish_starts(self, what: str) -> None:
         """Finish the restarts whose replacement's start-up reply has come now.

@@ -63,6 +63,7 @@ class StartSpec:
     Attributes:
         env_fns: The env constructors, one per env.
         num_workers: Number of worker processes.
+        parent_envs: Envs this process steps itself (the last ones).
         daemon: Whether the workers are daemonic.
         name: The vector env's class name (processes are named after it).
         buffers: The step buffers (shared block and layout).
@@ -75,6 +76,7 @@ class StartSpec:
 
     env_fns: Sequence[Callable[[], Env[Any, Any]]]
     num_workers: int
+    parent_envs: int
     daemon: bool
     name: str
     buffers: StepBuffers
@@ -117,25 +119,30 @@ class Starter:
         self.parent_pipes = parent_pipes
         # locks the kernel gives back when a worker dies, where the platform
         # allows (else the documented fallback): vecpool/_wire/permits.py
+        # who steps envs at the same time: the workers, and this process's share
+        # beside them (alone, it steps its envs one after another: nothing to keep)
+        runners = spec.num_workers + (1 if spec.num_workers and spec.parent_envs else 0)
         self.permits: Permits | None = None
-        if spec.max_concurrency is not None and spec.max_concurrency < spec.num_workers:
-            self.permits = create_permits(spec.max_concurrency, spec.num_workers, ctx)
+        if spec.max_concurrency is not None and spec.max_concurrency < runners:
+            self.permits = create_permits(spec.max_concurrency, runners, ctx)
 
     def start(self, group: WorkerGroup) -> None:
-        """Start one worker per slice of envs (none with ``num_workers=0``).
+        """Start one worker per slice of envs, then this process's share (if any).
 
         Args:
             group: Receives the handles, in order.
         """
         spec = self.spec
         num_envs = len(spec.env_fns)
-        if spec.num_workers == 0:
-            handle = InProcessHandle(self._config(group, 0, range(num_envs)))
+        hosted = num_envs - spec.parent_envs  # the workers' envs come first
+        if spec.num_workers:
+            for index, env_indices in enumerate(split(hosted, spec.num_workers)):
+                group.add(self.spawn(group, index, env_indices))
+        if spec.parent_envs:  # this process's share: one more handle, the last
+            config = self._config(group, spec.num_workers, range(hosted, num_envs))
+            handle = InProcessHandle(config)
             self.parent_pipes.append(handle)  # closed with the pipes
             group.add(handle)
-            return
-        for index, env_indices in enumerate(split(num_envs, spec.num_workers)):
-            group.add(self.spawn(group, index, env_indices))
 
     def spawn(
         self,
@@ -191,8 +198,8 @@ class Starter:
         """The configuration of the worker hosting ``env_indices``."""
         spec = self.spec
         buffers = spec.buffers
-        waiting: dict[str, Any] = {}
-        if spec.num_workers:  # a worker process: its permits and spin settings
+        waiting: dict[str, Any] = {"permits": self.permits}
+        if index < spec.num_workers:  # a worker process: its spin settings too
             waiting = {
                 "permits": self.permits,
                 "restart": restart,

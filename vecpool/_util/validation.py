@@ -323,8 +323,16 @@ def resolve_num_workers(
     num_envs: int,
     worker: Callable[..., None] | None,
     max_concurrency: int | None,
+    parent_envs: int = 0,
 ) -> int:
     """The number of worker processes for ``num_workers`` (``None``: the default).
+
+    Args:
+        num_workers: As given.
+        num_envs: Number of sub-environments.
+        worker: The ``worker=`` argument.
+        max_concurrency: As checked.
+        parent_envs: The envs the parent steps itself (the workers host the rest).
 
     Raises:
         ValueError: If it is out of range, or set with a custom ``worker``.
@@ -338,8 +346,22 @@ def resolve_num_workers(
             )
             raise ValueError(msg)
         return num_envs
+    hosted = num_envs - parent_envs  # the envs the workers host
     if num_workers is None:
-        return max(1, min(num_envs, available_cpus(), max_concurrency or num_envs))
+        if not hosted:
+            return 0
+        return max(1, min(hosted, available_cpus(), max_concurrency or hosted))
+    if parent_envs and num_workers == 0:
+        return 0  # every env in this process
+    if parent_envs:
+        return check_int(
+            "num_workers",
+            num_workers,
+            1,
+            hosted,
+            hint=f" (the {hosted} envs not in this process, parent_envs="
+            f"{parent_envs}; or None for the default)",
+        )
     return check_int(
         "num_workers",
         num_workers,
@@ -348,6 +370,62 @@ def resolve_num_workers(
         hint=f" (num_envs={num_envs}; 0 runs the envs in this process; "
         "or None for the default)",
     )
+
+
+def resolve_parent_envs(
+    parent_envs: object,
+    num_workers: object,
+    num_envs: int,
+    worker: Callable[..., None] | None,
+    on_worker_crash: object,
+) -> int:
+    """How many envs the parent steps itself (``parent_envs``; see the class docs).
+
+    ``num_workers=0`` puts every env in the parent (``parent_envs`` is then
+    ``num_envs``); a share of them needs vecpool's own workers for the rest, and
+    keeps them out of worker isolation, so a custom ``worker`` and
+    ``on_worker_crash="restart"`` refuse one.
+
+    Raises:
+        ValueError: Naming the argument and the fix.
+    """
+    share = check_int(
+        "parent_envs",
+        parent_envs,
+        0,
+        num_envs,
+        hint=f" (num_envs={num_envs}; 0 keeps every env in a worker process)",
+    )
+    if share and worker is not None:
+        msg = (
+            f"`parent_envs={share}` cannot be combined with a custom `worker`, which "
+            "hosts every env in a process of its own: leave `parent_envs` at 0."
+        )
+        raise ValueError(msg)
+    if share and on_worker_crash == "restart":
+        msg = (
+            f"`parent_envs={share}` cannot be combined with "
+            "`on_worker_crash='restart'`, which keeps every env in a worker process "
+            "(an env's crash in this process cannot be survived): set "
+            "`parent_envs=0`."
+        )
+        raise ValueError(msg)
+    if num_workers == 0:
+        if share not in (0, num_envs):
+            msg = (
+                f"`num_workers=0` steps every env in this process, so `parent_envs` "
+                f"must be 0 or num_envs={num_envs}, got {share}."
+            )
+            raise ValueError(msg)
+        return num_envs
+    if share == num_envs and num_workers is not None:
+        msg = (
+            f"`parent_envs={share}` leaves no env for the {num_workers} worker "
+            "process(es): set `num_workers=0` (or leave it unset), or host fewer "
+            "envs in this process."
+        )
+        raise ValueError(msg)
+    return share
 
 
 def check_batch_size(

@@ -24,6 +24,7 @@ from vecpool._util.validation import (
     check_restart,
     check_wait_strategy,
     resolve_num_workers,
+    resolve_parent_envs,
 )
 
 __all__ = ["Arguments", "check_arguments", "observation_spaces"]
@@ -37,6 +38,8 @@ class Arguments:
         num_envs: Number of sub-environments.
         max_concurrency: ``max_concurrency`` as an ``int``, or ``None``.
         num_workers: Worker processes (the default resolved).
+        parent_envs: Envs the parent steps itself (``num_envs`` with
+            ``num_workers=0``).
         wait_strategy: ``"auto"``, ``"spin"`` or ``"block"``.
         batch_size: ``send``/``recv`` batch size, or ``None``.
         on_worker_crash: ``"raise"`` or ``"restart"``.
@@ -47,6 +50,7 @@ class Arguments:
     num_envs: int
     max_concurrency: int | None
     num_workers: int
+    parent_envs: int
     wait_strategy: str
     batch_size: int | None
     on_worker_crash: str
@@ -61,6 +65,7 @@ def check_arguments(
     max_concurrency: object,
     *,
     num_workers: object,
+    parent_envs: object = 0,
     wait_strategy: object,
     batch_size: object,
     on_worker_crash: object,
@@ -88,11 +93,15 @@ def check_arguments(
     if num_envs == 0:
         msg = "`env_fns` is empty: pass at least one function that creates an env."
         raise ValueError(msg)
-    workers = resolve_num_workers(num_workers, num_envs, worker, concurrency)
+    share = resolve_parent_envs(
+        parent_envs, num_workers, num_envs, worker, on_worker_crash
+    )
+    workers = resolve_num_workers(num_workers, num_envs, worker, concurrency, share)
     return Arguments(
         num_envs=num_envs,
         max_concurrency=concurrency,
         num_workers=workers,
+        parent_envs=share,
         wait_strategy=check_wait_strategy(wait_strategy),
         batch_size=check_batch_size(batch_size, num_envs, worker),
         max_restarts=check_restart(on_worker_crash, max_restarts, worker, workers),

@@ -114,6 +114,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     autoreset_mode: AutoresetMode
     max_concurrency: int | None
     num_workers: int
+    parent_envs: int
     wait_strategy: str
     batch_size: int | None
     on_worker_crash: str
@@ -152,6 +153,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         max_concurrency: int | None = None,
         *,
         num_workers: int | None = None,
+        parent_envs: int = 0,
         wait_strategy: str = "auto",
         batch_size: int | None = None,
         on_worker_crash: str = "raise",
@@ -186,8 +188,18 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 ``step`` at once; ``None`` for no limit.
             num_workers: Number of worker processes; the envs are split into that many
                 contiguous slices. Default: ``min(num_envs, available CPUs,
-                max_concurrency or num_envs)``. ``0``: every env in this process
-                (same results; no isolation; see docs/performance.md).
+                max_concurrency or num_envs)`` (of the envs not in this process).
+                ``0``: every env in this process (same results; no isolation;
+                see docs/performance.md).
+            parent_envs: How many envs this process steps itself (the last ones),
+                while the workers step the others: ``*_async`` sends the workers'
+                commands and ``*_wait`` steps this share, then collects the
+                replies, so no core idles while the parent waits. ``0`` (default)
+                keeps every env in a worker process. The envs of this share are
+                not isolated: an env that crashes the interpreter (a segfault)
+                takes this process with it, and an env that hangs here can be
+                neither timed out nor interrupted (docs/reliability.md); so a
+                custom ``worker`` and ``on_worker_crash="restart"`` refuse it.
             wait_strategy: How the parent and the workers wait for each other:
                 ``"spin"`` polls (yielding the CPU between polls) for up to 2 ms
                 before blocking, which skips the cost of waking a blocked process;
@@ -225,6 +237,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             worker,
             max_concurrency,
             num_workers=num_workers,
+            parent_envs=parent_envs,
             wait_strategy=wait_strategy,
             batch_size=batch_size,
             on_worker_crash=on_worker_crash,
@@ -246,6 +259,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self.max_concurrency = checked.max_concurrency
         self.num_envs = checked.num_envs
         self.num_workers = checked.num_workers
+        self.parent_envs = checked.parent_envs
         self.wait_strategy = checked.wait_strategy
         self.batch_size = checked.batch_size
         self.max_restarts = checked.max_restarts
@@ -347,6 +361,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             StartSpec(
                 env_fns=self.env_fns,
                 num_workers=self.num_workers,
+                parent_envs=self.parent_envs,
                 daemon=self.daemon,
                 name=type(self).__name__,
                 buffers=self._buffers,

@@ -64,6 +64,7 @@ class GymnasiumWorkerEnv(gymnasium.vector.AsyncVectorEnv[Any, Any]):
     """Gymnasium's batch (a plain attribute, not :class:`vecpool.AsyncVectorEnv`'s
     property over vecpool's buffers)."""
     num_workers: int
+    parent_envs: int
     wait_strategy: str
     batch_size: int | None
     on_worker_crash: str
@@ -83,6 +84,7 @@ class GymnasiumWorkerEnv(gymnasium.vector.AsyncVectorEnv[Any, Any]):
         max_concurrency: int | None = None,
         *,
         num_workers: int | None = None,
+        parent_envs: int = 0,
         wait_strategy: str = "auto",
         batch_size: int | None = None,
         on_worker_crash: str = "raise",
@@ -104,6 +106,7 @@ class GymnasiumWorkerEnv(gymnasium.vector.AsyncVectorEnv[Any, Any]):
             worker,
             max_concurrency,
             num_workers=num_workers,
+            parent_envs=parent_envs,
             wait_strategy=wait_strategy,
             batch_size=batch_size,
             on_worker_crash=on_worker_crash,
@@ -111,6 +114,7 @@ class GymnasiumWorkerEnv(gymnasium.vector.AsyncVectorEnv[Any, Any]):
             policy_threads=policy_threads,
         )
         self.num_workers = checked.num_workers
+        self.parent_envs = checked.parent_envs
         self.wait_strategy = checked.wait_strategy
         self.batch_size = checked.batch_size
         self.on_worker_crash = checked.on_worker_crash
