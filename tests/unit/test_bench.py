@@ -41,6 +41,7 @@ EXPECTED_BACKENDS = {
     "gym-async",
     "vecpool",
     "vecpool-inproc",
+    "vecpool-share",
     "vecpool-batch",
 }
 if importlib.util.find_spec("envpool") is not None:
@@ -557,3 +558,14 @@ def test_bench_help_shows_one_way_to_pick_tune_or_pool(capsys):
     assert "[tune | pool]" in text
     assert "--tune" not in text
     assert "--pool" not in text
+
+
+def test_the_share_backend_gives_every_runner_about_the_same_envs():
+    from vecpool.bench.backends import share_placement
+
+    assert share_placement(8, 2) == (1, 4)  # 4 in the parent, one worker with 4
+    assert share_placement(32, 2) == (1, 16)
+    assert share_placement(8, 4) == (3, 2)
+    assert share_placement(3, 4) == (2, 1)  # no more runners than envs
+    assert share_placement(8, 1) == (0, 8)  # one CPU: every env in the parent
+    assert share_placement(1, 2) == (0, 1)

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from vecpool._util.validation import available_cpus
 from vecpool.bench.workloads import MIN_STEPS, ActionPlan, EnvFn, Workload
 from vecpool.vector.async_env import AsyncVectorEnv
 
@@ -190,6 +191,36 @@ class VecpoolInProcessBackend(GymSyncBackend):
         return env
 
 
+def share_placement(num_envs: int, cpus: int) -> tuple[int, int]:
+    """``(num_workers, parent_envs)``: the parent's share beside ``cpus - 1`` workers.
+
+    Every runner (the parent, each worker) gets about ``num_envs / cpus`` envs, so
+    all finish together (2 CPUs, 8 envs: 4 in the parent, one worker with 4).
+    """
+    runners = max(1, min(cpus, num_envs))
+    if runners == 1:
+        return 0, num_envs
+    return runners - 1, num_envs // runners
+
+
+class VecpoolShareBackend(GymSyncBackend):
+    """vecpool with the parent stepping a share of the envs beside its workers."""
+
+    name = "vecpool-share"
+    description = (
+        "vecpool.AsyncVectorEnv(env_fns, parent_envs=n/CPUs, num_workers=CPUs-1)"
+    )
+
+    def make(self, env_fn: EnvFn, num_envs: int, seed: int) -> Any:
+        """Create and reset the vector env."""
+        workers, share = share_placement(num_envs, available_cpus())
+        env = AsyncVectorEnv(
+            [env_fn] * num_envs, num_workers=workers, parent_envs=share
+        )
+        env.reset(seed=seed)
+        return env
+
+
 class VecpoolBatchBackend(Backend):
     """vecpool's EnvPool-style async batches: ``batch_size = num_envs // 2``.
 
@@ -328,6 +359,7 @@ BACKENDS: dict[str, Backend] = {
         GymAsyncBackend(),
         VecpoolBackend(),
         VecpoolInProcessBackend(),
+        VecpoolShareBackend(),
         VecpoolBatchBackend(),
         VecpoolThreadsBackend(),
         VecpoolBatchThreadsBackend(),
