@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
@@ -122,7 +123,9 @@ class GymnasiumWorkerEnv(gymnasium.vector.AsyncVectorEnv[Any, Any]):
         self.policy_threads = checked.policy_threads
         self._policy_limits: PolicyThreads | None = None
         self._owner_pid = os.getpid()  # a forked child must not close our workers
-        self._owed = False  # a call gave up: every pipe still owes it a reply
+        # replies each pipe still owes to calls that gave up (a timeout): read and
+        # dropped before that pipe's next reply is taken
+        self._owed = [0] * len(env_fns)
         try:
             super().__init__(
                 env_fns,
@@ -223,22 +226,61 @@ class GymnasiumWorkerEnv(gymnasium.vector.AsyncVectorEnv[Any, Any]):
 
     def set_attr(self, name: str, values: list[Any] | tuple[Any] | object) -> None:
         """Gymnasium's, after the replies a timed-out call left (see below)."""
-        self._before_send()
+        self._before_send(block=True)  # Gymnasium reads its replies without a poll
         super().set_attr(name, values)
 
     def _poll_pipe_envs(self, timeout: float | None = None) -> bool:
-        """Gymnasium's; when it gives up, no reply of the call has been read."""
-        ready: bool = super()._poll_pipe_envs(timeout)
-        self._owed = self._owed or not ready
-        return ready
-
-    def _before_send(self) -> None:
-        """Before a new call: read what a timed-out call left, refuse a lost env.
+        """Gymnasium's, reading and dropping first what calls that gave up left.
 
         Gymnasium would hand the replies of a call that timed out to the next
         call: a step after a timed-out step would return the earlier step's rows,
-        and every later step too. And it would send to the pipe of a worker that
-        ended after its env raised (``None``): an ``AttributeError``.
+        and every later step too. Each pipe's late replies are counted
+        (``_owed``) and dropped here, within this call's own deadline; when it
+        gives up too, each pipe owes one reply more.
+
+        Raises:
+            Exception: An env's error in a late reply (that worker ends).
+        """
+        self._assert_is_running()
+        deadline = None if timeout is None else time.perf_counter() + timeout
+        pipes: list[Any] = self.parent_pipes  # Gymnasium sets an ended one's to None
+        for index, pipe in enumerate(pipes):
+            while pipe is not None and not pipe.closed:
+                if not self._owed[index]:
+                    break  # what comes next is this call's reply
+                if deadline is not None and not pipe.poll(
+                    max(deadline - time.perf_counter(), 0.0)
+                ):
+                    break  # gives up below
+                self._drop_late(index)
+            if pipe is None or pipe.closed:
+                return self._gave_up()
+            if deadline is not None and (
+                self._owed[index]
+                or not pipe.poll(max(deadline - time.perf_counter(), 0.0))
+            ):
+                return self._gave_up()
+        return True
+
+    def _gave_up(self) -> bool:
+        """This call gives up: every pipe owes it one reply more."""
+        self._owed = [owed + 1 for owed in self._owed]
+        return False
+
+    def _drop_late(self, index: int) -> None:
+        """Read pipe ``index``'s oldest late reply and drop it (raise its error)."""
+        _, success = self.parent_pipes[index].recv()
+        self._owed[index] -= 1
+        self._raise_if_errors(
+            [success if i == index else True for i in range(self.num_envs)]
+        )
+
+    def _before_send(self, *, block: bool = False) -> None:
+        """Before a new call: drop the late replies that came, refuse a lost env.
+
+        Args:
+            block: Wait for every late reply (a call that then reads its replies
+                without a poll).
 
         Raises:
             WorkerCrashedError: If a worker has ended (as vecpool's own say).
@@ -247,11 +289,15 @@ class GymnasiumWorkerEnv(gymnasium.vector.AsyncVectorEnv[Any, Any]):
         if self.closed or self._state is not AsyncState.DEFAULT:
             return  # Gymnasium's checks raise
         pipes: list[Any] = self.parent_pipes  # Gymnasium sets an ended one's to None
-        if self._owed:
-            self._owed = False
-            self._raise_if_errors(
-                [pipe.recv()[1] if pipe is not None else True for pipe in pipes]
-            )
+        for index, pipe in enumerate(pipes):
+            while (
+                self._owed[index]
+                and pipe is not None
+                and not pipe.closed
+                and (block or pipe.poll(0))
+            ):
+                self._drop_late(index)
+                pipe = pipes[index]
         if None in pipes:
             index = pipes.index(None)
             exitcode = self.processes[index].exitcode
