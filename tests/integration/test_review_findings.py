@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
+import os
+import signal
+import time
 
 import numpy as np
 import pytest
 from gymnasium.vector.async_vector_env import _async_worker
 
 import vecpool
-from vecpool.testing import ActionEchoEnv
+from vecpool.testing import ActionEchoEnv, SlowEnv
 
 
 @pytest.mark.timeout(20)
@@ -37,5 +40,35 @@ def test_custom_worker_call_after_a_timeout_does_not_wait_for_the_stuck_env():
         env.step_async(np.array([2.0, 3.0]))  # blocked 60 s in GymnasiumWorkerEnv
         with pytest.raises(multiprocessing.TimeoutError):
             env.step_wait(timeout=0.1)
+    finally:
+        env.close(terminate=True)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.filterwarnings("ignore::vecpool.VecPoolWarning")
+def test_a_result_lost_by_a_call_that_timed_out_is_not_raised_by_the_next_step():
+    """A worker dies during ``call``, is restarted, and the call then times out.
+
+    The call's "result of `call` is lost" error belonged to the call that gave up;
+    it must not be raised by the next ``step``, which would throw away that step's
+    rows, the replacement's cut rows among them: the cut would then never be
+    marked (``infos["worker_restarted"]``). Pre-existing (the same before issue 29).
+    """
+    env = vecpool.AsyncVectorEnv(
+        [SlowEnv] * 4, num_workers=2, on_worker_crash="restart"
+    )
+    try:
+        env.reset(seed=0)
+        env.call_async("sleep", 4.0)  # both workers busy
+        time.sleep(0.3)
+        process = env.processes[1]
+        assert process.pid is not None
+        os.kill(process.pid, signal.SIGKILL)  # restarted within the call's wait
+        process.join(10.0)
+        with pytest.raises(multiprocessing.TimeoutError):
+            env.call_wait(timeout=2.0)  # worker 0 still sleeps: the call gives up
+        _, _, _, truncated, infos = env.step(np.zeros((4, 1), np.float32))
+        assert truncated.tolist() == [False, False, True, True]
+        assert infos["worker_restarted"].tolist() == [False, False, True, True]
     finally:
         env.close(terminate=True)
