@@ -72,3 +72,38 @@ def test_a_result_lost_by_a_call_that_timed_out_is_not_raised_by_the_next_step()
         assert infos["worker_restarted"].tolist() == [False, False, True, True]
     finally:
         env.close(terminate=True)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.filterwarnings("ignore::vecpool.VecPoolWarning")
+def test_the_cut_of_a_restart_during_a_call_survives_a_step_that_gives_up():
+    """A worker restarted during ``call``: "the replaced envs report the cut at
+    their next step" (docs/reliability.md). If that step gives up (a timeout while
+    another worker is slow), its rows that marked the cut were never returned, so
+    the step after must mark it again, as it does after a restart in a step or a
+    reset (``CUT_AGAIN``). Only step/reset restarts join ``Restarter.unseen_cuts``,
+    so the cut is never shown. Pre-existing (the same before issue 29).
+    """
+    env = vecpool.AsyncVectorEnv(
+        [SlowEnv] * 4, num_workers=2, on_worker_crash="restart"
+    )
+    try:
+        env.reset(seed=0)
+        env.call_async("sleep", 1.0)
+        time.sleep(0.3)
+        process = env.processes[1]
+        assert process.pid is not None
+        os.kill(process.pid, signal.SIGKILL)
+        process.join(10.0)
+        with pytest.raises(vecpool.WorkerCrashedError, match="result of `call`"):
+            env.call_wait()
+        # worker 0 sleeps 2 s; worker 1 (the replacement) answers with its cut rows
+        env.step_async(np.array([[2.0], [2.0], [0.0], [0.0]], np.float32))
+        with pytest.raises(multiprocessing.TimeoutError):
+            env.step_wait(timeout=0.5)
+        time.sleep(2.0)
+        _, _, _, truncated, infos = env.step(np.zeros((4, 1), np.float32))
+        assert truncated.tolist() == [False, False, True, True]
+        assert infos["worker_restarted"].tolist() == [False, False, True, True]
+    finally:
+        env.close(terminate=True)
