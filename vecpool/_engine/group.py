@@ -558,9 +558,14 @@ class WorkerGroup:
             handle.forget_queued()
 
     def drop_pending(self) -> None:
-        """Forget every awaited reply of every worker."""
+        """Forget every awaited reply of every worker (the call gave up)."""
         self.gave_up = True
         self.dead.clear()  # a dead one left is found again at its next command
+        # a result the given-up call lost to a restart goes with it: a later call
+        # must not raise it (and drop its own rows, a replacement's cut among them)
+        self.lost = None
+        if self.restarter is not None:
+            self.restarter.lost = None
         for handle in self.handles:
             handle.numbers.give_up()
 
