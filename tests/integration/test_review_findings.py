@@ -78,7 +78,8 @@ def test_a_result_lost_by_a_call_that_timed_out_is_not_raised_by_the_next_step()
 @pytest.mark.filterwarnings("ignore::vecpool.VecPoolWarning")
 @pytest.mark.xfail(
     strict=True,
-    reason="known limit (docs/reliability.md): the Restarter tracks unseen cuts per worker, and only for a restart during step or reset",
+    reason="known limit (docs/reliability.md): the Restarter tracks unseen cuts "
+    "per worker, and only for a restart during step or reset",
 )
 def test_the_cut_of_a_restart_during_a_call_survives_a_step_that_gives_up():
     """A worker restarted during ``call``: "the replaced envs report the cut at
@@ -117,7 +118,8 @@ def test_the_cut_of_a_restart_during_a_call_survives_a_step_that_gives_up():
 @pytest.mark.filterwarnings("ignore::vecpool.VecPoolWarning")
 @pytest.mark.xfail(
     strict=True,
-    reason="known limit (docs/reliability.md): a reset that returns clears its worker's unseen cut, also for the envs its reset_mask left out",
+    reason="known limit (docs/reliability.md): a reset that returns clears its "
+    "worker's unseen cut, also for the envs its reset_mask left out",
 )
 def test_the_cut_of_an_env_left_out_of_a_reset_survives_a_step_that_gives_up():
     """Same root cause as the test above: a reset restarts worker 1; env 3, left out
