@@ -84,7 +84,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     block, so a step costs one tiny message per worker and no pickling unless an env
     returns a non-empty info. With a custom ``worker``, which speaks Gymnasium's
     protocol, the constructor returns Gymnasium's own machinery instead, under
-    vecpool's checks and API (:mod:`vecpool.vector.gymnasium_worker`).
+    vecpool's checks and API (vecpool/vector/gymnasium_worker.py).
 
     Example:
         >>> import gymnasium as gym
