@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import sys
 import types
 import warnings
@@ -183,3 +184,45 @@ def test_policy_threads_auto_without_workers_leaves_the_pools_alone():
             env.close()
         assert parent_pools() == limited
     assert parent_pools() == before
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({"cpu.max": "max 100000\n"}, None),
+        ({"cpu.max": "200000 100000\n"}, 2),
+        ({"cpu.max": "150000 100000\n"}, 1),  # 1.5 CPUs: one whole
+        ({"cpu.max": "50000 100000\n"}, 1),  # half a CPU: at least one
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+        ({"cpu/cpu.cfs_quota_us": "400000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 4),
+        (
+            {
+                "cpu,cpuacct/cpu.cfs_quota_us": "300000\n",
+                "cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+            },
+            3,
+        ),
+        ({}, None),  # no control group files: no quota
+    ],
+)
+def test_the_cgroup_cpu_quota_is_read_in_v1_and_v2(tmp_path, files, expected):
+    from vecpool._util import validation
+
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert validation.cgroup_cpu_limit(str(tmp_path)) == expected
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity"), reason="needs the affinity mask"
+)
+def test_available_cpus_is_capped_by_the_cpu_quota(tmp_path, monkeypatch):
+    from vecpool._util import validation
+
+    (tmp_path / "cpu.max").write_text("100000 100000\n")
+    monkeypatch.setattr(validation, "CGROUP_ROOT", str(tmp_path))
+    assert validation.available_cpus() == 1
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert validation.available_cpus() == max(1, len(os.sched_getaffinity(0)))

@@ -96,15 +96,61 @@ def check_platform() -> None:
         raise RuntimeError(msg)
 
 
-def available_cpus() -> int:
-    """CPUs this process may run on (affinity-aware where the OS tells).
+CGROUP_ROOT = "/sys/fs/cgroup"
+"""Where the kernel shows this process's control groups (a container's own)."""
+
+
+def cgroup_cpu_limit(root: str | None = None) -> int | None:
+    """The CPUs a control group's CPU quota allows (a container's ``--cpus``).
+
+    Reads cgroup v2's ``cpu.max`` (``"max 100000"`` or ``"150000 100000"``), else
+    cgroup v1's ``cpu/cpu.cfs_quota_us`` and ``cpu/cpu.cfs_period_us`` (quota -1:
+    none). A fractional quota counts its whole CPUs, at least 1.
+
+    Args:
+        root: The control-group mount point (default: :data:`CGROUP_ROOT`).
 
     Returns:
-        ``len(os.sched_getaffinity(0))`` where available, else ``os.cpu_count()``.
+        The number of CPUs, or ``None`` without a quota (or anything readable).
+    """
+    root = CGROUP_ROOT if root is None else root
+    try:
+        with open(os.path.join(root, "cpu.max")) as handle:
+            quota, period = handle.read().split()[:2]
+        if quota == "max":
+            return None
+        return max(1, int(quota) // int(period))
+    except (OSError, ValueError):
+        pass
+    for folder in ("cpu", "cpu,cpuacct"):
+        base = os.path.join(root, folder)
+        try:
+            with open(os.path.join(base, "cpu.cfs_quota_us")) as handle:
+                quota_us = int(handle.read())
+            with open(os.path.join(base, "cpu.cfs_period_us")) as handle:
+                period_us = int(handle.read())
+        except (OSError, ValueError):
+            continue
+        if quota_us <= 0 or period_us <= 0:
+            return None
+        return max(1, quota_us // period_us)
+    return None
+
+
+def available_cpus() -> int:
+    """CPUs this process may use: its affinity mask and its CPU quota, the smaller.
+
+    Returns:
+        ``len(os.sched_getaffinity(0))`` where available, else ``os.cpu_count()``,
+        capped by the control group's CPU quota (:func:`cgroup_cpu_limit`: a
+        container started with ``--cpus=2`` on a 64-core host has 2).
     """
     if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return os.cpu_count() or 1
+        cpus = max(1, len(os.sched_getaffinity(0)))
+    else:
+        cpus = os.cpu_count() or 1
+    limit = cgroup_cpu_limit()
+    return cpus if limit is None else min(cpus, limit)
 
 
 def check_env_fns(env_fns: object) -> None:
