@@ -20,6 +20,7 @@ from vecpool._version import __version__
 from vecpool.errors import (
     ConcurrentUseError,
     VecPoolError,
+    VecPoolPerformanceWarning,
     VecPoolWarning,
     WorkerCrashedError,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "Transitions",
     "TuneResult",
     "VecPoolError",
+    "VecPoolPerformanceWarning",
     "VecPoolWarning",
     "VectorEntryPoint",
     "WorkerCrashedError",

@@ -19,6 +19,7 @@ __all__ = [
     "ReferenceFailedError",
     "RemoteTraceback",
     "VecPoolError",
+    "VecPoolPerformanceWarning",
     "VecPoolWarning",
     "VectorEnvCheckError",
     "WorkerCrashedError",
@@ -31,6 +32,15 @@ class VecPoolError(Exception):
 
 class VecPoolWarning(UserWarning):
     """Warning for user-fixable misuse of vecpool."""
+
+
+class VecPoolPerformanceWarning(VecPoolWarning):
+    """A setting the user can change to go faster, said once per process.
+
+    E.g. the parent's thread pools (BLAS, torch) plus the workers exceed the CPUs:
+    ``policy_threads="auto"`` fits them (vecpool/_util/threads.py). Filter it with
+    ``warnings.filterwarnings("ignore", category=vecpool.VecPoolPerformanceWarning)``.
+    """
 
 
 class ClosedEnvironmentError(VecPoolError, gymnasium.error.ClosedEnvironmentError):

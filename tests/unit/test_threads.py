@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import multiprocessing
 import os
 import sys
@@ -53,29 +52,35 @@ def test_advice_names_the_pools_the_cpus_and_the_fix():
     assert "14 thread(s)" in message  # 16 CPUs - 2 workers
 
 
-def test_the_advice_is_logged_once_per_process(monkeypatch, caplog):
+def test_the_advice_is_a_performance_warning_once_per_process(monkeypatch):
     monkeypatch.setattr(threads, "_warned", False)
     monkeypatch.setattr(
         threads, "parent_pools", lambda: ThreadPools((("openblas", 4),))
     )
-    with caplog.at_level(logging.WARNING, logger="vecpool"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         threads.warn_once(2, 2)
         threads.warn_once(2, 2)
-    records = [r for r in caplog.records if r.name == "vecpool"]
-    assert len(records) == 1
-    assert "policy_threads='auto'" in records[0].getMessage()
+    advice = [w for w in caught if w.category is vecpool.VecPoolPerformanceWarning]
+    assert len(advice) == 1
+    assert "policy_threads='auto'" in str(advice[0].message)
+    assert issubclass(vecpool.VecPoolPerformanceWarning, vecpool.VecPoolWarning)
 
 
-def test_the_constructor_advises_without_a_python_warning(monkeypatch, caplog):
-    # vecpool's suite runs with warnings as errors: a warning would fail this test
+@pytest.mark.parametrize("custom_worker", [False, True])
+def test_the_constructor_gives_the_advice_at_the_users_line(monkeypatch, custom_worker):
+    # the vecpool logger has a NullHandler: a log record would never print
+    from gymnasium.vector.async_vector_env import _async_worker
+
     monkeypatch.setattr(threads, "_warned", False)
     monkeypatch.setattr(
         threads, "parent_pools", lambda: ThreadPools((("openblas", 64),))
     )
-    with caplog.at_level(logging.WARNING, logger="vecpool"):
-        env = vecpool.AsyncVectorEnv(_fns(), num_workers=2)
-        env.close()
-    assert any("policy_threads='auto'" in r.getMessage() for r in caplog.records)
+    kwargs = {"worker": _async_worker} if custom_worker else {"num_workers": 2}
+    with pytest.warns(vecpool.VecPoolPerformanceWarning, match="policy_threads") as got:
+        env = vecpool.AsyncVectorEnv(_fns(), **kwargs)
+    env.close()
+    assert got[0].filename == __file__  # the line that built the vector env
 
 
 def test_policy_threads_limits_the_pools_while_open_and_restores_them():
@@ -168,6 +173,8 @@ def test_the_default_constructor_never_lets_threadpoolctl_warn(monkeypatch):
     before = set(multiprocessing.active_children())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        # vecpool's own advice is a warning the user filters (as this suite does)
+        warnings.filterwarnings("ignore", category=vecpool.VecPoolPerformanceWarning)
         env = vecpool.AsyncVectorEnv(_fns(), num_workers=2)
         env.close()
     assert set(multiprocessing.active_children()) == before

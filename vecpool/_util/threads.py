@@ -10,11 +10,11 @@ is slower than DummyVecEnv".
 **The trigger** (:func:`oversubscription`): the vector env has worker processes,
 some pool of the parent has more than one thread, and that pool's threads plus
 the workers exceed the CPUs this process may run on. vecpool then says so once per
-process, from the constructor, as a ``logging`` record of the ``vecpool`` logger
-at WARNING level (shown on stderr when the program configures no logging). Not a
-Python warning: this is advice about the machine, not about the program, and test
-suites that turn warnings into errors (vecpool's) or count them (Gymnasium's)
-must not fail because of the CPUs they run on.
+process, from the constructor, as a :class:`~vecpool.errors.VecPoolPerformanceWarning`
+pointing at the line that built the vector env. (It was a record of the ``vecpool``
+logger, which never printed: the package gives that logger a ``NullHandler``.) The
+advice depends on the machine, so vecpool's suite ignores the category where it does
+not test it (pyproject.toml), and the peer run never gives it.
 
 **The fix** (:class:`PolicyThreads`): ``AsyncVectorEnv(..., policy_threads="auto")``
 limits every pool of the parent to ``max(1, CPUs - workers)`` threads while the
@@ -24,7 +24,6 @@ vector env is open (an int sets the number), through threadpoolctl and
 
 from __future__ import annotations
 
-import logging
 import sys
 import threading
 import warnings
@@ -32,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import threadpoolctl
+
+from vecpool.errors import VecPoolPerformanceWarning
 
 __all__ = [
     "PolicyThreads",
@@ -43,7 +44,6 @@ __all__ = [
     "warn_once",
 ]
 
-LOGGER = logging.getLogger("vecpool")
 _warned = False
 
 
@@ -111,14 +111,20 @@ def oversubscription(num_workers: int, pools: ThreadPools, cpus: int) -> str | N
 
 
 def warn_once(num_workers: int, cpus: int) -> None:
-    """Log :func:`oversubscription`'s advice, the first time it applies."""
+    """Give :func:`oversubscription`'s advice, the first time it applies.
+
+    A :class:`~vecpool.errors.VecPoolPerformanceWarning`, so it reaches the user
+    (the ``vecpool`` logger has a ``NullHandler``: a log record would not print),
+    once per process.
+    """
     global _warned  # once per process
     if _warned:
         return
     message = oversubscription(num_workers, parent_pools(), cpus)
     if message is not None:
         _warned = True
-        LOGGER.warning(message)
+        # from warn_once, fit_policy_threads, the constructor: the user's line
+        warnings.warn(message, VecPoolPerformanceWarning, stacklevel=4)
 
 
 def fit_policy_threads(
