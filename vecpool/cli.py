@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from collections.abc import Callable
 
 from vecpool._util.arguments import Handler, Subparsers
@@ -16,6 +17,7 @@ from vecpool._version import __version__
 from vecpool.bench.command import BENCH_MODES, add_bench_parser
 from vecpool.bench.demo import add_demo_parser
 from vecpool.check.command import add_check_parser
+from vecpool.errors import VecPoolPerformanceWarning
 from vecpool.sampling.command import add_collect_parser
 
 __all__ = ["build_parser", "main"]
@@ -67,4 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["bench", f"--{argv[1]}", *argv[2:]]
     args = build_parser().parse_args(argv)
     handler: Handler = args.handler
-    return handler(args)
+    with warnings.catch_warnings():
+        if argv and argv[0] != "collect":
+            # bench, demo and check measure or check settings themselves: the
+            # advice on the parent's threads is for training loops (and `collect
+            # --policy`, which decides itself)
+            warnings.filterwarnings("ignore", category=VecPoolPerformanceWarning)
+        return handler(args)

@@ -711,3 +711,30 @@ def test_the_default_pool_holds_every_overlapped_step(tmp_path):
     assert "384 env steps" in out
     # nothing dropped (NEXT_STEP: the reset steps are not transitions)
     assert re.search(r"transitions: ([\d,]+) recorded, \1 kept / 384 capacity", out)
+
+
+@pytest.mark.parametrize("with_policy", [False, True])
+def test_the_cpu_sharing_advice_only_with_a_policy(monkeypatch, with_policy):
+    import warnings
+
+    from vecpool._util import threads
+
+    monkeypatch.setattr(threads, "_warned", False)
+    monkeypatch.setattr(
+        threads, "parent_pools", lambda: threads.ThreadPools((("openblas", 64),))
+    )
+    policy = (lambda obs: np.zeros(len(obs), np.int64)) if with_policy else None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        collect(
+            "CartPole-v1",
+            num_envs=2,
+            steps=20,
+            pool_size=None,
+            num_workers=2,
+            policy=policy,
+            out=None,
+        )
+    advice = [w for w in caught if w.category is vecpool.VecPoolPerformanceWarning]
+    # random actions: no policy competes with the workers for the cores
+    assert len(advice) == (1 if with_policy else 0)

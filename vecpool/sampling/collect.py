@@ -34,7 +34,11 @@ from gymnasium.vector import AutoresetMode
 from vecpool._util.loading import load_callable
 from vecpool._util.progress import Progress
 from vecpool._util.validation import check_int, require_matplotlib
-from vecpool.errors import CollectArgumentError, CollectSaveError
+from vecpool.errors import (
+    CollectArgumentError,
+    CollectSaveError,
+    VecPoolPerformanceWarning,
+)
 from vecpool.replay.boundaries import AutoresetTracker, restarted_rows
 from vecpool.replay.minari import to_minari
 from vecpool.replay.pool import ReplayPool
@@ -808,7 +812,9 @@ def collect(
         stream = progress
     say = log if log is not None else logger.info
 
-    with _StopOnSigint() as stop:  # before the workers start: no unguarded window
+    with _StopOnSigint() as stop, warnings.catch_warnings():  # no unguarded window
+        if policy_fn is None:  # random actions: no policy to compete with the workers
+            warnings.filterwarnings("ignore", category=VecPoolPerformanceWarning)
         envs, num_workers = _start(
             env_id,
             num_envs,
