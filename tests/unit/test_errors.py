@@ -24,6 +24,7 @@ INSTANCES: dict[str, Any] = {
         'Traceback (most recent call last):\n  File "x.py", line 1, in explode\n'
     ),
     "VecPoolWarning": errors.VecPoolWarning("misuse"),
+    "VecPoolPerformanceWarning": errors.VecPoolPerformanceWarning("advice"),
     "OutOfStepError": errors.OutOfStepError("worker 0 is out of step"),
     "ForcedInterrupt": errors.ForcedInterrupt(),
     "CollectArgumentError": errors.CollectArgumentError("--steps must be > 0"),
