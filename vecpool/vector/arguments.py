@@ -57,6 +57,19 @@ class Arguments:
     max_restarts: int | None
     policy_threads: int | str | None
 
+    def set_options(self, env: Any) -> None:
+        """Set vecpool's keyword-only options, as checked, on the vector env."""
+        for name in (
+            "num_workers",
+            "parent_envs",
+            "wait_strategy",
+            "batch_size",
+            "on_worker_crash",
+            "max_restarts",
+            "policy_threads",
+        ):
+            setattr(env, name, getattr(self, name))
+
 
 def check_arguments(
     env_fns: object,

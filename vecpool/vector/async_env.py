@@ -119,6 +119,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     batch_size: int | None
     on_worker_crash: str
     max_restarts: int | None
+    policy_threads: int | str | None
     num_envs: int
     metadata: dict[str, Any]
     render_mode: str | None
@@ -223,8 +224,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 between steps leaves the workers their CPUs: ``"auto"`` (CPUs
                 minus workers, at least 1) or a number; restored on :meth:`close`.
                 ``None`` (default): unchanged, and if those pools and the workers
-                exceed the CPUs, the ``vecpool`` logger says so once per process
-                (vecpool/_util/threads.py; docs/performance.md).
+                exceed the CPUs, a :class:`vecpool.VecPoolPerformanceWarning` says
+                so once per process (vecpool/_util/threads.py;
+                docs/performance.md).
 
         Raises:
             ValueError: On an invalid argument (named in the message), or a custom
@@ -258,13 +260,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         )
         self.max_concurrency = checked.max_concurrency
         self.num_envs = checked.num_envs
-        self.num_workers = checked.num_workers
-        self.parent_envs = checked.parent_envs
-        self.wait_strategy = checked.wait_strategy
-        self.batch_size = checked.batch_size
-        self.max_restarts = checked.max_restarts
-        self.on_worker_crash = checked.on_worker_crash
-        self.policy_threads = checked.policy_threads
+        checked.set_options(self)
         self._policy_limits: PolicyThreads | None = None
 
         self._state = AsyncState.DEFAULT

@@ -114,13 +114,7 @@ class GymnasiumWorkerEnv(gymnasium.vector.AsyncVectorEnv[Any, Any]):
             max_restarts=max_restarts,
             policy_threads=policy_threads,
         )
-        self.num_workers = checked.num_workers
-        self.parent_envs = checked.parent_envs
-        self.wait_strategy = checked.wait_strategy
-        self.batch_size = checked.batch_size
-        self.on_worker_crash = checked.on_worker_crash
-        self.max_restarts = checked.max_restarts
-        self.policy_threads = checked.policy_threads
+        checked.set_options(self)
         self._policy_limits: PolicyThreads | None = None
         self._owner_pid = os.getpid()  # a forked child must not close our workers
         # replies each pipe still owes to calls that gave up (a timeout): read and
