@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
-import os
-import signal
 import time
 import warnings
 from collections.abc import Iterator
@@ -23,7 +21,7 @@ import pytest
 import vecpool
 from vecpool._engine import startup
 from vecpool._wire import permits as permits_module
-from vecpool.testing import IncarnationEnv, SlowEnv
+from vecpool.testing import IncarnationEnv, SlowEnv, kill_worker
 
 KINDS = [
     pytest.param(
@@ -133,10 +131,7 @@ def test_a_permit_held_by_a_killed_worker_comes_back(then, permit_kind, make_asy
     env.step_async(actions)
     with pytest.raises(multiprocessing.TimeoutError):
         env.step_wait(timeout=0.3)
-    process = env.processes[1]
-    assert process.pid is not None
-    os.kill(process.pid, signal.SIGKILL)
-    process.join(10.0)
+    kill_worker(env, 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
         if then == "step":  # worker 0 gets the permit back: nothing waits for ever

@@ -17,8 +17,6 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import os
-import signal
-import threading
 import time
 import warnings
 from pathlib import Path
@@ -36,6 +34,8 @@ from vecpool.testing import (
     DeliberateError,
     IncarnationEnv,
     SlowEnv,
+    kill_worker,
+    kill_worker_later,
 )
 
 MODES = ["NextStep", "SameStep", "Disabled"]
@@ -46,24 +46,10 @@ def _fns(n: int, cls: Any = IncarnationEnv, **kwargs: Any) -> list[Any]:
     return [functools.partial(cls, index=i, **kwargs) for i in range(n)]
 
 
-def _kill(env: vecpool.AsyncVectorEnv, worker: int) -> None:
-    process = env.processes[worker]
-    assert process.pid is not None
-    os.kill(process.pid, signal.SIGKILL)
-    process.join(10.0)  # dead before the next command: a deterministic test
-
-
 def _step(env: vecpool.AsyncVectorEnv, actions: Any) -> tuple[Any, ...]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
         return env.step(actions)
-
-
-def _kill_later(env: vecpool.AsyncVectorEnv, worker: int, delay: float) -> Any:
-    pid = env.processes[worker].pid
-    timer = threading.Timer(delay, os.kill, (pid, signal.SIGKILL))
-    timer.start()
-    return timer
 
 
 # -- the rows that mark the cut -----------------------------------------------------
@@ -87,7 +73,7 @@ def test_a_killed_worker_gives_marked_rows_and_leaves_the_others_alone(
         ref.step(actions)
     last = obs
     old_pid = int(last[2, PID])
-    _kill(env, 1)
+    kill_worker(env, 1)
     with pytest.warns(vecpool.VecPoolWarning) as record:
         obs, rewards, terminated, truncated, infos = env.step(actions)
     expected = ref.step(actions)
@@ -142,7 +128,7 @@ def test_restart_under_every_start_method(make_async, start_method, shared_memor
         on_worker_crash="restart",
     )
     obs, _ = env.reset(seed=0)
-    _kill(env, 0)
+    kill_worker(env, 0)
     obs2, _, _, truncated, _infos = _step(env, np.zeros(4, np.int64))
     np.testing.assert_array_equal(truncated[:2], [True, True])
     np.testing.assert_array_equal(obs2[:2], obs[:2])
@@ -155,7 +141,7 @@ def test_a_replaced_env_starts_from_the_derived_seed(make_async):
     env = make_async(fns, num_workers=2, on_worker_crash="restart")
     env.reset(seed=10)
     env.step(np.zeros(4, np.int64))
-    _kill(env, 0)
+    kill_worker(env, 0)
     _step(env, np.zeros(4, np.int64))  # the cut
     obs, *_ = env.step(np.zeros(4, np.int64))  # NEXT_STEP: the new first obs
     for i in (0, 1):
@@ -167,7 +153,7 @@ def test_a_replaced_env_starts_from_the_derived_seed(make_async):
 def test_an_unseeded_env_restarts_unseeded(make_async):
     env = make_async(_fns(2), num_workers=2, on_worker_crash="restart")
     env.reset()
-    _kill(env, 1)
+    kill_worker(env, 1)
     _step(env, np.zeros(2, np.int64))
     obs, *_ = env.step(np.zeros(2, np.int64))
     assert obs[1, 2] == 0  # reset, and no seed was derived from None
@@ -194,7 +180,7 @@ def _replay(make_async, tmp_path: Path, name: str, mode: str) -> list[Any]:
         rows.append((obs[:, [0, 2]], sorted(infos)))
         for step in range(40):
             if step == 20:  # and a kill at a fixed point
-                _kill(env, 2)
+                kill_worker(env, 2)
             obs, rewards, terminated, truncated, infos = env.step(rng.integers(0, 2, 6))
             cut = infos.get("worker_restarted", np.zeros(6, np.bool_))
             rows.append(
@@ -235,7 +221,7 @@ def test_a_crash_in_a_reset_resets_the_replacement_with_the_call_seeds(make_asyn
     env = make_async(_fns(4), num_workers=2, on_worker_crash="restart")
     ref = make_async(_fns(4), num_workers=2)
     env.reset(seed=1)
-    _kill(env, 0)
+    kill_worker(env, 0)
     with pytest.warns(vecpool.VecPoolWarning, match="while running `reset`"):
         obs, infos = env.reset(seed=7)
     expected, _ = ref.reset(seed=7)
@@ -259,7 +245,7 @@ def test_a_kill_during_reset_reruns_it_with_the_call_seeds(make_async):
     env.reset(seed=1)
     for _ in range(3):
         env.step(np.zeros((4, 1), np.float32))
-    timer = _kill_later(env, 1, 0.2)
+    timer = kill_worker_later(env, 1, 0.2)
     with pytest.warns(vecpool.VecPoolWarning, match="while running `reset`"):
         obs, infos = env.reset(seed=[5, 6, 7, 8])
     timer.join()
@@ -281,7 +267,7 @@ def test_a_kill_during_a_masked_reset_cuts_the_unmasked_env_at_its_next_step(
     env.reset(seed=1)
     last, *_ = env.step(np.zeros((4, 1), np.float32))
     mask = np.array([False, False, True, False])
-    timer = _kill_later(env, 1, 0.2)
+    timer = kill_worker_later(env, 1, 0.2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
         obs, infos = env.reset(seed=9, options={"reset_mask": mask})
@@ -324,7 +310,7 @@ def test_a_call_during_a_crash_raises_and_the_env_stays_usable(make_async, metho
     env.reset(seed=0)
     env.call_async("sleep", 2.0)  # a busy worker, then killed
     time.sleep(0.3)
-    _kill(env, 1)
+    kill_worker(env, 1)
     with (
         pytest.warns(vecpool.VecPoolWarning),
         pytest.raises(vecpool.WorkerCrashedError, match="result of `call` is lost"),
@@ -344,7 +330,7 @@ def test_a_call_during_a_crash_raises_and_the_env_stays_usable(make_async, metho
 def test_a_worker_found_dead_at_a_call_raises_after_the_restart(make_async):
     env = make_async(_fns(4), num_workers=2, on_worker_crash="restart")
     env.reset(seed=0)
-    _kill(env, 0)
+    kill_worker(env, 0)
     with (
         pytest.warns(vecpool.VecPoolWarning),
         pytest.raises(vecpool.WorkerCrashedError, match="while running `call`"),
@@ -378,7 +364,7 @@ def test_a_kill_during_a_state_call_raises_and_the_env_stays_usable(make_async, 
         "set_states": functools.partial(env.set_states, states),
         "step_from": functools.partial(env.step_from, states, np.ones(4, np.int64)),
     }[method]
-    timer = _kill_later(env, 0, 0.2)  # during the first env's state call
+    timer = kill_worker_later(env, 0, 0.2)  # during the first env's state call
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always", vecpool.VecPoolWarning)
         with pytest.raises(vecpool.WorkerCrashedError, match=f"result of `{method}`"):
@@ -411,8 +397,8 @@ def test_send_recv_batches_survive_a_crash(make_async):
         batch = env.recv()
         for row, index in enumerate(batch[4]["env_id"].tolist()):
             rows[index] = (batch[3][row], batch[4].get("worker_restarted"))
-    _kill(env, 1)  # hosts envs 2, 3
-    _kill(env, 2)  # hosts envs 4, 5: found dead at the send below
+    kill_worker(env, 1)  # hosts envs 2, 3
+    kill_worker(env, 2)  # hosts envs 4, 5: found dead at the send below
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
         env.send(np.zeros(6, np.int64), np.arange(6))
@@ -452,7 +438,7 @@ def test_in_flight_batches_are_resent_to_the_replacement(make_async, timed_out):
         env.send(np.zeros((2, 1), np.float32), [2, 3])
         env.send(np.zeros((2, 1), np.float32), [0, 1])
         time.sleep(0.1)
-    _kill(env, 1)  # envs 2 and 3 in flight
+    kill_worker(env, 1)  # envs 2 and 3 in flight
     got = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
@@ -481,7 +467,7 @@ def test_a_worker_found_dead_at_send_still_answers_its_in_flight_batch(make_asyn
     env.reset(seed=0)
     env.send(np.zeros((1, 1), np.float32), [2])  # in flight on worker 1 (0.3 s)
     time.sleep(0.05)
-    _kill(env, 1)
+    kill_worker(env, 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
         env.send(np.zeros((1, 1), np.float32), [3])  # finds worker 1 dead
@@ -515,7 +501,7 @@ def _ready_not_returned(make_async, shared_memory):
     *_, infos = env.recv(timeout=10)  # a hang guard
     assert infos["env_id"].tolist() == [0, 2]
     assert env.pending_env_ids == [3]
-    _kill(env, 1)  # hosts envs 2, 3
+    kill_worker(env, 1)  # hosts envs 2, 3
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
         env.send(np.zeros(1, np.int64), [2])  # restarts worker 1
@@ -558,7 +544,7 @@ def test_an_answered_env_keeps_its_info_when_its_worker_is_replaced(make_async):
     time.sleep(0.5)  # both answered
     first = int(env.recv(timeout=10)[4]["env_id"][0])
     other = 1 - first
-    _kill(env, 0)
+    kill_worker(env, 0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
         env.send(np.zeros(1, np.int64), np.array([first]))  # replaced here
@@ -575,9 +561,9 @@ def test_an_answered_env_keeps_its_info_when_its_worker_is_replaced(make_async):
 def test_past_max_restarts_a_crash_raises_as_before(make_async):
     env = make_async(_fns(4), num_workers=2, on_worker_crash="restart", max_restarts=1)
     env.reset(seed=0)
-    _kill(env, 1)
+    kill_worker(env, 1)
     _step(env, np.zeros(4, np.int64))
-    _kill(env, 1)
+    kill_worker(env, 1)
     with pytest.raises(vecpool.WorkerCrashedError, match=r"Worker 1 .* died"):
         env.step(np.zeros(4, np.int64))
     with pytest.raises(vecpool.WorkerCrashedError, match="unusable"):
@@ -591,14 +577,14 @@ def test_max_restarts_none_is_unlimited_and_zero_never_restarts(make_async):
     )
     env.reset(seed=0)
     for _ in range(5):
-        _kill(env, 0)
+        kill_worker(env, 0)
         _step(env, np.zeros(2, np.int64))
     assert env.restarts == (5, 0)
     never = make_async(
         _fns(2), num_workers=2, on_worker_crash="restart", max_restarts=0
     )
     never.reset(seed=0)
-    _kill(never, 0)
+    kill_worker(never, 0)
     with pytest.raises(vecpool.WorkerCrashedError):
         never.step(np.zeros(2, np.int64))
 
@@ -623,7 +609,7 @@ def test_raise_stays_the_default(make_async):
     env = make_async(_fns(2), num_workers=2)
     assert env.on_worker_crash == "raise"
     env.reset(seed=0)
-    _kill(env, 0)
+    kill_worker(env, 0)
     with pytest.raises(vecpool.WorkerCrashedError, match="call `close\\(\\)`"):
         env.step(np.zeros(2, np.int64))
     assert env.restarts == (0, 0)
@@ -639,7 +625,7 @@ def test_a_replacement_whose_constructor_raises_raises_that_error(make_async, tm
     )
     env.reset(seed=0)
     marker.touch()
-    _kill(env, 1)
+    kill_worker(env, 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # Gymnasium's log lines of the env error
         with pytest.raises(DeliberateError, match="refuses to be built again"):
@@ -683,7 +669,7 @@ def test_a_replacement_that_cannot_reset_raises_until_reset(make_async, tmp_path
     )
     env.reset(seed=0)
     env.step(np.zeros(2, np.int64))
-    _kill(env, 1)
+    kill_worker(env, 1)
     for _ in range(4):  # the crash step, and every step after it
         with pytest.raises(DeliberateError, match="cannot reset"):
             env.step(np.zeros(2, np.int64))
@@ -708,7 +694,7 @@ def test_gymnasium_wrappers_survive_restarts(make_async):
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
         for step in range(30):
             if step in (3, 11, 17):
-                _kill(inner, {3: 0, 11: 1, 17: 0}[step])
+                kill_worker(inner, {3: 0, 11: 1, 17: 0}[step])
             obs, _, _, truncated, infos = env.step(np.ones(4, np.int64))
             assert obs.shape == (4, 3)
             assert np.isfinite(obs).all()
@@ -738,7 +724,7 @@ def test_evaluate_never_counts_a_cut_episode(make_async):
 
     def policy(obs):
         if not killed["done"] and obs[0, 2] == 5:  # 5 steps into the episodes
-            _kill(inner, 1)
+            kill_worker(inner, 1)
             killed["done"] = True
         return np.zeros(len(obs), np.int64)
 

@@ -13,7 +13,6 @@ import gc
 import json
 import multiprocessing
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -31,6 +30,8 @@ import vecpool
 from vecpool.testing import (
     IncarnationEnv,
     SlowEnv,
+    kill_worker,
+    kill_worker_later,
 )
 
 PID = 1  # IncarnationEnv's observation: [env index, pid, step in episode]
@@ -82,27 +83,13 @@ def _fns(n: int, cls: Any = IncarnationEnv, **kwargs: Any) -> list[Any]:
     return [functools.partial(cls, index=i, **kwargs) for i in range(n)]
 
 
-def _kill(env: vecpool.AsyncVectorEnv, worker: int) -> None:
-    process = env.processes[worker]
-    assert process.pid is not None
-    os.kill(process.pid, signal.SIGKILL)
-    process.join(10.0)
-
-
-def _kill_later(env: vecpool.AsyncVectorEnv, worker: int, delay: float) -> Any:
-    pid = env.processes[worker].pid
-    timer = threading.Timer(delay, os.kill, (pid, signal.SIGKILL))
-    timer.start()
-    return timer
-
-
 def _step_times_out_while_worker_1_restarts(
     env: vecpool.AsyncVectorEnv, timeout: float
 ) -> None:
     """Kill worker 1 in a step whose ``step_wait(timeout)`` then gives up."""
     env.step_async(np.zeros(4, np.int64))
     time.sleep(0.05)
-    _kill(env, 1)
+    kill_worker(env, 1)
     with pytest.raises(multiprocessing.TimeoutError):
         env.step_wait(timeout=timeout)
 
@@ -118,7 +105,7 @@ def _slow_rebuild_env(make_async, tmp_path, slow):
     Path(marker).touch()  # replacements now take `slow` s per env to build
     env.step_async(np.zeros(4, np.int64))
     time.sleep(0.05)
-    _kill(env, 1)
+    kill_worker(env, 1)
     return env
 
 
@@ -221,7 +208,7 @@ def test_recv_after_a_timed_out_start_collects_the_owed_batches(make_async, tmp_
     Path(marker).touch()
     env.send(np.zeros(4, np.int64))
     time.sleep(0.05)
-    _kill(env, 1)
+    kill_worker(env, 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
         with pytest.raises(multiprocessing.TimeoutError):
@@ -329,7 +316,7 @@ def test_a_kill_after_a_step_timeout_cuts_from_the_last_returned_obs(make_async)
     env.step_async(np.zeros(4, np.int64))
     with pytest.raises(multiprocessing.TimeoutError):
         env.step_wait(timeout=0.2)
-    _kill(env, 1)  # the abandoned step never answers
+    kill_worker(env, 1)  # the abandoned step never answers
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always", vecpool.VecPoolWarning)
         env.step_async(np.ones(4, np.int64))
@@ -348,7 +335,7 @@ def _timed_out_restart(make_async, mode):
     env = _make(make_async, mode, fast=0.1)
     last, _ = env.reset(seed=0)
     env.step_async(np.zeros(4, np.int64))
-    _kill(env, 1)  # in its 0.1 s step
+    kill_worker(env, 1)  # in its 0.1 s step
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
         _give_up(lambda: env.step_wait(timeout=0.3))  # worker 0 is slow
@@ -404,7 +391,7 @@ failed before its fix."""
 def test_a_restart_at_send_then_a_timeout_still_marks_the_cut(make_async, actions):
     env = _make(make_async)
     last, _ = env.reset(seed=0)
-    _kill(env, 1)  # found dead when the next command goes out
+    kill_worker(env, 1)  # found dead when the next command goes out
     env.step_async(np.zeros(4, np.int64) if actions == "ndarray" else [0, 0, 0, 0])
     _give_up(lambda: env.step_wait(timeout=0.3))
     time.sleep(1.5)
@@ -417,7 +404,7 @@ def test_a_restart_at_send_then_a_timeout_still_marks_the_cut(make_async, action
 def test_a_reset_restart_at_send_then_a_timeout_marks_the_next_reset(make_async):
     env = _make(make_async)
     env.reset(seed=0)
-    _kill(env, 1)
+    kill_worker(env, 1)
     env.reset_async(seed=1)
     _give_up(lambda: env.reset_wait(timeout=0.3))
     time.sleep(1.5)
@@ -431,7 +418,7 @@ def test_two_give_ups_in_a_row_still_mark_the_cut(make_async, mode):
     env = _make(make_async, mode)
     env.reset(seed=0)
     env.step_async(np.zeros(4, np.int64))
-    _kill(env, 1)
+    kill_worker(env, 1)
     _give_up(lambda: env.step_wait(timeout=0.3))
     env.step_async(np.zeros(4, np.int64))
     _give_up(lambda: env.step_wait(timeout=0.3))
@@ -446,7 +433,7 @@ def test_no_stale_cut_after_batches_stepped_the_new_incarnation(make_async):
     env = _make(make_async, batch_size=2)
     env.reset(seed=0)
     env.step_async(np.zeros(4, np.int64))
-    _kill(env, 1)
+    kill_worker(env, 1)
     _give_up(lambda: env.step_wait(timeout=0.3))
     time.sleep(1.5)
     for _ in range(3):
@@ -463,7 +450,7 @@ def test_same_step_masked_reset_after_a_give_up_keeps_the_unreset_row(make_async
     env = _make(make_async, AutoresetMode.SAME_STEP)
     last, _ = env.reset(seed=0)
     env.step_async(np.zeros(4, np.int64))
-    _kill(env, 1)
+    kill_worker(env, 1)
     _give_up(lambda: env.step_wait(timeout=0.3))
     time.sleep(1.5)
     mask = np.array([False, False, True, False])
@@ -485,11 +472,11 @@ def test_a_kill_during_close_returns_promptly_and_leaks_nothing(
         _fns(4, SlowCloseEnv), num_workers=2, on_worker_crash="restart"
     )
     env.reset(seed=0)
-    _kill(env, 0)
+    kill_worker(env, 0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         env.step(np.zeros(4, np.int64))  # restart 1
-    timer = _kill_later(env, 1, 0.2)  # while its envs close (0.5 s each)
+    timer = kill_worker_later(env, 1, 0.2)  # while its envs close (0.5 s each)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         env.close(timeout=3)
@@ -513,7 +500,7 @@ def test_close_with_a_pending_step_and_a_dead_worker_leaks_nothing(
     env.reset(seed=0)
     env.step_async(np.zeros(4, np.int64))
     time.sleep(0.05)
-    _kill(env, 1)
+    kill_worker(env, 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         env.close(timeout=2)
@@ -577,7 +564,7 @@ def test_a_replacement_that_always_dies_raises_promptly_and_leaks_nothing(
     try:
         env.reset(seed=0)
         Path(marker).touch()
-        _kill(env, 1)
+        kill_worker(env, 1)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", vecpool.VecPoolWarning)
             with pytest.raises(vecpool.WorkerCrashedError, match="exit code 7"):
@@ -600,13 +587,13 @@ def test_restarts_release_every_process_and_segment(leak_checker, ending):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
         for worker in (0, 1, 0) if ending == "close" else (0, 1, 1):
-            _kill(env, worker)
+            kill_worker(env, worker)
             env.step(np.zeros(4, np.int64))
         if ending == "close":
             env.close()
         else:
             env.step_async(np.zeros(4, np.int64))  # pending, and then a dead worker
-            _kill(env, 0)
+            kill_worker(env, 0)
             del env
             gc.collect()
     leak_checker.assert_no_leaks()

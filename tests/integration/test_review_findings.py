@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
-import os
-import signal
 import time
 
 import numpy as np
@@ -17,7 +15,7 @@ import pytest
 from gymnasium.vector.async_vector_env import _async_worker
 
 import vecpool
-from vecpool.testing import ActionEchoEnv, SlowEnv
+from vecpool.testing import ActionEchoEnv, SlowEnv, kill_worker
 
 
 @pytest.mark.timeout(20)
@@ -61,10 +59,7 @@ def test_a_result_lost_by_a_call_that_timed_out_is_not_raised_by_the_next_step()
         env.reset(seed=0)
         env.call_async("sleep", 4.0)  # both workers busy
         time.sleep(0.3)
-        process = env.processes[1]
-        assert process.pid is not None
-        os.kill(process.pid, signal.SIGKILL)  # restarted within the call's wait
-        process.join(10.0)
+        kill_worker(env, 1)  # restarted within the call's wait
         with pytest.raises(multiprocessing.TimeoutError):
             env.call_wait(timeout=2.0)  # worker 0 still sleeps: the call gives up
         _, _, _, truncated, infos = env.step(np.zeros((4, 1), np.float32))
@@ -96,10 +91,7 @@ def test_the_cut_of_a_restart_during_a_call_survives_a_step_that_gives_up():
         env.reset(seed=0)
         env.call_async("sleep", 1.0)
         time.sleep(0.3)
-        process = env.processes[1]
-        assert process.pid is not None
-        os.kill(process.pid, signal.SIGKILL)
-        process.join(10.0)
+        kill_worker(env, 1)
         with pytest.raises(vecpool.WorkerCrashedError, match="result of `call`"):
             env.call_wait()
         # worker 0 sleeps 2 s; worker 1 (the replacement) answers with its cut rows
@@ -134,10 +126,7 @@ def test_the_cut_of_an_env_left_out_of_a_reset_survives_a_step_that_gives_up():
     try:
         env.reset(seed=0)
         env.step(np.zeros((4, 1), np.float32))
-        process = env.processes[1]
-        assert process.pid is not None
-        os.kill(process.pid, signal.SIGKILL)
-        process.join(10.0)
+        kill_worker(env, 1)
         _, infos = env.reset(
             options={"reset_mask": np.array([True, True, True, False])}
         )

@@ -70,6 +70,8 @@ from vecpool.testing.faults import (
     RaisingEnv,
     UnpicklableInfoEnv,
     WorkerKiller,
+    kill_worker,
+    kill_worker_later,
 )
 
 if TYPE_CHECKING:  # imported on first use by __getattr__ below
@@ -116,6 +118,8 @@ __all__ = [
     "assert_same_partial_reset",
     "assert_same_rollout",
     "assert_vector_env_conforms",
+    "kill_worker",
+    "kill_worker_later",
     "make_env_fns",
 ]
 

@@ -27,7 +27,34 @@ __all__ = [
     "RaisingEnv",
     "UnpicklableInfoEnv",
     "WorkerKiller",
+    "kill_worker",
+    "kill_worker_later",
 ]
+
+
+def kill_worker(env: Any, worker: int) -> None:
+    """SIGKILL worker process ``worker`` of ``env`` and wait until it is dead.
+
+    Dead before the next command, so a test of what follows is deterministic.
+
+    Args:
+        env: A vecpool ``AsyncVectorEnv`` (its ``processes``).
+        worker: The worker's index.
+    """
+    process = env.processes[worker]
+    assert process.pid is not None
+    os.kill(process.pid, signal.SIGKILL)
+    process.join(10.0)
+
+
+def kill_worker_later(env: Any, worker: int, delay: float) -> threading.Timer:
+    """SIGKILL worker ``worker`` of ``env`` after ``delay`` seconds (a started timer).
+
+    For a kill in the middle of a call: join the timer after the call.
+    """
+    timer = threading.Timer(delay, os.kill, (env.processes[worker].pid, signal.SIGKILL))
+    timer.start()
+    return timer
 
 
 class RaisingEnv(CountingEnv):
