@@ -113,3 +113,52 @@ def test_the_parent_tells_its_workers_to_block_while_it_computes(make_async, con
         sync.close()
     finally:
         env.close()
+
+
+def _loadavg(path, runnable: int) -> None:
+    path.write_text(f"0.50 0.40 0.30 {runnable}/321 4567\n")
+
+
+def test_a_crowded_machine_has_nobody_spin_and_a_free_one_spin_again(tmp_path):
+    # more runnable processes than CPUs: spinners would take the time slices the
+    # working processes need, so the workers' hint and the parent's spin go to 0
+    path = tmp_path / "loadavg"
+    _loadavg(path, 2)
+    policy = SpinPolicy.from_strategy("auto", 1, 2)
+    assert policy.crowd is not None
+    policy.crowd.path = str(path)
+    block = SharedBlock(Layout.build(2, None, None).size, multiprocessing)
+    assert policy.share_hint(block, Layout.build(2, None, None))
+    commands = 4 * policy.crowd.EVERY
+    for _ in range(commands):
+        policy.before_send()
+    assert policy.hint.value == 1
+    assert policy.before_wait() > 0.0
+    _loadavg(path, 5)  # two CPUs, three busy loops besides the parent and worker
+    for _ in range(commands):
+        policy.before_send()
+    assert policy.hint.value == 0
+    assert policy.before_wait() == 0.0
+    _loadavg(path, 2)  # the load went away
+    for _ in range(commands * 4):
+        policy.before_send()
+    assert policy.hint.value == 1
+    assert policy.before_wait() > 0.0
+    policy.drop_hint()
+
+
+def test_an_unreadable_load_never_says_crowded(tmp_path):
+    from vecpool._engine.spinning import CrowdWatch
+
+    watch = CrowdWatch(2, path=str(tmp_path / "missing"))
+    assert not any(watch.crowded() for _ in range(4 * CrowdWatch.EVERY))
+    (tmp_path / "garbled").write_text("nonsense\n")
+    watch.path = str(tmp_path / "garbled")
+    assert not any(watch.crowded() for _ in range(4 * CrowdWatch.EVERY))
+    assert CrowdWatch(2).runnable() is None or CrowdWatch(2).runnable() >= 1
+
+
+def test_block_and_spin_strategies_never_watch_the_load():
+    assert SpinPolicy.from_strategy("block", 1, 2).crowd is None
+    assert SpinPolicy.from_strategy("spin", 1, 2).crowd is None
+    assert SpinPolicy.from_strategy("auto", 3, 2).crowd is None  # no spinning at all

@@ -21,6 +21,7 @@ __all__ = [
     "SPIN_BUDGET",
     "SPIN_MAX_WAIT",
     "WORKER_SPIN_MAX_GAP",
+    "CrowdWatch",
     "GapTracker",
     "SpinPolicy",
 ]
@@ -65,6 +66,7 @@ class SpinPolicy:
     wait_ema: float = 0.0
     hint: Any = None
     gaps: GapTracker | None = None
+    crowd: CrowdWatch | None = None
 
     def share_hint(self, block: SharedBlock, layout: Layout) -> bool:
         """Start writing the workers' hint into ``block``; whether they should read it.
@@ -96,7 +98,9 @@ class SpinPolicy:
         needs.
         """
         if self.gaps is not None:
-            self.hint.value = self.gaps.commanded(time.perf_counter())
+            quick = self.gaps.commanded(time.perf_counter())
+            crowd = self.crowd
+            self.hint.value = quick and (crowd is None or not crowd.crowded())
 
     @classmethod
     def from_strategy(
@@ -107,12 +111,19 @@ class SpinPolicy:
             wait_strategy == "auto" and num_workers <= cpus
         )
         budget = SPIN_BUDGET if spins else 0.0
-        return cls(budget, budget, True, wait_strategy == "auto")
+        adaptive = wait_strategy == "auto"
+        policy = cls(budget, budget, True, adaptive)
+        if adaptive and spins:
+            policy.crowd = CrowdWatch(cpus)
+        return policy
 
     def before_wait(self) -> float:
         """The spin budget for the next wait (and start timing it)."""
         if self.adaptive and self.worker_spin:
-            self.spin = 0.0 if self.wait_ema > SPIN_MAX_WAIT else SPIN_BUDGET
+            slow = self.wait_ema > SPIN_MAX_WAIT
+            crowd = self.crowd
+            crowded = crowd is not None and crowd.is_crowded
+            self.spin = 0.0 if slow or crowded else SPIN_BUDGET
             self._started = time.perf_counter()
         return self.spin
 
@@ -125,6 +136,11 @@ class SpinPolicy:
             if self.gaps is not None:
                 self.gaps.waited(waited)
             self._started = now  # a wait around this one (a restart's) adds the rest
+
+    def waited(self, seconds: float) -> None:
+        """The parent spent ``seconds`` on other than its own work (its envs' steps)."""
+        if self.gaps is not None:
+            self.gaps.waited(seconds)
 
     _started: float = 0.0
 
@@ -195,3 +211,58 @@ class GapTracker:
         self._last = now
         self._waited = 0.0
         return self.average < self.max_gap
+
+
+class CrowdWatch:
+    """Whether more processes want to run than there are CPUs (nobody spins then).
+
+    Spinning pays only while each spinner has a CPU to itself: on a machine that
+    other work keeps busy (a CI runner, other jobs, a second training run), a
+    spinner takes the time slices the processes doing the work need, and a step
+    can take 3-8x longer (docs/performance.md). Every :data:`EVERY` step commands
+    the parent reads how many processes are runnable right now (the fourth field
+    of ``/proc/loadavg``, which counts the spinners themselves, and this process),
+    and smooths it; while the average exceeds the CPUs by half a process, the
+    parent and the workers block instead of spinning, until it falls below the
+    CPUs plus a quarter. Where ``/proc/loadavg`` cannot be read, it never says crowded.
+
+    Args:
+        cpus: The CPUs this process may use.
+        path: The file to read (a test points it elsewhere).
+    """
+
+    EVERY = 64
+    """Step commands between two reads (a read costs a few microseconds)."""
+
+    __slots__ = ("average", "count", "cpus", "is_crowded", "path")
+
+    def __init__(self, cpus: int, path: str = "/proc/loadavg") -> None:
+        """Start uncrowded."""
+        self.cpus = cpus
+        self.path = path
+        self.count = 0
+        self.average = 0.0
+        self.is_crowded = False
+
+    def crowded(self) -> bool:
+        """Count one step command; every :data:`EVERY`, read and judge the load."""
+        self.count += 1
+        if self.count >= self.EVERY:
+            self.count = 0
+            runnable = self.runnable()
+            if runnable is not None:
+                self.average += 0.25 * (runnable - self.average)
+                if self.is_crowded:
+                    self.is_crowded = self.average > self.cpus + 0.25
+                else:
+                    self.is_crowded = self.average > self.cpus + 0.5
+        return self.is_crowded
+
+    def runnable(self) -> int | None:
+        """Processes runnable now (``None``: cannot tell)."""
+        try:
+            with open(self.path, "rb") as loadavg:
+                field = loadavg.read().split()[3]
+            return int(field.split(b"/")[0])
+        except (OSError, IndexError, ValueError):
+            return None
