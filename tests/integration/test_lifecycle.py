@@ -26,6 +26,7 @@ from gymnasium.vector import AutoresetMode
 
 import vecpool
 import vecpool.errors
+from vecpool._util.validation import available_cpus
 from vecpool.testing import (
     CountingEnv,
     DeliberateError,
@@ -127,9 +128,19 @@ def test_num_workers_groups_envs_into_contiguous_slices(
 )
 def test_default_num_workers(num_envs, max_concurrency, make_async):
     env = make_async(make_env_fns(num_envs), max_concurrency=max_concurrency)
-    expected = min(num_envs, os.cpu_count() or 1, max_concurrency or num_envs)
-    assert len(env.processes) == expected
-    assert len(set(env.call("get_pid"))) == expected
+    cpus = available_cpus()
+    if max_concurrency is None and min(cpus, num_envs) >= 2:
+        # parent_envs="auto": the parent and one worker per other CPU share them
+        runners = min(cpus, num_envs)
+        workers, share = runners - 1, num_envs // runners
+    else:
+        workers, share = min(num_envs, cpus, max_concurrency or num_envs), 0
+    assert (len(env.processes), env.parent_envs) == (workers, share)
+    pids = env.call("get_pid")
+    assert len(set(pids)) == workers + (1 if share else 0)
+    if share:  # the last envs step in this process
+        assert set(pids[-share:]) == {os.getpid()}
+        assert os.getpid() not in pids[:-share]
 
 
 @pytest.mark.parametrize("num_workers", [-1, 5, 1.5, "2", 2.0])  # 0: in-process

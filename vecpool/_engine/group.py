@@ -87,6 +87,7 @@ class WorkerGroup:
         """An empty group (see :meth:`add`)."""
         self.handles: list[WorkerHandle] = []
         self.local: list[WorkerHandle] = []  # handles whose envs step here
+        self.remote: list[WorkerHandle] = []  # the others: worker processes
         self.handle_of: dict[int, int] = {}
         self.spin = spin
         self.broken: WorkerCrashedError | None = None
@@ -106,15 +107,18 @@ class WorkerGroup:
     def put(self, handle: WorkerHandle) -> None:
         """Put a replacement's handle in the place of the worker it replaces."""
         handle.on_cut = self.note_give_up
+        old = self.handles[handle.index]
         self.handles[handle.index] = handle
+        for kind in (self.local, self.remote):
+            if old in kind:
+                kind[kind.index(old)] = handle
         self._poll_all_built = False
 
     def add(self, handle: WorkerHandle) -> None:
         """Add the handle of a started worker."""
         handle.on_cut = self.note_give_up
         self.handles.append(handle)
-        if handle.runs_here:
-            self.local.append(handle)
+        (self.local if handle.runs_here else self.remote).append(handle)
         for env_index in handle.env_indices:
             self.handle_of[env_index] = handle.index
         self._poll_all_built = False
@@ -225,6 +229,22 @@ class WorkerGroup:
         Raises:
             WorkerCrashedError: If a worker's pipe is broken.
         """
+        if per_env is None:
+            for handle in self.handles:
+                if handle.tail:
+                    break
+            else:  # the hot path: every handle writes the message as it is
+                for handle in self.handles:
+                    try:
+                        number = handle.write(message)
+                    except OSError:
+                        number = 0
+                    if not number:  # restart mode: a replacement gets it
+                        handle, number = self.send_to(
+                            handle, "step", functools.partial(_send_step, message, None)
+                        )
+                    handle.numbers.expect(number)
+                return
         for handle in self.handles:  # inside ``with HELD``, as every send
             actions = (
                 None
@@ -358,16 +378,28 @@ class WorkerGroup:
     ) -> None:
         """Step the parent's own envs: run the commands their handles queued.
 
-        With ``any_answer`` (``recv``), the replies the workers sent meanwhile are
-        read too, so the parent's envs, always done first, do not always win.
+        Their answers are read at once (no system call), and the workers' replies
+        that came meanwhile with one ``poll``: in the common case, a step whose
+        share took as long as the workers' steps, the wait loop is then skipped.
+        With ``any_answer`` (``recv``) the parent's answers are left for the loop,
+        which reads the workers' first, so the parent's envs, always done first, do
+        not always win.
         """
         with HELD:
+            started = time.perf_counter()
             for handle in self.local:
                 handle.run_queued()
-            if any_answer:
-                events = poller.poll(0)
-                if events:
-                    self._read_events(events, poller, watched, what)
+                while not any_answer and handle.channel.has_message():
+                    handle.receive()
+            # stepping envs is not the parent's own work between steps (a policy):
+            # it must not stop the workers spinning (vecpool/_engine/spinning.py)
+            self.spin.waited(time.perf_counter() - started)
+            for handle in self.remote:
+                if any_answer or handle.numbers.expected:
+                    events = poller.poll(0)
+                    if events:
+                        self._read_events(events, poller, watched, what)
+                    break
 
     def _finish_starts(self, what: str) -> None:
         """Finish the restarts whose replacement's start-up reply has come now.

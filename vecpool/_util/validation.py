@@ -396,7 +396,9 @@ def resolve_num_workers(
     if num_workers is None:
         if not hosted:
             return 0
-        return max(1, min(hosted, available_cpus(), max_concurrency or hosted))
+        # the parent steps its share on a CPU of its own: one worker per other CPU
+        cpus = available_cpus() - (1 if parent_envs else 0)
+        return max(1, min(hosted, cpus, max_concurrency or hosted))
     if parent_envs and num_workers == 0:
         return 0  # every env in this process
     if parent_envs:
@@ -424,23 +426,44 @@ def resolve_parent_envs(
     num_envs: int,
     worker: Callable[..., None] | None,
     on_worker_crash: object,
+    *,
+    batch_size: object = None,
+    max_concurrency: object = None,
 ) -> int:
     """How many envs the parent steps itself (``parent_envs``; see the class docs).
 
     ``num_workers=0`` puts every env in the parent (``parent_envs`` is then
     ``num_envs``); a share of them needs vecpool's own workers for the rest, and
     keeps them out of worker isolation, so a custom ``worker`` and
-    ``on_worker_crash="restart"`` refuse one.
+    ``on_worker_crash="restart"`` refuse one. ``"auto"`` is :func:`auto_share`
+    when nothing asks for isolation or a fixed placement, else 0: with
+    ``num_workers`` given, a custom ``worker``, ``on_worker_crash="restart"``,
+    ``batch_size`` (``send``/``recv``: the workers' replies come in any order; the
+    parent's share would step only when ``recv`` waits) or ``max_concurrency`` (the
+    parent would wait for the workers' permits with no timeout).
 
     Raises:
         ValueError: Naming the argument and the fix.
     """
+    if parent_envs == "auto":
+        if num_workers == 0:
+            return num_envs  # every env in this process
+        if (
+            num_workers is not None
+            or worker is not None
+            or on_worker_crash == "restart"
+            or batch_size is not None
+            or max_concurrency is not None
+        ):
+            return 0  # a placement chosen, or isolation asked for: all in workers
+        return auto_share(num_envs, available_cpus())[1]
     share = check_int(
         "parent_envs",
         parent_envs,
         0,
         num_envs,
-        hint=f" (num_envs={num_envs}; 0 keeps every env in a worker process)",
+        hint=f' (num_envs={num_envs}; 0 keeps every env in a worker process; "auto" '
+        "sizes a share from the CPUs)",
     )
     if share and worker is not None:
         msg = (
@@ -472,6 +495,24 @@ def resolve_parent_envs(
         )
         raise ValueError(msg)
     return share
+
+
+def auto_share(num_envs: int, cpus: int) -> tuple[int, int]:
+    """``(num_workers, parent_envs)`` of ``parent_envs="auto"`` on ``cpus`` CPUs.
+
+    The parent and ``cpus - 1`` workers each step about ``num_envs / cpus`` envs,
+    so all finish together and no core idles (2 CPUs, 8 envs: 4 in the parent,
+    one worker with 4). With one CPU or one env there is nothing to overlap: every
+    env stays in a worker (``parent_envs=0``), as before ``"auto"``.
+
+    Example:
+        >>> auto_share(8, 2), auto_share(32, 2), auto_share(8, 4), auto_share(8, 1)
+        ((1, 4), (1, 16), (3, 2), (1, 0))
+    """
+    runners = min(cpus, num_envs)
+    if runners < 2:
+        return 1, 0
+    return runners - 1, num_envs // runners
 
 
 def check_batch_size(

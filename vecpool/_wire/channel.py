@@ -39,13 +39,18 @@ class Channel:
         written from the payload itself, not from a copy joined to the header.
         """
         header = len(payload).to_bytes(4, "big")
-        parts = (
-            (header + payload,) if len(payload) <= _JOIN_BELOW else (header, payload)
-        )
+        if len(payload) <= _JOIN_BELOW:  # the hot path: one write, mostly whole
+            data = header + payload
+            written = os.write(self.fd, data)
+            if written == len(data):
+                return
+            parts: tuple[bytes, ...] = (data[written:],)
+        else:
+            parts = (header, payload)
         for part in parts:
-            data = memoryview(part)
-            while data:
-                data = data[os.write(self.fd, data) :]
+            view = memoryview(part)
+            while view:
+                view = view[os.write(self.fd, view) :]
 
     def has_message(self) -> bool:
         """Whether a whole message is already buffered (no system call)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import itertools
@@ -15,7 +16,6 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-from vecpool._util.validation import available_cpus
 from vecpool.bench.workloads import MIN_STEPS, ActionPlan, EnvFn, Workload
 from vecpool.vector.async_env import AsyncVectorEnv
 
@@ -191,32 +191,19 @@ class VecpoolInProcessBackend(GymSyncBackend):
         return env
 
 
-def share_placement(num_envs: int, cpus: int) -> tuple[int, int]:
-    """``(num_workers, parent_envs)``: the parent's share beside ``cpus - 1`` workers.
+class VecpoolWorkersBackend(GymSyncBackend):
+    """vecpool with every env in a worker process (``parent_envs=0``).
 
-    Every runner (the parent, each worker) gets about ``num_envs / cpus`` envs, so
-    all finish together (2 CPUs, 8 envs: 4 in the parent, one worker with 4).
+    The default before ``parent_envs="auto"``, and what a caller who needs every
+    env isolated gets: the parent only waits.
     """
-    runners = max(1, min(cpus, num_envs))
-    if runners == 1:
-        return 0, num_envs
-    return runners - 1, num_envs // runners
 
-
-class VecpoolShareBackend(GymSyncBackend):
-    """vecpool with the parent stepping a share of the envs beside its workers."""
-
-    name = "vecpool-share"
-    description = (
-        "vecpool.AsyncVectorEnv(env_fns, parent_envs=n/CPUs, num_workers=CPUs-1)"
-    )
+    name = "vecpool-workers"
+    description = "vecpool.AsyncVectorEnv(env_fns, parent_envs=0), all in workers"
 
     def make(self, env_fn: EnvFn, num_envs: int, seed: int) -> Any:
         """Create and reset the vector env."""
-        workers, share = share_placement(num_envs, available_cpus())
-        env = AsyncVectorEnv(
-            [env_fn] * num_envs, num_workers=workers, parent_envs=share
-        )
+        env = AsyncVectorEnv([env_fn] * num_envs, parent_envs=0)
         env.reset(seed=seed)
         return env
 
@@ -322,33 +309,88 @@ def run_batches(
     return Measurement(done, seconds)
 
 
+ENVPOOL_TASKS = {"CartPole-v1": "CartPole-v1", "ALE/Pong-v5": "Pong-v5"}
+"""EnvPool's own C++ task for each workload env id it has (its Pong does the
+DQN preprocessing itself: 84x84 grey, 4 stacked frames, frame skip 4)."""
+
+
 class EnvPoolBackend(Backend):
-    """EnvPool's own C++ ``CartPole-v1`` (only where ``envpool`` is installed)."""
+    """EnvPool's own C++ env (CartPole, Pong), an anchor; only where installed."""
 
     name = "envpool"
-    description = "envpool.make_gymnasium('CartPole-v1'), its own C++ env"
+    description = "envpool.make_gymnasium(...), its own C++ CartPole / Pong"
 
     def supports(self, workload: Workload) -> bool:
-        """Only the cartpole workload, and only if ``envpool`` can be imported."""
+        """The cartpole and atari workloads, and only if ``envpool`` imports.
+
+        The runner asks just before :meth:`make`, which builds this workload's task.
+        """
+        self.env_id = workload.env_id
         return (
-            workload.env_id == "CartPole-v1"
+            workload.env_id in ENVPOOL_TASKS
             and importlib.util.find_spec("envpool") is not None
         )
 
     def make(self, env_fn: EnvFn, num_envs: int, seed: int) -> Any:
-        """Create and reset EnvPool's CartPole (``env_fn`` is not used)."""
-        del env_fn
+        """Create and reset EnvPool's env (``env_fn`` only names the task)."""
         envpool = importlib.import_module("envpool")  # optional, untyped
+        task = ENVPOOL_TASKS[self.env_id]
         with warnings.catch_warnings():
             # it builds Box spaces from float64 bounds, and Gymnasium warns each time
             warnings.simplefilter("ignore")
-            env = envpool.make_gymnasium("CartPole-v1", num_envs=num_envs, seed=seed)
+            env = envpool.make_gymnasium(task, num_envs=num_envs, seed=seed)
             env.reset()
+        del env_fn
         return env
+
+    env_id = "CartPole-v1"
+    """The env id of the workload last asked about (:meth:`supports`)."""
 
     def run(self, env: Any, plan: ActionPlan, steps: int) -> Measurement:
         """Step EnvPool's batched env."""
         return run_vector(env, plan, steps)
+
+
+class PufferLibBackend(GymSyncBackend):
+    """PufferLib's ``Multiprocessing`` vectorization, an anchor; only where installed.
+
+    ``pufferlib.vector.make(GymnasiumPufferEnv, backend=Multiprocessing,
+    num_workers=W)``: its workers busy-wait on shared flags (no pipes), the
+    design vecpool's spinning workers follow; ``pufferlib-core`` installs it
+    from a wheel.
+    """
+
+    workers: ClassVar[int] = 1
+    name = "pufferlib-1w"
+    description = "pufferlib.vector.Multiprocessing, 1 worker"
+
+    def supports(self, workload: Workload) -> bool:
+        """Any workload, if ``pufferlib`` imports."""
+        del workload
+        return importlib.util.find_spec("pufferlib") is not None
+
+    def make(self, env_fn: EnvFn, num_envs: int, seed: int) -> Any:
+        """Create and reset the vector env (``num_envs`` split over the workers)."""
+        vector = importlib.import_module("pufferlib.vector")  # optional, untyped
+        emulation = importlib.import_module("pufferlib.emulation")
+        creator = functools.partial(emulation.GymnasiumPufferEnv, env_creator=env_fn)
+        env = vector.make(
+            creator,
+            backend=vector.Multiprocessing,
+            num_envs=num_envs,
+            num_workers=min(self.workers, num_envs),
+            batch_size=num_envs,
+        )
+        env.reset(seed=seed)
+        return env
+
+
+class PufferLibTwoBackend(PufferLibBackend):
+    """PufferLib's ``Multiprocessing`` with 2 workers."""
+
+    workers = 2
+    name = "pufferlib-2w"
+    description = "pufferlib.vector.Multiprocessing, 2 workers"
 
 
 BACKENDS: dict[str, Backend] = {
@@ -359,11 +401,13 @@ BACKENDS: dict[str, Backend] = {
         GymAsyncBackend(),
         VecpoolBackend(),
         VecpoolInProcessBackend(),
-        VecpoolShareBackend(),
+        VecpoolWorkersBackend(),
         VecpoolBatchBackend(),
         VecpoolThreadsBackend(),
         VecpoolBatchThreadsBackend(),
         EnvPoolBackend(),
+        PufferLibBackend(),
+        PufferLibTwoBackend(),
     )
 }
 """Every backend by name, in table order."""

@@ -213,8 +213,8 @@ def add_bench_parser(
         default=[name for name, b in bench.BACKENDS.items() if b.by_default],
         metavar="BACKEND",
         help="backends to run, from %(choices)s (default: all but the -pt ones, "
-        'which set policy_threads="auto"; envpool only where installed, on '
-        "cartpole)",
+        'which set policy_threads="auto"; the anchors envpool (its C++ '
+        "CartPole and Pong) and pufferlib-1w/-2w only where installed)",
     )
     parser.add_argument(
         "--rounds",

@@ -78,7 +78,7 @@ def check_arguments(
     max_concurrency: object,
     *,
     num_workers: object,
-    parent_envs: object = 0,
+    parent_envs: object = "auto",
     wait_strategy: object,
     batch_size: object,
     on_worker_crash: object,
@@ -107,7 +107,13 @@ def check_arguments(
         msg = "`env_fns` is empty: pass at least one function that creates an env."
         raise ValueError(msg)
     share = resolve_parent_envs(
-        parent_envs, num_workers, num_envs, worker, on_worker_crash
+        parent_envs,
+        num_workers,
+        num_envs,
+        worker,
+        on_worker_crash,
+        batch_size=batch_size,
+        max_concurrency=max_concurrency,
     )
     workers = resolve_num_workers(num_workers, num_envs, worker, concurrency, share)
     return Arguments(

@@ -154,7 +154,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         max_concurrency: int | None = None,
         *,
         num_workers: int | None = None,
-        parent_envs: int = 0,
+        parent_envs: int | str = "auto",
         wait_strategy: str = "auto",
         batch_size: int | None = None,
         on_worker_crash: str = "raise",
@@ -195,8 +195,14 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             parent_envs: How many envs this process steps itself (the last ones),
                 while the workers step the others: ``*_async`` sends the workers'
                 commands and ``*_wait`` steps this share, then collects the
-                replies, so no core idles while the parent waits. ``0`` (default)
-                keeps every env in a worker process. The envs of this share are
+                replies, so no core idles while the parent waits. ``"auto"``
+                (default): with ``num_workers`` left unset on 2 or more CPUs, the
+                parent and one worker per other CPU each step about
+                ``num_envs / CPUs`` envs (2 CPUs, 8 envs: 4 here, one worker with
+                4); with ``num_workers`` given, a custom ``worker``,
+                ``on_worker_crash="restart"``, ``batch_size`` or
+                ``max_concurrency``, or on one CPU, 0. ``0`` keeps every env in a
+                worker process (the earlier default). The envs of this share are
                 not isolated: an env that crashes the interpreter (a segfault)
                 takes this process with it, and an env that hangs here can be
                 neither timed out nor interrupted (docs/reliability.md); so a
