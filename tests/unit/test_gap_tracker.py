@@ -155,7 +155,8 @@ def test_an_unreadable_load_never_says_crowded(tmp_path):
     (tmp_path / "garbled").write_text("nonsense\n")
     watch.path = str(tmp_path / "garbled")
     assert not any(watch.crowded() for _ in range(4 * CrowdWatch.EVERY))
-    assert CrowdWatch(2).runnable() is None or CrowdWatch(2).runnable() >= 1
+    runnable = CrowdWatch(2).runnable()  # this process at least, where /proc is
+    assert runnable is None or runnable >= 1
 
 
 def test_block_and_spin_strategies_never_watch_the_load():

@@ -233,10 +233,10 @@ class WorkerGroup:
             for handle in self.handles:
                 if handle.tail:
                     break
-            else:  # the hot path: every handle writes the message as it is
+            else:  # the hot path: every handle sends the message as it is
                 for handle in self.handles:
                     try:
-                        number = handle.write(message)
+                        number = handle.post_step(message)
                     except OSError:
                         number = 0
                     if not number:  # restart mode: a replacement gets it
@@ -394,12 +394,19 @@ class WorkerGroup:
             # stepping envs is not the parent's own work between steps (a policy):
             # it must not stop the workers spinning (vecpool/_engine/spinning.py)
             self.spin.waited(time.perf_counter() - started)
+            pending = any_answer
             for handle in self.remote:
-                if any_answer or handle.numbers.expected:
-                    events = poller.poll(0)
-                    if events:
-                        self._read_events(events, poller, watched, what)
-                    break
+                if any_answer or not handle.numbers.expected:
+                    continue
+                if handle.answered():  # its bell says the reply is in the pipe
+                    fd = handle.conn.fileno()
+                    self._read_events([(fd, select.POLLIN)], poller, watched, what)
+                else:
+                    pending = True
+            if pending:
+                events = poller.poll(0)
+                if events:
+                    self._read_events(events, poller, watched, what)
 
     def _finish_starts(self, what: str) -> None:
         """Finish the restarts whose replacement's start-up reply has come now.

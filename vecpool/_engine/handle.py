@@ -30,6 +30,14 @@ import numpy as np
 import numpy.typing as npt
 
 from vecpool._engine.numbering import ReplyNumbers
+from vecpool._wire.bell import (
+    ANSWERED,
+    BUFFER,
+    COMMAND,
+    LISTENING,
+    NUMBER_MASK,
+    fence,
+)
 from vecpool._wire.channel import Channel
 from vecpool._wire.messages import COLUMNS_ONLY, CUT_AGAIN, STEP_SOME, Command, Reply
 from vecpool._wire.wide_infos import WideOffer, acceptance, map_offer
@@ -118,6 +126,8 @@ class WorkerHandle:
         self.info_wide: npt.NDArray[np.uint8] | None = None
         self.wide_offer: tuple[WideOffer, npt.NDArray[np.uint8]] | None = None
         self.tail = self.cut = b""
+        # the worker's doorbell (vecpool/_wire/bell.py), where it spins for commands
+        self.bell: Any = None
 
     # -- sending ---------------------------------------------------------------------
 
@@ -141,6 +151,45 @@ class WorkerHandle:
         if actions is None:
             return self.write(message + tail)
         return self.send(Command.STEP, (actions, None, message[-1], tail))
+
+    def post_step(self, message: bytes) -> int:
+        """Send the hot path's step message: rung on the bell when it can be.
+
+        The bell (vecpool/_wire/bell.py) carries it when this worker has one and
+        has answered every earlier command (nothing of it is in the pipe); a worker
+        that is not watching its bell then gets a wake through the pipe. Else the
+        message is written to the pipe.
+
+        Returns:
+            The command's number.
+
+        Raises:
+            OSError: If the pipe is broken (the worker died).
+        """
+        bell, numbers = self.bell, self.numbers
+        if bell is None or numbers.received != numbers.sent:
+            return self.write(message)
+        bell[BUFFER] = message[1] if len(message) > 1 else 0
+        fence()  # the actions and the buffer before the number
+        bell[COMMAND] = (numbers.sent + 1) & NUMBER_MASK
+        fence()  # the number before the look at LISTENING (bell.py)
+        if not bell[LISTENING]:
+            try:
+                self.channel.send(b"")  # a wake, not a command
+            except KeyboardInterrupt:  # cut off mid-transfer (HELD defers the 1st)
+                self.cut_off()
+                raise
+        self.last_sent = message
+        return numbers.sent_one()
+
+    def answered(self) -> bool:
+        """Whether the bell says the awaited reply is in the pipe (read it unpolled)."""
+        bell, expected = self.bell, self.numbers.expected
+        return (
+            bell is not None
+            and bool(expected)
+            and bell[ANSWERED] == expected[0] & NUMBER_MASK
+        )
 
     def take_wide_offer(self, offer: WideOffer) -> None:
         """Map the wide-info area this worker offers; the next step accepts it.

@@ -114,7 +114,8 @@ class SpinPolicy:
         adaptive = wait_strategy == "auto"
         policy = cls(budget, budget, True, adaptive)
         if adaptive and spins:
-            policy.crowd = CrowdWatch(cpus)
+            # this process and its spinning workers are runnable by design
+            policy.crowd = CrowdWatch(max(cpus, num_workers + 1))
         return policy
 
     def before_wait(self) -> float:
@@ -227,7 +228,8 @@ class CrowdWatch:
     CPUs plus a quarter. Where ``/proc/loadavg`` cannot be read, it never says crowded.
 
     Args:
-        cpus: The CPUs this process may use.
+        cpus: The runnable processes that are not a crowd: the CPUs this process
+            may use, or more when this vector env's own spinners outnumber them.
         path: The file to read (a test points it elsewhere).
     """
 

@@ -186,7 +186,12 @@ class Starter:
             finally:
                 STARTING_WORKERS[0] -= 1
                 child_conn.close()
-        return ProcessHandle(index, env_indices, process, parent_conn, after)
+        handle = ProcessHandle(index, env_indices, process, parent_conn, after)
+        if config.bell:  # it spins for its commands on its doorbell
+            handle.bell = spec.buffers.block.words(
+                spec.buffers.layout.bells, env_indices.start
+            )
+        return handle
 
     def _config(
         self,
@@ -206,6 +211,7 @@ class Starter:
                 "spin": group.spin.worker_spin,
                 "spin_yield": group.spin.spin_yield,
                 "spin_hint": group.spin.share_hint(buffers.block, buffers.layout),
+                "bell": bool(group.spin.worker_spin) and group.restarter is None,
             }
         return WorkerConfig(
             index=index,

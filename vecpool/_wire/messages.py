@@ -166,6 +166,9 @@ class WorkerConfig:
             command only while it is 1. A parent busy between steps (a policy)
             sets it to 0 and finds the worker blocked, so spinning never takes a
             core from the parent's own work.
+        bell: Whether plain steps come on the worker's doorbell (its spinning
+            wait watches it: vecpool/_wire/bell.py); not with restarts, whose
+            replacements take everything by pipe.
         permits: The ``max_concurrency`` permits (vecpool/_wire/permits.py), or
             ``None`` when there is no limit to keep.
         restart: Set for a replacement worker (see :class:`RestartStart`).
@@ -189,6 +192,7 @@ class WorkerConfig:
     spin: float = 0.0
     spin_yield: bool = False
     spin_hint: bool = False
+    bell: bool = False
     permits: Any = None
     restart: RestartStart | None = None
     parent_pid: int = 0

@@ -61,6 +61,8 @@ class Layout:
         spin_hint: ``int8[1]``: whether the workers should spin for their next
             command (written by the parent, ``SpinPolicy`` in
             vecpool/_engine/spinning.py).
+        bells: ``uint32[n, 16]``: one cache line per env; the row of a worker's
+            first env is its doorbell (vecpool/_wire/bell.py).
         size: Total bytes.
     """
 
@@ -73,6 +75,7 @@ class Layout:
     info_versions: Field
     info_schemas: Field
     spin_hint: Field
+    bells: Field
     size: int
 
     @classmethod
@@ -124,6 +127,7 @@ class Layout:
         info_schemas = place(np.dtype(np.uint8), (INFO_SCHEMA_BYTES,))
         spin_hint = Field(offset, np.dtype(np.int8).str, (1,))
         offset += _ALIGN
+        bells = place(np.dtype(np.uint32), (_ALIGN // 4,))
         return cls(
             actions,
             observations,
@@ -134,6 +138,7 @@ class Layout:
             info_versions,
             info_schemas,
             spin_hint,
+            bells,
             offset,
         )
 
@@ -184,6 +189,17 @@ class SharedBlock:
             field: A field of this block's layout.
         """
         return ctypes.c_int8.from_buffer(self.raw, self.base + field.offset)
+
+    def words(self, field: Field, row: int) -> Any:
+        """Row ``row`` of a ``uint32[n, 16]`` field as a ``ctypes`` array.
+
+        Reading and writing one of its words costs a fraction of a numpy
+        element access: what a spinning loop needs (vecpool/_wire/bell.py).
+        """
+        words = field.shape[-1]
+        return (ctypes.c_uint32 * words).from_buffer(
+            self.raw, self.base + field.offset + row * words * 4
+        )
 
     def view(self, field: Field) -> np.ndarray[Any, Any]:
         """A numpy view of one field of the block.

@@ -2,10 +2,9 @@
 
 Spinning (poll + ``sched_yield``) skips the 50-150 microseconds it costs to wake a
 blocked process; it pays only while replies come back quickly and no more processes
-run than cores. Both sides spin with :func:`spin_until_ready`: the parent for
-replies, a worker for its next command, each when the parent's policy says so
-(vecpool/_engine/spinning.py: its ``SpinPolicy``, and a byte of the shared block the
-workers read after each reply).
+run than cores. The parent spins with :func:`spin_until_ready` for replies when
+its policy says so (vecpool/_engine/spinning.py: its ``SpinPolicy``); a worker
+spins on its doorbell instead (vecpool/_wire/bell.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Child side: the entry point of a worker process and its command loop.
 
-The loop waits (spinning while the parent says its gaps are short: a byte of the
-shared block, see vecpool/_engine/spinning.py), reads one command from the channel, has
+The loop waits for a command (spinning on its doorbell while the parent says its
+gaps are short: a byte of the shared block, see vecpool/_engine/spinning.py and
+vecpool/_wire/bell.py), takes it from the bell or reads it from the channel, has
 :func:`vecpool._worker.host.serve` run it and sends the reply. This is what
 ``spawn``/``forkserver`` children import: it imports only the wire layer and the
 host, never the parent's engine, the pool, the sampler or the bench.
@@ -19,9 +20,9 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
+from vecpool._wire.bell import ANSWERED, BUFFER, COMMAND, wait_for_command
 from vecpool._wire.channel import Channel
-from vecpool._wire.messages import WorkerConfig
-from vecpool._wire.spin import spin_until_ready
+from vecpool._wire.messages import STEP, WorkerConfig
 from vecpool._worker.host import open_host, serve
 
 __all__ = ["WAITS", "WaitCounts", "run_worker", "wait_counts"]
@@ -165,24 +166,44 @@ def run_worker(
         poller.register(conn.fileno(), select.POLLIN)
         spin, spin_yield = config.spin, config.spin_yield
         hint = config.block.byte(config.layout.spin_hint) if config.spin_hint else None
+        # a doorbell (vecpool/_wire/bell.py): plain steps come through shared memory
+        # (a worker that never spins blocks on its pipe: it needs no bell)
+        bell: Any = None
+        if spin and config.bell:
+            bell = config.block.words(config.layout.bells, config.start)
+        seen = bell[COMMAND] if bell is not None else 0
         running = True
+        waited: bool | None = None  # how it waits for this command (a wake: again)
         while running:
             # the parent says (a shared byte) whether it computes between steps
-            if spin > 0.0 and (hint is None or hint.value):
+            spins = spin > 0.0 and (hint is None or bool(hint.value))
+            if waited is None:
+                waited = spins
+            rung = bell is not None and wait_for_command(
+                bell, seen, channel, poller, spin if spins else 0.0, spin_yield
+            )
+            if rung:
+                seen = bell[COMMAND]
+                data: bytes | memoryview = bytes((STEP[0], bell[BUFFER]))
+            else:
+                try:
+                    data = channel.recv()
+                except (EOFError, OSError):
+                    break  # the parent is gone: nothing left to serve
+                if not data:
+                    continue  # a wake: the command is on the bell
+            if waited:
                 WAITS.spinning += 1
-                if not channel.has_message() and not poller.poll(0):
-                    spin_until_ready(poller, spin, spin_yield)
             else:
                 WAITS.blocking += 1
-            try:
-                data = channel.recv()
-            except (EOFError, OSError):
-                break  # the parent is gone: nothing left to serve
+            waited = None
             reply, running = serve(host, data)
             try:
                 channel.send(reply)
             except OSError:
                 break
+            if rung:  # its reply is in the pipe: the parent may read it unpolled
+                bell[ANSWERED] = seen
     finally:
         for env in envs:
             with contextlib.suppress(Exception):

@@ -995,6 +995,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._group.spin.drop_hint()  # it points into the block
         for handle in self._group.handles:  # the workers' wide areas go now too
             handle.info_wide = handle.wide_offer = None
+            handle.bell = None  # it points into the block
 
     # -- state checks and results ------------------------------------------------------
 

@@ -1,0 +1,142 @@
+"""The doorbell: plain steps through shared memory to a worker that spins."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import threading
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from vecpool._wire.bell import (
+    ANSWERED,
+    COMMAND,
+    LISTENING,
+    wait_for_command,
+)
+from vecpool._wire.channel import Channel
+from vecpool.testing import assert_same_data
+
+
+@pytest.fixture
+def pipe():
+    read, write = os.pipe()
+    poller = select.poll()
+    poller.register(read, select.POLLIN)
+    yield Channel(read), Channel(write), poller
+    os.close(read)
+    os.close(write)
+
+
+def _bell():
+    return (ctypes.c_uint32 * 16)()
+
+
+def test_a_rung_bell_is_taken_without_the_pipe(pipe):
+    channel, _, poller = pipe
+    bell = _bell()
+    bell[COMMAND] = 7
+    assert wait_for_command(bell, 6, channel, poller, 0.001, True) is True
+
+
+def test_a_pipe_message_comes_first_when_nothing_rang(pipe):
+    channel, sender, poller = pipe
+    bell = _bell()
+    sender.send(b"a command")
+    assert wait_for_command(bell, 0, channel, poller, 0.001, True) is False
+    assert bytes(channel.recv()) == b"a command"
+
+
+def test_a_spinner_listens_then_says_so_before_it_blocks(pipe):
+    channel, sender, poller = pipe
+    bell = _bell()
+    seen_listening = []
+
+    def ring_later():
+        deadline = time.monotonic() + 5
+        while not bell[LISTENING] and time.monotonic() < deadline:
+            time.sleep(0)
+        seen_listening.append(bell[LISTENING])
+        while bell[LISTENING] and time.monotonic() < deadline:
+            time.sleep(0.0001)  # it gives up spinning: LISTENING back to 0
+        seen_listening.append(bell[LISTENING])
+        bell[COMMAND] = 1
+        sender.send(b"")  # the wake a parent writes when LISTENING is 0
+
+    thread = threading.Thread(target=ring_later)
+    thread.start()
+    if not wait_for_command(bell, 0, channel, poller, 0.005, True):
+        # woken through the pipe: the worker's loop reads the wake, skips it and
+        # looks again (vecpool/_worker/loop.py)
+        assert bytes(channel.recv()) == b""
+        assert wait_for_command(bell, 0, channel, poller, 0.005, True) is True
+    else:  # it saw the number first: the wake is left in the pipe, skipped later
+        assert bytes(channel.recv()) == b""
+    thread.join()
+    assert seen_listening == [1, 0]
+
+
+@pytest.mark.timeout(30)
+def test_a_lost_wake_costs_a_delay_never_a_hang(pipe):
+    # rung while the worker blocks, and no wake written: it still finds the
+    # command, looking at its bell every RECHECK_MS
+    channel, _, poller = pipe
+    bell = _bell()
+
+    def ring() -> None:
+        time.sleep(0.02)
+        bell[COMMAND] = 3
+
+    thread = threading.Thread(target=ring)
+    thread.start()
+    assert wait_for_command(bell, 2, channel, poller, 0.0, True) is True
+    thread.join()
+
+
+def _make():
+    return gym.make("CartPole-v1")
+
+
+@pytest.mark.parametrize("gap", [0.0, 0.004])
+def test_rung_steps_match_sync_with_quick_and_slow_parents(gap, make_async, make_sync):
+    # gap 0: the worker spins and takes every step from its bell; 4 ms: past the
+    # spin budget, the worker blocks and each ring needs a wake through the pipe
+    envs = make_async([_make] * 4, num_workers=1)
+    sync = make_sync([_make] * 4)
+    assert envs._group.remote[0].bell is not None
+    rng = np.random.default_rng(0)
+    assert_same_data(envs.reset(seed=3), sync.reset(seed=3))
+    for _ in range(60):
+        actions = rng.integers(0, 2, size=4)
+        assert_same_data(envs.step(actions), sync.step(actions))
+        if gap:
+            time.sleep(gap)
+    bell = envs._group.remote[0].bell
+    assert bell[ANSWERED] == bell[COMMAND] == envs._group.remote[0].numbers.sent
+
+
+def test_a_block_strategy_worker_has_no_bell(make_async):
+    envs = make_async([_make] * 2, num_workers=1, wait_strategy="block")
+    assert envs._group.remote[0].bell is None
+    envs.reset(seed=0)
+    envs.step(np.zeros(2, dtype=np.int64))
+
+
+def test_restart_mode_rings_no_bell(make_async):
+    # a replacement takes every command by pipe: no stale bell words to misread
+    envs = make_async([_make] * 2, num_workers=1, on_worker_crash="restart")
+    assert envs._group.remote[0].bell is None
+    envs.reset(seed=0)
+    envs.step(np.zeros(2, dtype=np.int64))
+
+
+def test_close_lets_go_of_the_bells(make_async):
+    envs = make_async([_make] * 2, num_workers=1)
+    handle = envs._group.remote[0]
+    assert handle.bell is not None
+    envs.close()
+    assert handle.bell is None  # a ctypes view keeps the shared block alive

@@ -1,0 +1,144 @@
+"""The doorbell: a step command through shared memory, for a worker that spins.
+
+A worker that has a CPU to itself and spins for its next command (see
+vecpool/_engine/spinning.py) watches a cache line of the shared block, its *bell*,
+rather than polling its pipe: the parent rings it for a plain step (the actions
+are in shared memory already) by writing the command's number into it, which
+costs no system call on either side, where a pipe costs a ``write``, a ``poll`` and
+a ``read``. Every other command, and every reply, still travels by the pipe, in
+order; the worker also sets a word of the bell once a bell command's reply is in
+the pipe, so the parent sees that it can read it without a ``poll``.
+
+The words of a bell (``uint32``; :meth:`SharedBlock.words`):
+
+* :data:`COMMAND`: the number of the last command rung (parent);
+* :data:`BUFFER`: the observation buffer that step writes (parent, before it);
+* :data:`ANSWERED`: the number of the last rung command whose reply is in the pipe
+  (worker);
+* :data:`LISTENING`: 1 from the moment the worker starts watching the bell until
+  it gives up spinning (also while it serves what it found: it looks at the bell
+  again before it blocks); 0 while it blocks on its pipe (worker).
+
+A blocked worker does not see the bell: the parent rings, then reads
+:data:`LISTENING`, and if it is 0 writes an empty message to the pipe (a *wake*,
+never a command). The worker clears :data:`LISTENING`, then looks at the bell
+once more before it blocks. Each side puts a full memory fence (:func:`fence`)
+between its write and its read, so at least one of them sees the other's: the
+worker takes the command, or gets the wake (or both: a wake whose command was
+taken is skipped). A blocked worker also looks at its bell every
+:data:`RECHECK_MS`, so even a lost wake costs a delay, never a hang.
+
+The parent rings only a worker that has answered every command sent before
+(nothing is in its pipe), so bell and pipe commands never overtake each other.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+import time
+from typing import Any
+
+from vecpool._wire.channel import Channel
+
+__all__ = [
+    "ANSWERED",
+    "BUFFER",
+    "COMMAND",
+    "LISTENING",
+    "RECHECK_MS",
+    "fence",
+    "wait_for_command",
+]
+
+COMMAND, BUFFER, ANSWERED, LISTENING = 0, 1, 2, 3
+"""The words of a bell (see the module docstring)."""
+
+NUMBER_MASK = 0xFFFFFFFF
+"""Command numbers as a bell holds them (32 bits; they wrap)."""
+
+RECHECK_MS = 50
+"""A blocked worker looks at its bell this often (milliseconds)."""
+
+POLL_EVERY = 16
+"""A spinning worker polls its pipe (a system call) once per this many looks."""
+
+_FENCE = threading.Lock()
+
+
+def fence() -> None:
+    """A full memory barrier: an uncontended lock taken and released.
+
+    Taking a lock is an atomic read-modify-write, which orders every load and
+    store around it (``lock``-prefixed on x86; acquire and release on ARM).
+    """
+    _FENCE.acquire()
+    _FENCE.release()
+
+
+def _sleep_zero() -> None:
+    time.sleep(0)
+
+
+def wait_for_command(
+    bell: Any,
+    seen: int,
+    channel: Channel,
+    poller: select.poll,
+    spin: float,
+    spin_yield: bool,
+) -> bool:
+    """Wait until the bell rings past ``seen`` (``True``) or the pipe has data.
+
+    Spins for up to ``spin`` seconds (0: not at all) watching the bell, and the
+    pipe every :data:`POLL_EVERY` looks, then blocks on the pipe, looking at
+    the bell every :data:`RECHECK_MS`.
+
+    Args:
+        bell: The worker's bell (a ``ctypes`` array of ``uint32``).
+        seen: The number of the last rung command it took.
+        channel: Its pipe's channel (a message may be buffered already).
+        poller: A poll object over its pipe.
+        spin: Seconds to spin first.
+        spin_yield: Whether to yield the CPU between looks.
+
+    Returns:
+        ``True`` when a command was rung (its number is ``bell[COMMAND]``);
+        ``False`` when the pipe has a message or its end (the caller reads it).
+    """
+    if bell[COMMAND] != seen:
+        fence()  # the actions written before the ring are seen after it
+        return True
+    if channel.has_message():
+        return False
+    if spin > 0.0:
+        # LISTENING stays 1 while the worker serves what it found: it looks at the
+        # bell again before it ever blocks
+        bell[LISTENING] = 1
+        deadline = time.perf_counter() + spin
+        give = getattr(os, "sched_yield", _sleep_zero) if spin_yield else None
+        looks = 0
+        while True:
+            if bell[COMMAND] != seen:
+                fence()
+                return True
+            looks += 1
+            if looks % POLL_EVERY == 0:
+                if poller.poll(0):
+                    return False
+                if time.perf_counter() >= deadline:
+                    break
+            if give is not None:
+                give()
+    if bell[LISTENING]:
+        bell[LISTENING] = 0
+        fence()  # the parent then either sees 0 (and wakes us) or rang before
+    if bell[COMMAND] != seen:
+        fence()
+        return True
+    while not poller.poll(RECHECK_MS):
+        if bell[COMMAND] != seen:
+            fence()
+            return True
+    return False
