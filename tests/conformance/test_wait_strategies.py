@@ -163,3 +163,25 @@ def test_auto_workers_block_wherever_the_parent_computes(make_async, loop):
     assert counts["spinning"] == 0, counts
     assert counts["blocking"] >= 80, counts  # at least a command a round
     assert env.unwrapped._group.spin.hint.value == 0
+
+
+def _step_then_compute_on_one_thread(env):
+    env.step(np.zeros(2, np.int64))
+    end = time.perf_counter() + 0.0005  # half a millisecond of one-thread policy
+    while time.perf_counter() < end:
+        pass
+
+
+@pytest.mark.skipif(available_cpus() < 2, reason="needs a core for the worker")
+def test_auto_worker_with_a_core_of_its_own_spins_through_a_one_thread_policy(
+    make_async,
+):
+    """One worker beside the parent on 2+ CPUs: a policy on one thread takes no core
+    from it, so it keeps spinning (no wake-up per step); counted, not timed."""
+    env = make_async(
+        [CountingEnv] * 2, num_workers=1, parent_envs=0, wait_strategy="auto"
+    )
+    env.reset(seed=0)
+    counts = _counted(env, _step_then_compute_on_one_thread, 80)
+    env.close()
+    assert counts["spinning"] > counts["blocking"], counts

@@ -129,7 +129,7 @@ def test_num_workers_groups_envs_into_contiguous_slices(
 def test_default_num_workers(num_envs, max_concurrency, make_async):
     env = make_async(make_env_fns(num_envs), max_concurrency=max_concurrency)
     cpus = available_cpus()
-    if max_concurrency is None and min(cpus, num_envs) >= 2:
+    if max_concurrency is None and min(cpus, num_envs) >= 2 and cpus <= 2:
         # parent_envs="auto": the parent and one worker per other CPU share them
         runners = min(cpus, num_envs)
         workers, share = runners - 1, num_envs // runners

@@ -567,7 +567,10 @@ def test_auto_share_gives_every_runner_about_the_same_envs():
 
     assert auto_share(8, 2) == (1, 4)  # 4 in the parent, one worker with 4
     assert auto_share(32, 2) == (1, 16)
-    assert auto_share(8, 4) == (3, 2)
-    assert auto_share(3, 4) == (2, 1)  # no more runners than envs
+    assert auto_share(3, 2) == (1, 1)
     assert auto_share(8, 1) == (1, 0)  # one CPU: nothing to overlap, all in a worker
     assert auto_share(1, 2) == (1, 0)
+    # more CPUs: the parent serves every worker and is the slowest runner already
+    assert auto_share(8, 4) == (4, 0)
+    assert auto_share(64, 16) == (16, 0)
+    assert auto_share(3, 4) == (3, 0)  # no more workers than envs

@@ -394,16 +394,16 @@ class WorkerGroup:
             # stepping envs is not the parent's own work between steps (a policy):
             # it must not stop the workers spinning (vecpool/_engine/spinning.py)
             self.spin.waited(time.perf_counter() - started)
-            pending = any_answer
-            for handle in self.remote:
-                if any_answer or not handle.numbers.expected:
+            polls = any_answer
+            for handle in self.remote if not any_answer else ():
+                if not handle.numbers.expected:
                     continue
-                if handle.answered():  # its bell says the reply is in the pipe
+                if handle.answered():  # its bell: the reply is in the pipe, unpolled
                     fd = handle.conn.fileno()
                     self._read_events([(fd, select.POLLIN)], poller, watched, what)
-                else:
-                    pending = True
-            if pending:
+                elif handle.bell is None:
+                    polls = True
+            if polls:  # one poll for the workers without a bell
                 events = poller.poll(0)
                 if events:
                     self._read_events(events, poller, watched, what)

@@ -57,6 +57,10 @@ class SpinPolicy:
             parent computes between steps). ``None``: the workers spin whenever
             ``worker_spin`` says.
         gaps: The parent's own work between its step commands.
+        crowd: With ``"auto"`` and spinning workers, the watch on the machine's
+            load (:class:`CrowdWatch`).
+        cores_free: Whether the parent and every worker have a CPU each: the
+            workers may then spin through a policy that runs on one thread.
     """
 
     worker_spin: float
@@ -67,6 +71,7 @@ class SpinPolicy:
     hint: Any = None
     gaps: GapTracker | None = None
     crowd: CrowdWatch | None = None
+    cores_free: bool = False
 
     def share_hint(self, block: SharedBlock, layout: Layout) -> bool:
         """Start writing the workers' hint into ``block``; whether they should read it.
@@ -99,6 +104,11 @@ class SpinPolicy:
         """
         if self.gaps is not None:
             quick = self.gaps.commanded(time.perf_counter())
+            if self.cores_free:
+                # a policy of one thread leaves the workers their cores: they may
+                # spin through it, if it is shorter than their spin budget
+                one = self.gaps.one_thread(time.process_time(), SPIN_BUDGET)
+                quick = quick or one
             crowd = self.crowd
             self.hint.value = quick and (crowd is None or not crowd.crowded())
 
@@ -113,6 +123,7 @@ class SpinPolicy:
         budget = SPIN_BUDGET if spins else 0.0
         adaptive = wait_strategy == "auto"
         policy = cls(budget, budget, True, adaptive)
+        policy.cores_free = num_workers + 1 <= cpus
         if adaptive and spins:
             # this process and its spinning workers are runnable by design
             policy.crowd = CrowdWatch(max(cpus, num_workers + 1))
@@ -184,14 +195,27 @@ class GapTracker:
         max_gap: Spin while the smoothed work stays below this (seconds).
     """
 
-    __slots__ = ("_last", "_waited", "average", "max_gap")
+    __slots__ = (
+        "_cpu",
+        "_last",
+        "_waited",
+        "_wall",
+        "average",
+        "long_average",
+        "max_gap",
+        "threads",
+    )
 
     def __init__(self, max_gap: float) -> None:
         """Start with no gap seen (spinning)."""
         self.max_gap = max_gap
         self.average = 0.0
+        self.long_average = 0.0  # the same, clipped much later (see one_thread)
+        self.threads = 1.0  # this process's CPU seconds per second, smoothed
         self._last: float | None = None
         self._waited = 0.0
+        self._cpu: float | None = None
+        self._wall = 0.0
 
     def waited(self, seconds: float) -> None:
         """The parent waited ``seconds`` for replies (not its own work)."""
@@ -207,11 +231,47 @@ class GapTracker:
             Whether the workers should spin for the command after this one.
         """
         if self._last is not None:
-            work = min(max(now - self._last - self._waited, 0.0), 4.0 * self.max_gap)
-            self.average += 0.125 * (work - self.average)
+            work = max(now - self._last - self._waited, 0.0)
+            self.average += 0.125 * (min(work, 4.0 * self.max_gap) - self.average)
+            self.long_average += 0.125 * (min(work, 0.01) - self.long_average)
+            self._wall = now - self._last
         self._last = now
         self._waited = 0.0
         return self.average < self.max_gap
+
+    def one_thread(self, cpu: float, budget: float) -> bool:
+        """Whether the parent's work is one thread's and shorter than ``budget``.
+
+        Called after :meth:`commanded` with this process's CPU time
+        (``time.process_time()``, every thread): CPU seconds per second near 1
+        mean one thread computes (a small torch or numpy policy), which leaves the
+        other CPUs to the workers; near 2 or more, a multi-threaded policy (BLAS)
+        that needs them. Work longer than ``budget`` (the workers' spin budget)
+        would outlast their spinning anyway.
+
+        Example:
+            >>> tracker = GapTracker(max_gap=0.00025)
+            >>> now = cpu = 0.0
+            >>> for _ in range(30):
+            ...     now += 0.001  # 1 ms of policy between commands ...
+            ...     cpu += 0.001  # ... on one thread
+            ...     quick = tracker.commanded(now)
+            ...     spins = tracker.one_thread(cpu, 0.002) or quick
+            >>> spins
+            True
+            >>> for _ in range(30):
+            ...     now += 0.001
+            ...     cpu += 0.002  # two threads busy: BLAS wants every core
+            ...     quick = tracker.commanded(now)
+            ...     spins = tracker.one_thread(cpu, 0.002) or quick
+            >>> spins
+            False
+        """
+        if self._cpu is not None and self._wall > 0.0:
+            ratio = (cpu - self._cpu) / self._wall
+            self.threads += 0.125 * (ratio - self.threads)
+        self._cpu = cpu
+        return self.threads < 1.3 and self.long_average < budget
 
 
 class CrowdWatch:

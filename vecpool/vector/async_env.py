@@ -196,12 +196,12 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 while the workers step the others: ``*_async`` sends the workers'
                 commands and ``*_wait`` steps this share, then collects the
                 replies, so no core idles while the parent waits. ``"auto"``
-                (default): with ``num_workers`` left unset on 2 or more CPUs, the
-                parent and one worker per other CPU each step about
-                ``num_envs / CPUs`` envs (2 CPUs, 8 envs: 4 here, one worker with
-                4); with ``num_workers`` given, a custom ``worker``,
+                (default): with ``num_workers`` left unset on 2 CPUs, the parent
+                and one worker each step half the envs (8 envs: 4 here, one worker
+                with 4); with ``num_workers`` given, a custom ``worker``,
                 ``on_worker_crash="restart"``, ``batch_size`` or
-                ``max_concurrency``, or on one CPU, 0. ``0`` keeps every env in a
+                ``max_concurrency``, or on 1 or more than 2 CPUs (where it does not
+                pay: docs/performance.md), 0. ``0`` keeps every env in a
                 worker process (the earlier default). The envs of this share are
                 not isolated: an env that crashes the interpreter (a segfault)
                 takes this process with it, and an env that hangs here can be
@@ -566,7 +566,6 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._assert_is_running()
         self._assert_idle("step_async")
         buffers, group = self._buffers, self._group
-        group.spin.before_send()  # the workers spin after it only if we are quick
         with HELD:
             # the shared actions stay unread while a worker whose call gave up
             # may still read them: then everything goes by pipe (one read)
@@ -575,6 +574,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             group.send_step(buffers.obs.step_messages[buffers.obs.choose()], per_env)
             self._state = AsyncState.WAITING_STEP
             self._step_interrupted = False
+        # after the send, off the workers' path: whether they spin for the next
+        # command (they read it after this one's reply) only if we are quick
+        group.spin.before_send()
 
     @exclusive
     def step_wait(self, timeout: float | None = None) -> StepResult:
