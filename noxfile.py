@@ -202,8 +202,9 @@ def peer(session: nox.Session) -> None:
     if not (os.environ.get("GYM_GIT_DIR") or os.environ.get("GYM_TESTS_SRC")):
         session.skip("neither GYM_GIT_DIR nor GYM_TESTS_SRC is set.\n" + GYM_TESTS_HELP)
     install_project(session, *nox.project.dependency_groups(PYPROJECT, "test"))
-    # vecpool's defaults, then the parent stepping half the envs beside one worker
-    for placement in ("processes", "parent_share"):
+    # vecpool's defaults (on 2 CPUs: the parent's share), every env in a worker
+    # (parent_envs=0), and the parent stepping half the envs beside one worker
+    for placement in ("defaults", "workers", "parent_share"):
         session.run(
             "python",
             str(PEER_RUNNER),

@@ -5,8 +5,8 @@ observations, ``envs.step(action.cpu().numpy())``, the rollout buffers filled),
 without the update, so the figure is the rollout's env-steps per second as a
 training run sees it: the torch policy takes most of each step. Rounds are
 interleaved over ``SyncVectorEnv``, Gymnasium's ``AsyncVectorEnv`` and vecpool's
-default (and vecpool with ``parent_envs=0``); each line is the median of the
-rounds.
+default (and vecpool with ``parent_envs=0``, and with ``policy_threads="auto"``),
+each run in a fresh process; each line is the median of the rounds.
 
 Run: ``python tests/benchmarks/cleanrl_rollout.py --rounds 5`` (needs torch).
 Not collected by pytest: a benchmark, never a timed test.
@@ -21,6 +21,8 @@ import argparse
 import functools
 import os
 import statistics
+import subprocess
+import sys
 import time
 import warnings
 from typing import Any
@@ -95,43 +97,76 @@ def rollout(envs: Any, agent: Agent, num_steps: int, num_envs: int) -> float:
     return num_steps * num_envs / (time.perf_counter() - start)
 
 
+KINDS = {
+    "gym-sync": lambda fns: gym.vector.SyncVectorEnv(fns),
+    "gym-async": lambda fns: gym.vector.AsyncVectorEnv(fns),
+    "vecpool": lambda fns: vecpool.AsyncVectorEnv(fns),
+    "vecpool-workers": lambda fns: vecpool.AsyncVectorEnv(fns, parent_envs=0),
+    "vecpool-pt": lambda fns: vecpool.AsyncVectorEnv(fns, policy_threads="auto"),
+}
+"""The vector envs measured (``vecpool-pt``: torch limited to the CPUs the workers
+leave, as vecpool's ``VecPoolPerformanceWarning`` advises)."""
+
+
+def measure(kind: str, num_envs: int, num_steps: int) -> float:
+    """One rollout's env-steps per second on ``kind``, after a warm-up rollout."""
+    warnings.simplefilter("ignore", vecpool.VecPoolPerformanceWarning)
+    torch.manual_seed(1)
+    envs = KINDS[kind]([functools.partial(gym.make, "CartPole-v1")] * num_envs)
+    try:
+        agent = Agent(4, 2)
+        rollout(envs, agent, num_steps // 4, num_envs)
+        return rollout(envs, agent, num_steps, num_envs)
+    finally:
+        envs.close()
+
+
 def main() -> None:
-    """Interleave the vector envs and print the medians."""
+    """Interleave the vector envs, each run in a fresh process; print the medians.
+
+    A fresh process per run: ``policy_threads`` changes the process's torch
+    threads, which must not reach the other vector envs' runs.
+    """
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--num-steps", type=int, default=2048)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
+    parser.add_argument("--one", choices=KINDS, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    warnings.simplefilter("ignore", vecpool.VecPoolPerformanceWarning)
-    torch.manual_seed(1)
-    make = functools.partial(gym.make, "CartPole-v1")
-    fns = [make] * args.num_envs
-    kinds = {
-        "gym-sync": lambda: gym.vector.SyncVectorEnv(fns),
-        "gym-async": lambda: gym.vector.AsyncVectorEnv(fns),
-        "vecpool": lambda: vecpool.AsyncVectorEnv(fns),
-        "vecpool-workers": lambda: vecpool.AsyncVectorEnv(fns, parent_envs=0),
-    }
-    agent = Agent(4, 2)
-    rates: dict[str, list[float]] = {name: [] for name in kinds}
-    envs = {name: make_envs() for name, make_envs in kinds.items()}
-    try:
-        for _ in range(args.rounds):
-            for name, env in envs.items():
-                rates[name].append(rollout(env, agent, args.num_steps, args.num_envs))
-    finally:
-        for env in envs.values():
-            env.close()
-    sync = statistics.median(rates["gym-sync"])
+    if args.one:
+        print(measure(args.one, args.num_envs, args.num_steps))
+        return
+    rates: dict[str, list[float]] = {kind: [] for kind in args.kinds}
+    for _ in range(args.rounds):
+        for kind in args.kinds:
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--one",
+                    kind,
+                    "--num-envs",
+                    str(args.num_envs),
+                    "--num-steps",
+                    str(args.num_steps),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            rates[kind].append(float(out.split()[-1]))
+    sync = statistics.median(rates["gym-sync"]) if "gym-sync" in rates else None
     print(
         f"CleanRL PPO rollout, CartPole-v1, {args.num_envs} envs, "
         f"{args.num_steps} steps, torch {torch.__version__} "
         f"({torch.get_num_threads()} threads), {os.cpu_count()} CPUs; "
-        f"median of {args.rounds} interleaved rounds"
+        f"median of {args.rounds} interleaved rounds, a fresh process each"
     )
-    for name in kinds:
-        rate = statistics.median(rates[name])
-        print(f"{name:16s} {rate:9,.0f} env-steps/s  {rate / sync:5.2f}x Sync")
+    for kind in args.kinds:
+        rate = statistics.median(rates[kind])
+        ratio = f"{rate / sync:5.2f}x Sync" if sync else ""
+        print(f"{kind:16s} {rate:9,.0f} env-steps/s  {ratio}")
 
 
 if __name__ == "__main__":

@@ -29,10 +29,11 @@ from vecpool._util import threads
 
 ORIGINAL_ASYNC = gymnasium.vector.AsyncVectorEnv
 ORIGINAL_SYNC = gymnasium.vector.SyncVectorEnv
-PLACEMENT = os.environ.get("VECPOOL_PEER_PLACEMENT", "processes")
-"""Where the envs run: ``processes`` (vecpool's defaults) or ``parent_share`` (the
-parent steps half of them, one worker the rest, wherever the test leaves the
-placement to the defaults)."""
+PLACEMENT = os.environ.get("VECPOOL_PEER_PLACEMENT", "defaults")
+"""Where the envs run, wherever a test leaves the placement to the defaults:
+``defaults`` (vecpool's: on a 2-CPU machine the parent steps half of them),
+``workers`` (``parent_envs=0``: every env in a worker process) or ``parent_share``
+(the parent steps half of them and one worker the rest, on any machine)."""
 
 
 class AsyncVectorEnv(vecpool.AsyncVectorEnv):
@@ -50,12 +51,27 @@ class AsyncVectorEnv(vecpool.AsyncVectorEnv):
         super().__init__(env_fns, *args, **kwargs)
 
 
-if PLACEMENT not in ("processes", "parent_share"):
-    message = f"VECPOOL_PEER_PLACEMENT={PLACEMENT!r}: processes|parent_share"
+class WorkersAsyncVectorEnv(vecpool.AsyncVectorEnv):
+    """vecpool's class with every env in a worker process (``workers``)."""
+
+    def __init__(self, env_fns: Any, *args: Any, **kwargs: Any) -> None:
+        """Add ``parent_envs=0`` unless a custom worker runs (it has no share)."""
+        worker = kwargs.get("worker", args[4] if len(args) > 4 else None)
+        if worker is None:
+            kwargs.setdefault("parent_envs", 0)
+        super().__init__(env_fns, *args, **kwargs)
+
+
+WorkersAsyncVectorEnv.__name__ = WorkersAsyncVectorEnv.__qualname__ = "AsyncVectorEnv"
+PLACEMENTS: dict[str, type[Any]] = {
+    "defaults": vecpool.AsyncVectorEnv,
+    "workers": WorkersAsyncVectorEnv,
+    "parent_share": AsyncVectorEnv,
+}
+if PLACEMENT not in PLACEMENTS:
+    message = f"VECPOOL_PEER_PLACEMENT={PLACEMENT!r}: {'|'.join(PLACEMENTS)}"
     raise ValueError(message)
-REPLACEMENT: type[Any] = (
-    AsyncVectorEnv if PLACEMENT == "parent_share" else vecpool.AsyncVectorEnv
-)
+REPLACEMENT: type[Any] = PLACEMENTS[PLACEMENT]
 
 gymnasium.vector.AsyncVectorEnv = REPLACEMENT  # type: ignore[misc]
 # the machine-dependent advice (vecpool.VecPoolPerformanceWarning) is not what
