@@ -20,6 +20,7 @@ from gymnasium.vector import AutoresetMode
 
 import vecpool
 from vecpool import cli
+from vecpool._util.validation import available_cpus
 from vecpool.sampling.collect import (
     CollectArgumentError,
     collect,
@@ -340,7 +341,7 @@ def test_cli_collects_and_prints_the_summary(tmp_path):
     assert (pool.num_envs, pool.pool_size) == (2, 600)
     lines = stdout.splitlines()
     assert lines[0].startswith("collecting CartPole-v1: 300 env steps = 150 vector")
-    assert "on 1 workers" in lines[0]
+    assert "envs on 1 worker process, autoreset" in lines[0]
     assert lines[1].startswith("300 env steps (150 vector steps x 2 envs)")
     assert f"{len(pool):,} kept / 600 capacity" in stdout
     assert f"episodes: {pool.episode_stats.count:,} ended" in stdout
@@ -738,3 +739,20 @@ def test_the_cpu_sharing_advice_only_with_a_policy(monkeypatch, with_policy):
     advice = [w for w in caught if w.category is vecpool.VecPoolPerformanceWarning]
     # random actions: no policy competes with the workers for the cores
     assert len(advice) == (1 if with_policy else 0)
+
+
+SHORT_RUN = ["collect", "CartPole-v1", "--num-envs", "4", "--steps", "40", "--quiet"]
+
+
+@pytest.mark.skipif(available_cpus() != 2, reason="a share is taken on 2 CPUs only")
+def test_the_header_says_where_the_envs_step(tmp_path):
+    # the default on 2 CPUs: one worker process, and half the envs in this process
+    out = str(tmp_path / "share.npz")
+    code, stdout, stderr = run_cli([*SHORT_RUN, "--pool-size", "40", "--out", out])
+    assert code == 0, stderr
+    first = stdout.splitlines()[0]
+    assert "4 envs on 1 worker process and this process (2 envs here)" in first
+    argv = [*SHORT_RUN, "--pool-size", "40", "--num-workers", "0", "--out", out]
+    code, stdout, stderr = run_cli(argv)
+    assert code == 0, stderr
+    assert "4 envs in this process," in stdout.splitlines()[0]

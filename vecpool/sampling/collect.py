@@ -839,10 +839,16 @@ def collect(
         display: _CollectProgress | None = None
         hard_stop = False
         halves = f" overlapped (batches of {num_envs // 2} envs)" if overlap else ""
+        share = int(getattr(envs.env, "parent_envs", 0))
+        where = f"on {num_workers} worker process{'' if num_workers == 1 else 'es'}"
+        if share and num_workers:  # parent_envs="auto" on 2 CPUs, say
+            where += f" and this process ({share} env{'' if share == 1 else 's'} here)"
+        elif share:
+            where = "in this process"
         try:
             say(
                 f"collecting {env_id}: {planned * num_envs:,} env steps = {planned:,} "
-                f"vector steps x {num_envs} envs on {num_workers} workers, autoreset "
+                f"vector steps x {num_envs} envs {where}, autoreset "
                 f"{mode.value}, "
                 f"{_describe_policy(policy)}{halves}, "
                 f"{'unseeded' if seed is None else f'seed {seed}'}; pool of "
