@@ -29,7 +29,7 @@ from vecpool._util.spaces import (
     is_native,
     leaves,
 )
-from vecpool._wire.messages import ObsTransport, Reply
+from vecpool._wire.messages import COLUMNS_ONLY, ObsTransport, Reply
 from vecpool._wire.shared_memory import Layout, SharedBlock
 from vecpool.errors import CustomSpaceError
 
@@ -200,8 +200,14 @@ class StepBuffers:
         Returns:
             The batched infos, as Gymnasium merges them.
         """
-        if not any(replies):
-            return {}  # the hot path: nothing but "done" from every worker
+        columns = False
+        for reply in replies:  # the hot path: "done" (and "infos in rows")
+            if reply is COLUMNS_ONLY:
+                columns = True
+            elif reply is not None:
+                break
+        else:
+            return self.infos.merge(handles, [], None) if step and columns else {}
         for handle, reply in zip(handles, replies, strict=True):
             # before any raise: an offer not taken now is never made again
             if reply is not None and reply.wide_offer is not None:

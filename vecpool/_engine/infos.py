@@ -78,6 +78,8 @@ class InfoReader:
         self.info_ids = block.view(layout.info_versions)
         self.info_schema_areas = block.view(layout.info_schemas)
         self._info_schemas: dict[int, InfoSchema] = {}  # by id
+        # the hot path: every env's info of one schema, read as one record array
+        self._uniform: tuple[int, InfoSchema, Any] | None = None
 
     def merge(
         self,
@@ -98,7 +100,11 @@ class InfoReader:
         Returns:
             The batched infos (``_key`` masks included).
         """
-        if ids is None:  # a full step: each env's row is its own
+        if ids is None and not items:  # a full step: each env's row is its own
+            merged = self._merge_uniform()
+            if merged is not None:
+                return merged
+        if ids is None:
             count = self.num_envs
             envs = rows = np.flatnonzero(self.info_ids)
             schema_ids = self.info_ids[envs]
@@ -152,6 +158,29 @@ class InfoReader:
         items.sort(key=operator.itemgetter(0))  # row order, as Gymnasium merges
         return merge_infos(items, count)
 
+    def _merge_uniform(self) -> dict[str, Any] | None:
+        """The merge when every info is in its env's row with one schema, or ``None``.
+
+        The common step (every env returns the same keys, or an empty info on a
+        reset step): the rows are read as one record array, kept per schema, and
+        each key is one copy.
+        """
+        info_ids = self.info_ids
+        first = info_ids[0] or info_ids.max()  # positive ids; 0: none in a row
+        if not first:
+            return None
+        present = info_ids == first
+        if np.count_nonzero(present) != np.count_nonzero(info_ids):
+            return None  # a second schema
+        cached = self._uniform
+        if cached is None or cached[0] != first:
+            env = int(np.argmax(present))
+            schema = self._schema(int(first), env)
+            if schema.wide:
+                return None
+            cached = self._uniform = (first, schema, schema.records(self.info_rows))
+        return cached[1].merge_all(cached[2], present)
+
     def _schema(self, schema_id: int, env: int) -> InfoSchema:
         """The info schema ``schema_id`` (read from ``env``'s area when new)."""
         schema = self._info_schemas.get(schema_id)
@@ -166,6 +195,7 @@ class InfoReader:
         """Drop the views of the shared block (no info is left to read)."""
         self.info_ids = np.zeros_like(self.info_ids)
         self.info_rows = self.info_schema_areas = np.zeros((0, 0), np.uint8)
+        self._uniform = None  # a view of the block
 
 
 def _wide_area(handle: Any) -> npt.NDArray[np.uint8]:

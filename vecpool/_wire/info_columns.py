@@ -299,6 +299,37 @@ class InfoSchema:
         """
         return self.merge_parts([(envs, rows)], num_envs)
 
+    def records(self, rows: npt.NDArray[np.uint8]) -> Any:
+        """``rows`` (``[n, row bytes]``, C-contiguous) as this schema's columns.
+
+        Views, nothing copied: ``(key, values, merged dtype)`` per key, in order.
+        """
+        records = rows.view(self._record(rows.shape[1]))[:, 0]
+        return [
+            (entry.key, f"_{entry.key}", records[entry.key], np.dtype(entry.merged))
+            for entry in self.entries
+        ]
+
+    def merge_all(self, records: Any, present: npt.NDArray[np.bool_]) -> dict[str, Any]:
+        """:meth:`merge` of every env's row, where ``present`` envs have an info.
+
+        The others' rows hold whatever an earlier step left: their values become
+        zeros and their masks False, as Gymnasium merges an env without the key.
+
+        Args:
+            records: Every env's row, by key (:meth:`records`).
+            present: Which envs have an info of this schema (the rest: none).
+        """
+        infos: dict[str, Any] = {}
+        absent = None if present.all() else ~present
+        for key, mask_key, values, merged in records:
+            array = values.astype(merged)
+            if absent is not None:
+                array[absent] = 0
+            infos[key] = array
+            infos[mask_key] = present.copy()
+        return infos
+
     def merge_parts(
         self,
         parts: list[tuple[npt.NDArray[np.intp] | slice, npt.NDArray[np.uint8]]],
