@@ -140,3 +140,90 @@ def test_close_lets_go_of_the_bells(make_async):
     assert handle.bell is not None
     envs.close()
     assert handle.bell is None  # a ctypes view keeps the shared block alive
+
+
+class _RingingPoller:
+    """A poller whose first poll rings the bell and writes the pipe meanwhile.
+
+    What a preempted worker sees: between its look at the bell and its poll, the
+    parent rang command 1, gave up on it (a timeout) and wrote command 2 by pipe.
+    """
+
+    def __init__(self, poller, bell, sender):
+        self.poller, self.bell, self.sender = poller, bell, sender
+        self.rang = False
+
+    def poll(self, timeout=None):
+        if not self.rang:
+            self.rang = True
+            self.bell[COMMAND] = 1
+            self.sender.send(b"the next command")
+        return self.poller.poll(timeout)
+
+
+@pytest.mark.parametrize("spin", [0.001, 0.0])
+def test_a_ring_comes_before_what_the_pipe_holds(pipe, spin):
+    # the parent rings only a worker that has answered everything, so a rung
+    # command is older than any piped one: serving the pipe first would step the
+    # envs out of order and hand one call another's rows
+    channel, sender, poller = pipe
+    bell = _bell()
+    ringing = _RingingPoller(poller, bell, sender)
+    assert wait_for_command(bell, 0, channel, ringing, spin, True) is True  # type: ignore[arg-type]
+    assert bytes(channel.recv()) == b"the next command"  # served next
+
+
+def test_a_fence_never_waits_for_a_lock_a_fork_left_held():
+    # a child forked while another thread was inside fence() inherits the lock
+    # held: fence() must still return
+    from vecpool._wire import bell
+
+    bell._FENCE.acquire()
+    try:
+        thread = threading.Thread(target=bell.fence, daemon=True)
+        thread.start()
+        thread.join(5)
+        assert not thread.is_alive()
+    finally:
+        bell._FENCE.release()
+
+
+class _SlowPollModule:
+    """``select`` as the worker loop sees it, its ``poll()`` 0.3 s late to start."""
+
+    POLLIN = select.POLLIN
+
+    @staticmethod
+    def poll():
+        time.sleep(0.3)
+        return select.poll()
+
+
+class _StepAnytimeEnv(gym.Env):
+    """Steps without a reset (a vector env accepts a first step before reset)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.full(2, float(action), np.float32), 1.0, False, False, {}
+
+
+@pytest.mark.timeout(60)
+def test_a_step_rung_right_after_start_up_is_served(make_async, monkeypatch):
+    # the worker reads what its bell holds before its start-up reply: a step rung
+    # at once (while the worker still sets up its wait) is served, not skipped
+    import vecpool._worker.loop as loop
+
+    monkeypatch.setattr(loop, "select", _SlowPollModule)  # forked workers inherit it
+    envs = make_async(
+        [_StepAnytimeEnv] * 2, num_workers=1, parent_envs=0, context="fork"
+    )
+    assert envs._group.remote[0].bell is not None
+    envs.step_async(np.ones(2, dtype=np.int64))
+    obs, *_ = envs.step_wait(timeout=10)  # a skipped ring would time out here
+    assert obs.tolist() == [[1.0, 1.0], [1.0, 1.0]]

@@ -163,3 +163,44 @@ def test_block_and_spin_strategies_never_watch_the_load():
     assert SpinPolicy.from_strategy("block", 1, 2).crowd is None
     assert SpinPolicy.from_strategy("spin", 1, 2).crowd is None
     assert SpinPolicy.from_strategy("auto", 3, 2).crowd is None  # no spinning at all
+
+
+def test_in_a_container_only_a_machine_wide_crowd_counts(monkeypatch):
+    # /proc/loadavg counts the whole machine: with a 2-CPU quota on a 64-CPU host,
+    # the host's own load must not stop every spinner for good
+    import os
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    policy = SpinPolicy.from_strategy("auto", 1, 2)
+    assert policy.crowd is not None
+    assert policy.crowd.cpus == 64
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    crowd = SpinPolicy.from_strategy("auto", 1, 2).crowd
+    assert crowd is not None
+    assert crowd.cpus == 2
+    assert SpinPolicy.from_strategy("auto", 3, 2).crowd is None
+
+
+def test_the_load_is_watched_while_the_parent_computes_too(tmp_path):
+    # a long policy between steps already says "block"; the load must still be
+    # read, so the verdict is fresh once the policy gets quick again
+    path = tmp_path / "loadavg"
+    _loadavg(path, 9)
+    policy = SpinPolicy.from_strategy("auto", 1, 2)
+    crowd = policy.crowd
+    assert crowd is not None
+    crowd.path = str(path)
+    block = SharedBlock(Layout.build(2, None, None).size, multiprocessing)
+    policy.share_hint(block, Layout.build(2, None, None))
+
+    class Busy(GapTracker):
+        def commanded(self, now: float) -> bool:
+            return False  # a parent that computes long between steps
+
+    policy.gaps = Busy(MAX_GAP)
+    policy.cores_free = False
+    for _ in range(8 * crowd.EVERY):
+        policy.before_send()
+    assert policy.hint.value == 0
+    assert crowd.is_crowded
+    policy.drop_hint()

@@ -11,6 +11,7 @@ between steps (a policy) finds them blocked, so spinning never takes a core from
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -110,7 +111,8 @@ class SpinPolicy:
                 one = self.gaps.one_thread(time.process_time(), SPIN_BUDGET)
                 quick = quick or one
             crowd = self.crowd
-            self.hint.value = quick and (crowd is None or not crowd.crowded())
+            crowded = crowd is not None and crowd.crowded()  # counted every step
+            self.hint.value = quick and not crowded
 
     @classmethod
     def from_strategy(
@@ -125,8 +127,12 @@ class SpinPolicy:
         policy = cls(budget, budget, True, adaptive)
         policy.cores_free = num_workers + 1 <= cpus
         if adaptive and spins:
-            # this process and its spinning workers are runnable by design
-            policy.crowd = CrowdWatch(max(cpus, num_workers + 1))
+            # this process and its spinning workers are runnable by design; the
+            # load counts the whole machine's runnable processes: where this process
+            # may use fewer CPUs than it has (a container's quota, an affinity
+            # mask), only a machine-wide crowd counts (better spin than never)
+            host = max(os.cpu_count() or cpus, cpus)
+            policy.crowd = CrowdWatch(max(host, num_workers + 1))
         return policy
 
     def before_wait(self) -> float:
@@ -288,8 +294,9 @@ class CrowdWatch:
     CPUs plus a quarter. Where ``/proc/loadavg`` cannot be read, it never says crowded.
 
     Args:
-        cpus: The runnable processes that are not a crowd: the CPUs this process
-            may use, or more when this vector env's own spinners outnumber them.
+        cpus: The runnable processes that are not a crowd: the machine's CPUs
+            (the load counts the whole machine), or more when this vector env's
+            own spinners outnumber them.
         path: The file to read (a test points it elsewhere).
     """
 

@@ -68,13 +68,17 @@ _FENCE = threading.Lock()
 
 
 def fence() -> None:
-    """A full memory barrier: an uncontended lock taken and released.
+    """A full memory barrier: an atomic read-modify-write of a lock.
 
-    Taking a lock is an atomic read-modify-write, which orders every load and
-    store around it (``lock``-prefixed on x86; acquire and release on ARM).
+    Trying to take a lock is an atomic compare-and-swap, which orders every load and
+    store around it on x86 (a ``lock``-prefixed instruction); on weaker memory
+    models (ARM) it is at least an acquire, and a store it lets pass costs a delay
+    (a blocked worker looks at its bell every :data:`RECHECK_MS`), never a hang.
+    It never waits: a lock that a forked child inherited held (another thread of
+    the parent was inside :func:`fence` at the fork) is only tried.
     """
-    _FENCE.acquire()
-    _FENCE.release()
+    if _FENCE.acquire(False):
+        _FENCE.release()
 
 
 def _sleep_zero() -> None:
@@ -126,7 +130,7 @@ def wait_for_command(
             looks += 1
             if looks % POLL_EVERY == 0:
                 if poller.poll(0):
-                    return False
+                    break  # the bell first: a ring precedes any piped command
                 if time.perf_counter() >= deadline:
                     break
             if give is not None:
@@ -141,4 +145,7 @@ def wait_for_command(
         if bell[COMMAND] != seen:
             fence()
             return True
+    if bell[COMMAND] != seen:  # rung before what the pipe holds came (bell first)
+        fence()
+        return True
     return False

@@ -4,7 +4,8 @@ Spinning (poll + ``sched_yield``) skips the 50-150 microseconds it costs to wake
 blocked process; it pays only while replies come back quickly and no more processes
 run than cores. The parent spins with :func:`spin_until_ready` for replies when
 its policy says so (vecpool/_engine/spinning.py: its ``SpinPolicy``); a worker
-spins on its doorbell instead (vecpool/_wire/bell.py).
+spins on its doorbell (vecpool/_wire/bell.py), or, without one (restarts), with
+this function on its pipe.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from typing import Any
 from vecpool._wire.bell import ANSWERED, BUFFER, COMMAND, wait_for_command
 from vecpool._wire.channel import Channel
 from vecpool._wire.messages import STEP, WorkerConfig
+from vecpool._wire.spin import spin_until_ready
 from vecpool._worker.host import open_host, serve
 
 __all__ = ["WAITS", "WaitCounts", "run_worker", "wait_counts"]
@@ -159,19 +160,20 @@ def run_worker(
     channel = Channel(conn.fileno())
     try:
         host, first = open_host(config, envs)
+        spin, spin_yield = config.spin, config.spin_yield
+        # a doorbell (vecpool/_wire/bell.py): plain steps come through shared memory
+        # (a worker that never spins blocks on its pipe: it needs no bell). What it
+        # holds is read before the start-up reply: the parent may ring right after.
+        bell: Any = None
+        if spin and config.bell and host is not None:
+            bell = config.block.words(config.layout.bells, config.start)
+        seen = bell[COMMAND] if bell is not None else 0
         channel.send(first)
         if host is None:
             return  # an env constructor raised: reported, nothing to serve
         poller = select.poll()
         poller.register(conn.fileno(), select.POLLIN)
-        spin, spin_yield = config.spin, config.spin_yield
         hint = config.block.byte(config.layout.spin_hint) if config.spin_hint else None
-        # a doorbell (vecpool/_wire/bell.py): plain steps come through shared memory
-        # (a worker that never spins blocks on its pipe: it needs no bell)
-        bell: Any = None
-        if spin and config.bell:
-            bell = config.block.words(config.layout.bells, config.start)
-        seen = bell[COMMAND] if bell is not None else 0
         running = True
         waited: bool | None = None  # how it waits for this command (a wake: again)
         while running:
@@ -179,9 +181,13 @@ def run_worker(
             spins = spin > 0.0 and (hint is None or bool(hint.value))
             if waited is None:
                 waited = spins
-            rung = bell is not None and wait_for_command(
-                bell, seen, channel, poller, spin if spins else 0.0, spin_yield
-            )
+            rung = False
+            if bell is not None:
+                rung = wait_for_command(
+                    bell, seen, channel, poller, spin if spins else 0.0, spin_yield
+                )
+            elif spins and not channel.has_message() and not poller.poll(0):
+                spin_until_ready(poller, spin, spin_yield)  # restarts: no bell
             if rung:
                 seen = bell[COMMAND]
                 data: bytes | memoryview = bytes((STEP[0], bell[BUFFER]))
