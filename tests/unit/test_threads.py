@@ -233,3 +233,11 @@ def test_available_cpus_is_capped_by_the_cpu_quota(tmp_path, monkeypatch):
     assert validation.available_cpus() == 1
     (tmp_path / "cpu.max").write_text("max 100000\n")
     assert validation.available_cpus() == max(1, len(os.sched_getaffinity(0)))
+
+
+def test_advice_counts_one_worker_in_the_singular():
+    # the 2-CPU default: one worker beside the parent's share
+    message = oversubscription(1, ThreadPools((("openblas", 2),)), 2)
+    assert message is not None
+    assert "the 1 worker process of this AsyncVectorEnv want" in message
+    assert "worker processes" not in message

@@ -100,7 +100,8 @@ def oversubscription(num_workers: int, pools: ThreadPools, cpus: int) -> str | N
     fit = fitting_threads(num_workers, cpus)
     return (
         f"vecpool: this process's thread pools ({pools.describe()}) and the "
-        f"{num_workers} worker processes of this AsyncVectorEnv want more CPUs than "
+        f"{num_workers} worker process{'' if num_workers == 1 else 'es'} of this "
+        "AsyncVectorEnv want more CPUs than "
         f"the {cpus} available: a policy computed between steps (numpy, torch) "
         "then takes the cores the envs need, and the loop can be slower than "
         "SyncVectorEnv. Pass `policy_threads='auto'` to AsyncVectorEnv (it limits "

@@ -189,7 +189,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 ``step`` at once; ``None`` for no limit.
             num_workers: Number of worker processes; the envs are split into that many
                 contiguous slices. Default: ``min(num_envs, available CPUs,
-                max_concurrency or num_envs)`` (of the envs not in this process).
+                max_concurrency or num_envs)`` (of the envs not in this process, and
+                less this process's own CPU when it steps a share).
                 ``0``: every env in this process (same results; no isolation;
                 see docs/performance.md).
             parent_envs: How many envs this process steps itself (the last ones),
