@@ -427,3 +427,31 @@ def test_the_signature_is_still_gymnasiums_plus_keyword_options():
     gymnasiums = list(inspect.signature(gym.vector.AsyncVectorEnv).parameters)
     assert ours[: len(gymnasiums)] == gymnasiums
     assert ours[len(gymnasiums)] == "num_workers"
+
+
+class _Exiting:
+    """A process that has closed its descriptors but whose exit is not reaped yet."""
+
+    def __init__(self, sentinel: int) -> None:
+        self.sentinel = sentinel
+
+    def is_alive(self) -> bool:
+        return True  # waitpid has no status for it yet
+
+
+def test_a_worker_whose_descriptors_closed_counts_as_ended():
+    # its pipe already gives EOF; close() must not then wait on the live workers
+    import os
+
+    from vecpool.vector.gymnasium_worker import _ended
+
+    read, write = os.pipe()
+    try:
+        assert not _ended(_Exiting(read))  # still running: its sentinel is quiet
+        os.close(write)
+        write = -1
+        assert _ended(_Exiting(read))  # ended, whatever is_alive() says
+    finally:
+        os.close(read)
+        if write != -1:
+            os.close(write)

@@ -27,6 +27,7 @@ this class with :class:`vecpool.AsyncVectorEnv`, whose constructor builds it whe
 from __future__ import annotations
 
 import contextlib
+import multiprocessing.connection
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -332,7 +333,7 @@ class GymnasiumWorkerEnv(gymnasium.vector.AsyncVectorEnv[Any, Any]):
         # None) would leave Gymnasium waiting for ever on the others' pipes.
         pipes: list[Any] = self.parent_pipes  # Gymnasium sets an ended one's to None
         crashed = any(
-            pipe is not None and not process.is_alive()
+            pipe is not None and _ended(process)
             for process, pipe in zip(self.processes, pipes, strict=True)
         )
         try:
@@ -418,3 +419,15 @@ class GymnasiumWorkerEnv(gymnasium.vector.AsyncVectorEnv[Any, Any]):
         self._assert_is_running()
         msg = f"`{method}` is not available with a custom `worker`."
         raise ValueError(msg)
+
+
+def _ended(process: Any) -> bool:
+    """Whether ``process`` has ended, its exit status reaped or not.
+
+    Its sentinel is readable once its descriptors are closed, the moment its pipe
+    gives EOF; ``is_alive()`` waits for the exit status, which can come a little
+    later (then a close would wait for ever on the live workers' pipes).
+    """
+    if not process.is_alive():
+        return True
+    return bool(multiprocessing.connection.wait([process.sentinel], timeout=0))
