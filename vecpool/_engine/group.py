@@ -229,22 +229,6 @@ class WorkerGroup:
         Raises:
             WorkerCrashedError: If a worker's pipe is broken.
         """
-        if per_env is None:
-            for handle in self.handles:
-                if handle.tail:
-                    break
-            else:  # the hot path: every handle sends the message as it is
-                for handle in self.handles:
-                    try:
-                        number = handle.post_step(message)
-                    except OSError:
-                        number = 0
-                    if not number:  # restart mode: a replacement gets it
-                        handle, number = self.send_to(
-                            handle, "step", functools.partial(_send_step, message, None)
-                        )
-                    handle.numbers.expect(number)
-                return
         for handle in self.handles:  # inside ``with HELD``, as every send
             actions = (
                 None

@@ -144,7 +144,7 @@ class WorkerHandle:
         """
         tail = self.tail
         if actions is None and not tail:  # the hot path: a 2-byte message
-            return self.write(message)
+            return self.post_step(message)
         if self.wide_offer is not None:  # the tail carries its acceptance
             self.info_wide, self.wide_offer = self.wide_offer[1], None
             self.tail = self.cut
@@ -153,7 +153,7 @@ class WorkerHandle:
         return self.send(Command.STEP, (actions, None, message[-1], tail))
 
     def post_step(self, message: bytes) -> int:
-        """Send the hot path's step message: rung on the bell when it can be.
+        """Send the hot path's step message (:meth:`send_step`'s): rung if it can be.
 
         The bell (vecpool/_wire/bell.py) carries it when this worker has one and
         has answered every earlier command (nothing of it is in the pipe); a worker

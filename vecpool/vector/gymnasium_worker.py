@@ -86,7 +86,7 @@ class GymnasiumWorkerEnv(gymnasium.vector.AsyncVectorEnv[Any, Any]):
         max_concurrency: int | None = None,
         *,
         num_workers: int | None = None,
-        parent_envs: int = 0,
+        parent_envs: int | str = "auto",
         wait_strategy: str = "auto",
         batch_size: int | None = None,
         on_worker_crash: str = "raise",
