@@ -94,8 +94,13 @@ EXTRAS: dict[str, list[str]] = {
             "make_vec_env or ppo_learns or rollout_equals"],
     "minari": ["pytest", "tests/third_party/test_minari.py"],
     "ray": ["pytest", "tests/distributed/test_ray.py"],
+    "torch": ["pytest", "tests/third_party/test_torch_batches.py"],
 }  # fmt: skip
-PINNED = {"sb3": ["torch==2.13.0"], "ray": ["torch==2.13.0"]}  # where torch comes in
+PINNED = {  # where torch comes in
+    "sb3": ["torch==2.13.0"],
+    "ray": ["torch==2.13.0"],
+    "torch": ["torch==2.13.0"],
+}
 
 
 @nox.session(python=PYTHON, default=False)

@@ -30,7 +30,13 @@ if TYPE_CHECKING:
     from vecpool.bench.tune import TuneResult, autotune
     from vecpool.check import CheckReport, check_vector_env
     from vecpool.replay.classic import Pool
-    from vecpool.replay.pool import EpisodeStats, ReplayPool, Transitions
+    from vecpool.replay.batches import (
+        EpisodeStats,
+        ReplaySample,
+        Sequences,
+        Transitions,
+    )
+    from vecpool.replay.pool import ReplayPool
     from vecpool.replay.settings import PoolSettings
     from vecpool.replay.wrapper import ReplayPoolWrapper
     from vecpool.sampling.sampler import EpisodeRecord, SampleBatch, Sampler
@@ -44,14 +50,16 @@ _LAZY = {
     "CheckReport": "vecpool.check",
     "EnvState": "vecpool._wire.messages",
     "EpisodeRecord": "vecpool.sampling.sampler",
-    "EpisodeStats": "vecpool.replay.pool",
+    "EpisodeStats": "vecpool.replay.batches",
     "Pool": "vecpool.replay.classic",
     "PoolSettings": "vecpool.replay.settings",
     "ReplayPool": "vecpool.replay.pool",
     "ReplayPoolWrapper": "vecpool.replay.wrapper",
+    "ReplaySample": "vecpool.replay.batches",
     "SampleBatch": "vecpool.sampling.sampler",
     "Sampler": "vecpool.sampling.sampler",
-    "Transitions": "vecpool.replay.pool",
+    "Sequences": "vecpool.replay.batches",
+    "Transitions": "vecpool.replay.batches",
     "TuneResult": "vecpool.bench.tune",
     "VectorEntryPoint": "vecpool.vector.make",
     "autotune": "vecpool.bench.tune",
@@ -72,8 +80,10 @@ __all__ = [
     "PoolSettings",
     "ReplayPool",
     "ReplayPoolWrapper",
+    "ReplaySample",
     "SampleBatch",
     "Sampler",
+    "Sequences",
     "Transitions",
     "TuneResult",
     "VecPoolError",

@@ -138,3 +138,39 @@ def test_a_leaf_minari_cannot_describe_is_refused_before_writing():
     with pytest.raises(ValueError, match="a Minari dataset cannot hold"):
         to_minari(pool, "mixed/vecpool-v0")
     assert "mixed/vecpool-v0" not in minari.list_local_datasets()
+
+
+def test_frame_stacked_pool_streams_in_batches(monkeypatch):
+    """A frame pool exports the same episodes as a plain one, a few at a time."""
+    from gymnasium.wrappers import FrameStackObservation
+
+    from vecpool.replay import minari as pool_minari
+
+    def make():
+        return FrameStackObservation(gym.make("CartPole-v1"), 4)
+
+    fns = [make] * 3
+    envs = vecpool.ReplayPoolWrapper(
+        vecpool.ReplayPoolWrapper(
+            vecpool.AsyncVectorEnv(fns, num_workers=0), 3000, frame_stack=4, seed=0
+        ),
+        3000,
+        seed=0,
+    )
+    envs.reset(seed=0)
+    envs.action_space.seed(0)
+    for _ in range(300):
+        envs.step(envs.action_space.sample())
+    plain, frames = envs.pool, envs.env.pool
+    envs.close()
+    monkeypatch.setattr(pool_minari, "_BATCH_STEPS", 50)  # several update batches
+    episodes, partial = complete_episodes(plain)
+    assert len(episodes) > 5
+    dataset, skipped = to_minari(frames, "cartpole/frames-v0", algorithm_name="random")
+    assert skipped == partial
+    assert dataset.total_episodes == len(episodes)
+    loaded = minari.load_dataset("cartpole/frames-v0")
+    for ours, theirs in zip(episodes, loaded.iterate_episodes(), strict=True):
+        _assert_equal_tree(ours.observations, theirs.observations, "observations")
+        _assert_equal_tree(ours.actions, theirs.actions, "actions")
+        _assert_equal_tree(ours.rewards, theirs.rewards, "rewards")

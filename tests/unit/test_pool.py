@@ -912,7 +912,8 @@ def test_nbytes_plain_layout(space_kind):
     feed = Feed(obs_space, act_space, num_envs)
     for _ in range(pool.capacity + 3):
         pool.add(**feed.batch())
-    per_transition = 2 * _raw_bytes(obs_space) + _raw_bytes(act_space) + 8 + 1 + 1
+    # reward, terminated, truncated, and the mark of a stretch start (n-step, sequences)
+    per_transition = 2 * _raw_bytes(obs_space) + _raw_bytes(act_space) + 8 + 1 + 1 + 1
     raw = per_transition * pool.capacity * num_envs
     assert abs(pool.nbytes - raw) <= 0.1 * raw, (pool.nbytes, raw)
 

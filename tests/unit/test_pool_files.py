@@ -319,11 +319,11 @@ def _rows_of(pool: vecpool.ReplayPool) -> dict[str, Any]:
 
 def test_a_file_of_format_3_loads_its_window_size__as_clearing_size(tmp_path):
     # issue 29: format 3 (before `window_size_` became `clearing_size`) stored the
-    # setting under the old name; format 4 stores the new one, and both load
+    # setting under the old name; formats 4 and 5 store the new one, and all load
     pool = _clearing_pool()
     members = _members(pool.save(tmp_path / "new.npz"))
     header = _header(members)
-    assert header["format"] == pool_files.FORMAT == "vecpool.ReplayPool/4"
+    assert header["format"] == pool_files.FORMAT == "vecpool.ReplayPool/5"
     assert header["clearing_size"] == 3
     assert "window_size_" not in header
     old_header = {key: value for key, value in header.items() if key != "clearing_size"}
@@ -347,6 +347,52 @@ def test_a_file_of_format_3_loads_its_window_size__as_clearing_size(tmp_path):
     mixed = _with_header(members, format="vecpool.ReplayPool/3")
     with pytest.raises(ValueError, match=re.escape("its header lacks window_size_")):
         vecpool.ReplayPool.load(_write_archive(tmp_path / "mixed.npz", mixed))
+
+
+def test_a_file_of_format_4_loads_with_marks_from_its_episode_ends(tmp_path):
+    # issue 31: format 5 added the `starts` / `fresh` marks that n-step windows and
+    # sequences stop at; a format-4 file has none, and they come from its ends
+    pool = vecpool.ReplayPool(SPACES["box-bounds"], SPACES["discrete"], 2, 40, seed=1)
+    rows = _rows_of(pool)
+    for step in range(12):
+        ended = np.array([step % 4 == 3, step % 5 == 4])
+        pool.add(**{**rows, "reward": np.full(2, step + 1.0), "terminated": ended})
+    members = _members(pool.save(tmp_path / "new.npz"))
+    header = {key: value for key, value in _header(members).items() if key != "alpha"}
+    header["format"] = "vecpool.ReplayPool/4"
+    old_members = {
+        name: array
+        for name, array in members.items()
+        if name not in ("starts", "fresh")
+    }
+    old_members["config"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
+    loaded = vecpool.ReplayPool.load(_write_archive(tmp_path / "old.npz", old_members))
+    assert loaded.alpha is None
+    assert_same_data(pool.get_pool(), loaded.get_pool(), "format 4")
+    # no window crosses an episode end, in the loaded pool as in the saved one
+    for each in (pool, loaded):
+        batch = each.sample(400, n_step=6, gamma=1.0)
+        assert batch.discount.tolist() == [1.0] * 400
+        for reward in batch.reward.tolist():  # consecutive rewards of one episode
+            assert reward in _window_sums(), reward
+    # the next row after loading starts a new stretch (what a format-4 file lost)
+    loaded.add(**{**rows, "reward": np.full(2, 100.0)})
+    sums = set(loaded.sample(400, n_step=2, gamma=1.0).reward.tolist())
+    assert 100.0 in sums
+    assert 112.0 not in sums
+
+
+def _window_sums() -> set[float]:
+    """Sums of up to six consecutive rewards 1..12 within episodes of env 0 or 1."""
+    sums: set[float] = set()
+    for period in (4, 5):
+        episodes = [
+            list(range(s + 1, min(s + period, 12) + 1)) for s in range(0, 12, period)
+        ]
+        for rewards in episodes:
+            for i in range(len(rewards)):
+                sums |= {float(sum(rewards[i : i + k])) for k in range(1, 7)}
+    return sums
 
 
 def test_a_crafted_pickle_never_runs_untrusted(tmp_path):

@@ -11,6 +11,7 @@ cut by a jump, the episode still running at the tail.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -20,7 +21,7 @@ import numpy.typing as npt
 from vecpool._util.spaces import make_views
 from vecpool.replay.storage import flatten_stored, same_value
 
-__all__ = ["Episode", "RecordedPool", "complete_episodes"]
+__all__ = ["Episode", "EpisodeScan", "RecordedPool", "complete_episodes"]
 
 
 class RecordedPool(Protocol):
@@ -44,8 +45,8 @@ class RecordedPool(Protocol):
         """Transitions each sub-pool has received, kept or not."""
         ...
 
-    def get_pool(self) -> Any:
-        """Every transition held, sub-pools in env order, oldest first."""
+    def get_rows(self, env: int, start: int, stop: int) -> Any:
+        """Transitions ``start:stop`` of sub-pool ``env``, oldest first."""
         ...
 
 
@@ -78,6 +79,8 @@ class Episode:
 def complete_episodes(pool: RecordedPool) -> tuple[list[Episode], int]:
     """The complete episodes of every sub-pool, and how many partial ones were left.
 
+    Holds every episode in memory; :class:`EpisodeScan` yields them one at a time.
+
     Example:
         >>> import numpy as np
         >>> from gymnasium import spaces
@@ -101,43 +104,95 @@ def complete_episodes(pool: RecordedPool) -> tuple[list[Episode], int]:
     Raises:
         ValueError: If the pool routes transitions at random (no time order).
     """
-    if pool.random:
-        msg = (
-            "A pool with random=True mixes envs in its sub-pools, so it holds no "
-            "episodes in order: collect with random=False to export episodes."
+    scan = EpisodeScan(pool)
+    episodes = list(scan)
+    return episodes, scan.partial
+
+
+class EpisodeScan:
+    """The complete episodes of a pool, one at a time, in bounded memory.
+
+    Reads each sub-pool ``chunk_size`` rows at a time to find where episodes end,
+    then each complete episode's rows: what it holds at once is a chunk and one
+    episode, never the whole pool (a frame-stacked pool rebuilds ``2 * K``
+    frames a row). :attr:`partial` counts the partial episodes passed so far.
+
+    Args:
+        pool: The pool (``random=False``: each sub-pool one env, in time order).
+        chunk_size: Rows read at a time to find the episodes.
+
+    Raises:
+        ValueError: If the pool routes transitions at random (no time order).
+    """
+
+    def __init__(self, pool: RecordedPool, chunk_size: int = 4096) -> None:
+        """Check the pool; nothing is read until iterated."""
+        if pool.random:
+            msg = (
+                "A pool with random=True mixes envs in its sub-pools, so it holds "
+                "no episodes in order: collect with random=False to export "
+                "episodes."
+            )
+            raise ValueError(msg)
+        self.pool = pool
+        self.chunk_size = chunk_size
+        self.partial = 0
+
+    def __iter__(self) -> Iterator[Episode]:
+        """Each complete episode, sub-pool after sub-pool, oldest first."""
+        pool = self.pool
+        lengths = pool.lengths.tolist()
+        received = pool.received.tolist()
+        for env, (length, got) in enumerate(zip(lengths, received, strict=True)):
+            # the sub-pool's first row begins an episode only if nothing was dropped
+            first, begins = 0, got == length
+            for start in range(0, length, self.chunk_size):
+                stop = min(start + self.chunk_size, length)
+                # one row more: whether the last row's next_obs is the next obs
+                chunk = pool.get_rows(env, start, min(stop + 1, length))
+                obs, next_obs, ended = self._leaves(chunk)
+                for row in range(start, stop):
+                    here = row - start
+                    last_row = row == length - 1
+                    jump = (
+                        not last_row
+                        and not ended[here]
+                        and not _same(next_obs, obs, here)
+                    )
+                    if not (ended[here] or jump or last_row):
+                        continue
+                    if begins and ended[here]:
+                        yield self._episode(env, first, row + 1)
+                    elif row >= first:
+                        self.partial += 1
+                    first, begins = row + 1, True  # after an end or a jump: a reset
+
+    def _leaves(
+        self, chunk: Any
+    ) -> tuple[list[npt.NDArray[Any]], list[npt.NDArray[Any]], npt.NDArray[np.bool_]]:
+        space, count = self.pool.observation_space, chunk.reward.size
+        obs = flatten_stored(space, chunk.obs, count, "obs")
+        next_obs = flatten_stored(space, chunk.next_obs, count, "obs")
+        return obs, next_obs, chunk.terminated | chunk.truncated
+
+    def _episode(self, env: int, start: int, stop: int) -> Episode:
+        pool = self.pool
+        rows = pool.get_rows(env, start, stop)
+        count = stop - start
+        obs = flatten_stored(pool.observation_space, rows.obs, count, "obs")
+        next_obs = flatten_stored(pool.observation_space, rows.next_obs, count, "obs")
+        actions = flatten_stored(pool.action_space, rows.action, count, "action")
+        observations = [
+            np.concatenate([o, n[-1:]]) for o, n in zip(obs, next_obs, strict=True)
+        ]
+        return Episode(
+            env,
+            make_views(pool.observation_space, observations),
+            make_views(pool.action_space, actions),
+            rows.reward,
+            rows.terminated,
+            rows.truncated,
         )
-        raise ValueError(msg)
-    everything = pool.get_pool()
-    lengths = pool.lengths.tolist()
-    received = pool.received.tolist()
-    total = int(sum(lengths))
-    obs = flatten_stored(pool.observation_space, everything.obs, total, "obs")
-    next_obs = flatten_stored(pool.observation_space, everything.next_obs, total, "obs")
-    actions = flatten_stored(pool.action_space, everything.action, total, "action")
-    ended = everything.terminated | everything.truncated
-    episodes: list[Episode] = []
-    partial = 0
-    start = 0
-    for env, (length, got) in enumerate(zip(lengths, received, strict=True)):
-        stop = start + length
-        # the sub-pool's first row begins an episode only if nothing was dropped
-        first = start
-        begins = got == length
-        for row in range(start, stop):
-            last_row = row == stop - 1
-            jump = not last_row and not ended[row] and not _same(next_obs, obs, row)
-            if not (ended[row] or jump or last_row):
-                continue
-            if begins and ended[row]:
-                rows = np.arange(first, row + 1)
-                episodes.append(
-                    _episode(pool, env, rows, (obs, next_obs, actions), everything)
-                )
-            elif row >= first:
-                partial += 1
-            first, begins = row + 1, True  # after an end or a jump: a reset
-        start = stop
-    return episodes, partial
 
 
 def _same(
@@ -158,25 +213,3 @@ def _same(
         ):
             return False
     return True
-
-
-def _episode(
-    pool: RecordedPool,
-    env: int,
-    rows: npt.NDArray[np.int64],
-    leaves: tuple[list[npt.NDArray[Any]], ...],
-    transitions: Any,
-) -> Episode:
-    obs, next_obs, actions = leaves
-    observations = [
-        np.concatenate([o[rows], n[rows[-1:]]])
-        for o, n in zip(obs, next_obs, strict=True)
-    ]
-    return Episode(
-        env,
-        make_views(pool.observation_space, observations),
-        make_views(pool.action_space, [a[rows] for a in actions]),
-        transitions.reward[rows],
-        transitions.terminated[rows],
-        transitions.truncated[rows],
-    )

@@ -61,6 +61,8 @@ class StoredPool(Protocol):
     clearing_size: int | None
     random: bool
     store_next_obs: bool
+    alpha: float | None
+    frame_stack: int | None
     capacity: int
     observation_space: spaces.Space[Any]
     action_space: spaces.Space[Any]
@@ -83,7 +85,8 @@ class StoredPool(Protocol):
         ...
 
 
-FORMAT = "vecpool.ReplayPool/4"  # 4: `clearing_size` in the header
+FORMAT = "vecpool.ReplayPool/5"  # 5: `starts`, `fresh`; prioritized pools
+_CLEARING_FORMAT = "vecpool.ReplayPool/4"  # 4: `clearing_size` in the header
 _RENAMED_FORMAT = "vecpool.ReplayPool/3"  # 3: JSON header, no pickle; `window_size_`
 _PICKLED_FORMAT = "vecpool.ReplayPool/2"
 _OLD_NAMES = {"clearing_size": "window_size_"}
@@ -98,6 +101,8 @@ COUNTERS = (
     "episode_return",
     "episode_length",
     "episodes",
+    "starts",
+    "fresh",
 )
 _ARGUMENTS = (
     "num_envs",
@@ -107,7 +112,11 @@ _ARGUMENTS = (
     "clearing_size",
     "random",
     "store_next_obs",
+    "alpha",
+    "frame_stack",
 )
+_NEW_IN_5 = ("alpha", "frame_stack")
+"""Constructor arguments format 5 added (older files: ``None``)."""
 
 
 class _BadFile(Exception):
@@ -389,9 +398,18 @@ def write(
 
 def per_row(name: str) -> bool:
     """Whether a state array has one entry per row of the pool (vs per env)."""
-    return name in ("reward", "terminated", "truncated", "own_next") or (
-        name.split("_")[0] in ("obs", "action") or name.startswith("next_obs_")
-    )
+    return name in (
+        "reward",
+        "terminated",
+        "truncated",
+        "own_next",
+        "starts",
+        "priority",
+        "frames",
+        "own_obs",
+        "own_next_frame",
+        "own_next_whole",
+    ) or (name.split("_")[0] in ("obs", "action") or name.startswith("next_obs_"))
 
 
 # -- reading ---------------------------------------------------------------------------
@@ -485,7 +503,7 @@ def _read(cls: Callable[..., StoredPool], handle: Any, trusted: bool) -> Any:
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         msg = f"its generator state is not valid: {exc!r}"
         raise _BadFile(msg) from exc
-    _restore(pool, data, compact)
+    _restore(pool, data, compact, header["format"] != FORMAT)
     return pool
 
 
@@ -499,13 +517,24 @@ builds in Python objects stays within ~100 MB whatever it holds."""
 
 def _stored_name(name: str, file_format: str) -> str:
     """The header key under which a file of ``file_format`` stores argument ``name``."""
-    return name if file_format == FORMAT else _OLD_NAMES.get(name, name)
+    if file_format in (FORMAT, _CLEARING_FORMAT):
+        return name
+    return _OLD_NAMES.get(name, name)
 
 
 def _arguments(header: dict[str, Any]) -> dict[str, Any]:
     """The constructor arguments of the header, each of the type it must have."""
     stored = {name: _stored_name(name, header["format"]) for name in _ARGUMENTS}
-    arguments = {name: header[stored[name]] for name in _ARGUMENTS}
+    arguments = {
+        name: header.get(stored[name]) if name in _NEW_IN_5 else header[stored[name]]
+        for name in _ARGUMENTS
+    }
+    alpha = arguments["alpha"]
+    if alpha is not None and (
+        type(alpha) not in (int, float) or not math.isfinite(alpha) or alpha < 0
+    ):
+        msg = f"its header's `alpha` is {_short(alpha)}, not a number >= 0"
+        raise _BadFile(msg)
     for name in (
         "num_envs",
         "pool_size",
@@ -524,6 +553,10 @@ def _arguments(header: dict[str, Any]) -> dict[str, Any]:
         if type(arguments[name]) is not bool:
             msg = f"its header's `{name}` is {_short(arguments[name])}, not a bool"
             raise _BadFile(msg)
+    stack = arguments["frame_stack"]
+    if stack is not None and (type(stack) is not int or not 1 <= stack < 2**16):
+        msg = f"its header's `frame_stack` is {_short(stack)}, not a frame count"
+        raise _BadFile(msg)
     return arguments
 
 
@@ -564,11 +597,16 @@ def _check_described(header: dict[str, Any]) -> int:
         The bytes they take (what reading the file may allocate).
     """
     arguments = _arguments(header)
-    row_bytes = _described_bytes(header["observation_space"])
-    row_bytes += _described_bytes(header["action_space"])
+    obs_bytes = _described_bytes(header["observation_space"])
+    action_bytes = _described_bytes(header["action_space"])
     num_envs, pool_size = arguments["num_envs"], arguments["pool_size"]
-    slots_rows = num_envs * (-(-pool_size // num_envs) + 1)
-    needed = int(slots_rows * (2 * row_bytes + 20))
+    stack = arguments["frame_stack"]
+    slots_rows = num_envs * (-(-pool_size // num_envs) + (stack or 1))
+    if stack is None:
+        needed = int(slots_rows * (2 * (obs_bytes + action_bytes) + 20))
+    else:  # one frame a row (a Box's value is a third of what it describes)
+        frame = obs_bytes // 3 // stack
+        needed = int(slots_rows * (frame + 2 * action_bytes + 60) + 2 * obs_bytes)
     _refuse_oversized(needed, num_envs, pool_size)
     return needed
 
@@ -597,7 +635,8 @@ def _check_sizes(
     """
     num_envs, pool_size = arguments["num_envs"], arguments["pool_size"]
     capacity = -(-pool_size // num_envs)
-    slots_rows = num_envs * (capacity + 1)
+    stack = arguments["frame_stack"]
+    slots_rows = num_envs * (capacity + (stack or 1))
     if compact:
         length = _array(data, "length")
         if length.dtype != np.int64 or length.shape != (num_envs,):
@@ -625,7 +664,20 @@ def _check_sizes(
     except (TypeError, ValueError) as exc:
         msg = f"its spaces have no array layout ({exc})"
         raise _BadFile(msg) from exc
-    needed = slots_rows * (2 * row_bytes + 20)
+    if stack is None:
+        needed = slots_rows * (2 * row_bytes + 20)
+    else:  # the frame store: one frame a row, the stacks it keeps whole
+        frame = row_bytes // stack
+        needed = slots_rows * (frame + 60) + 2 * row_bytes
+        shapes["obs"] = []  # no obs_* members: `frames` holds one frame a row
+        found = _shape(data, "frames")
+        frame_shape = tuple(observation_space.shape or ())[1:]
+        if found != (rows, *frame_shape):
+            msg = (
+                f"its `frames` member has shape {found}, but the header describes "
+                f"{(rows, *frame_shape)}"
+            )
+            raise _BadFile(msg)
     _refuse_oversized(needed, num_envs, pool_size)
     reward = _shape(data, "reward")
     if reward != (rows,):
@@ -894,13 +946,23 @@ def _header(data: _Archive) -> dict[str, Any]:
     if not isinstance(header, dict) or "format" not in header:
         msg = "its `config` member names no format, so it was not written by save()"
         raise _BadFile(msg)
-    if header["format"] not in (FORMAT, _RENAMED_FORMAT, _PICKLED_FORMAT):
+    if header["format"] not in (
+        FORMAT,
+        _CLEARING_FORMAT,
+        _RENAMED_FORMAT,
+        _PICKLED_FORMAT,
+    ):
         msg = (
             f"its format is {header['format']!r}; this vecpool reads {FORMAT!r}, "
-            f"{_RENAMED_FORMAT!r} (and {_PICKLED_FORMAT!r} with trusted=True)"
+            f"{_CLEARING_FORMAT!r}, {_RENAMED_FORMAT!r} (and {_PICKLED_FORMAT!r} "
+            "with trusted=True)"
         )
         raise _BadFile(msg)
-    stored = [_stored_name(name, header["format"]) for name in _ARGUMENTS]
+    stored = [
+        _stored_name(name, header["format"])
+        for name in _ARGUMENTS
+        if name not in _NEW_IN_5
+    ]
     missing = [name for name in stored if name not in header]
     if header["format"] != _PICKLED_FORMAT:
         missing += [
@@ -929,18 +991,24 @@ def _shape(data: _Archive, name: str) -> tuple[int, ...]:
     return data.describe(name)[0]
 
 
-def _restore(pool: StoredPool, data: _Archive, compact: bool) -> None:
+def _restore(pool: StoredPool, data: _Archive, compact: bool, old: bool) -> None:
     """Copy the file's arrays into ``pool``, each checked against the fresh one.
 
-    A compact file (format 3 or 4) holds each sub-pool's filled rows, oldest first: they
-    go to slots ``0..length-1`` (the ring starts over; what the pool holds, returns
-    and samples is unchanged). A format-2 file holds every row as it lay.
+    A compact file (format 3 to 5) holds each sub-pool's filled rows, oldest first:
+    they go to slots ``0..length-1`` (the ring starts over; what the pool holds,
+    returns and samples is unchanged). A format-2 file holds every row as it lay.
+    Files before format 5 (``old``) have no ``starts`` and ``fresh`` marks: they
+    are derived from the episode ends (:func:`_derived_marks`).
     """
     fresh = pool.state_dict()
     if compact:
         fresh.pop("end")
+    if old:
+        fresh.pop("starts")
+        fresh.pop("fresh")
     # the store of kept next observations grows; its free list with it
     growable = {name for name in fresh if name.startswith("extra_")} | {"free"}
+    growable |= {"wholes", "wholes_free", "loose", "loose_free"}  # frame stores
     rows = int(_array(data, "length").sum()) if compact else 0
     loaded: dict[str, npt.NDArray[Any]] = {}
     for name, like in fresh.items():
@@ -962,8 +1030,57 @@ def _restore(pool: StoredPool, data: _Archive, compact: bool) -> None:
         loaded[name] = data[name]
     if compact:
         loaded["end"] = loaded["length"].copy()
+    if old:
+        _derived_marks(pool, loaded, compact)
     _check_counters(pool, loaded)
     pool.load_state_dict(loaded, compact=compact)
+
+
+def _derived_marks(
+    pool: StoredPool, loaded: dict[str, npt.NDArray[Any]], compact: bool
+) -> None:
+    """The ``starts`` and ``fresh`` marks of a file written before format 5.
+
+    A row starts a stretch when it is its sub-pool's oldest or follows an episode
+    end. Resets, aborts and restarts were not recorded then, so windows and
+    sequences may cross them in such a file; the next row added after loading
+    starts a new stretch.
+    """
+    length = loaded["length"]
+    order = (
+        np.arange(int(length.sum()), dtype=np.int64)
+        if compact
+        else pool.filled_rows(length, loaded["end"])
+    )
+    done = (loaded["terminated"] | loaded["truncated"])[order]
+    marks = np.empty(done.size, np.bool_)
+    marks[1:] = done[:-1]
+    marks[(np.cumsum(length) - length)[length > 0]] = True
+    starts = np.ones(loaded["terminated"].shape, np.bool_)
+    starts[order] = marks
+    loaded["starts"] = starts
+    loaded["fresh"] = np.ones(length.shape, np.bool_)
+
+
+def _check_frame_store(
+    data: dict[str, npt.NDArray[Any]], refuse: Callable[[str, str], None]
+) -> None:
+    """Refuse indices into the frame store's stores that are not theirs."""
+    for store, owners in (
+        ("wholes", ("own_obs", "own_next_whole")),
+        ("loose", ("own_next_frame",)),
+    ):
+        size = data[store].shape[0]
+        used = [data[name][data[name] >= 0] for name in owners]
+        free = data[f"{store}_free"]
+        for name in owners:
+            if ((data[name] < -1) | (data[name] >= size)).any():
+                refuse(name, f"-1 or an index below {size}")
+        if ((free < 0) | (free >= size)).any():
+            refuse(f"{store}_free", f"an index below {size}")
+        taken = np.concatenate([*used, free])
+        if np.unique(taken).size != taken.size:
+            refuse(f"{store}_free", "used once: no slot both owned and free, or twice")
 
 
 def _check_counters(pool: StoredPool, data: dict[str, npt.NDArray[Any]]) -> None:
@@ -989,6 +1106,15 @@ def _check_counters(pool: StoredPool, data: dict[str, npt.NDArray[Any]]) -> None
         and count == int(count)
     ):
         refuse("episodes", "finite: a whole count >= 0, a return sum, a length sum")
+    if "priority" in data:
+        priority, top = data["priority"], data["max_priority"]
+        if not (np.isfinite(priority).all() and (priority >= 0).all()):
+            refuse("priority", "finite and >= 0")
+        if top.shape != (1,) or not (np.isfinite(top).all() and top[0] >= 0):
+            refuse("max_priority", "one finite number >= 0")
+    if "frames" in data:
+        _check_frame_store(data, refuse)
+        return
     if pool.store_next_obs:
         return
     extra = data["extra_0"].shape[0] if "extra_0" in data else 0

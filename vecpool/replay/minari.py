@@ -10,11 +10,13 @@ JPEG encoding of images).
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from vecpool.replay.episodes import Episode, RecordedPool, complete_episodes
+from vecpool._util.spaces import is_native
+from vecpool.replay.episodes import Episode, EpisodeScan, RecordedPool
 from vecpool.replay.portable import portable
 from vecpool.replay.storage import flatten_stored
 
@@ -73,26 +75,55 @@ def to_minari(
     minari = _minari()
     episode_buffer = importlib.import_module("minari.data_collector").EpisodeBuffer
 
-    episodes, partial = complete_episodes(pool)
-    if not episodes:
+    scan = EpisodeScan(pool)
+    episodes = iter(scan)
+    # a native space: episodes go in batches of about `_BATCH_STEPS` steps, so the
+    # export holds a batch, never the whole pool (a frame-stacked pool rebuilds its
+    # stacks); an object leaf's width is read from every episode, so all at once
+    streaming = is_native(pool.observation_space)
+    batch = _next_batch(episodes, _BATCH_STEPS if streaming else None)
+    if not batch:
         msg = (
-            f"The pool holds no complete episode ({partial} partial ones): collect "
-            "until episodes end, with a pool large enough to keep them whole."
+            f"The pool holds no complete episode ({scan.partial} partial ones): "
+            "collect until episodes end, with a pool large enough to keep them "
+            "whole."
         )
         raise ValueError(msg)
-    buffers = [_buffer(episode_buffer, i, e) for i, e in enumerate(episodes)]
     settings: dict[str, Any] = {
         "jpeg_encoding": False,
         "description": "Complete episodes exported from a vecpool.ReplayPool.",
         **kwargs,
     }
     if env is None:
-        settings.setdefault("observation_space", _observation_space(pool, episodes))
+        settings.setdefault("observation_space", _observation_space(pool, batch))
         settings.setdefault("action_space", pool.action_space)
+    buffers = [_buffer(episode_buffer, i, e) for i, e in enumerate(batch)]
     dataset = minari.create_dataset_from_buffers(
         dataset_id, buffers, env=env, **settings
     )
-    return dataset, partial
+    written = len(batch)
+    while batch := _next_batch(episodes, _BATCH_STEPS):
+        dataset.update_dataset_from_buffer(
+            [_buffer(episode_buffer, written + i, e) for i, e in enumerate(batch)]
+        )
+        written += len(batch)
+    return dataset, scan.partial
+
+
+_BATCH_STEPS = 65_536
+"""Steps of the episodes written to a Minari dataset at a time."""
+
+
+def _next_batch(episodes: Iterator[Episode], steps: int | None) -> list[Episode]:
+    """The next episodes, up to about ``steps`` steps (``None``: all of them)."""
+    batch: list[Episode] = []
+    total = 0
+    for episode in episodes:
+        batch.append(episode)
+        total += len(episode)
+        if steps is not None and total >= steps:
+            break
+    return batch
 
 
 def _observation_space(pool: RecordedPool, episodes: list[Episode]) -> Any:

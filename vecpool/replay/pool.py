@@ -2,10 +2,10 @@
 
 Semantics: docs/replay-pool.md. Each of ``num_envs`` sub-pools is a ring of
 ``capacity = ceil(pool_size / num_envs)`` transitions (plus one spare slot, so a
-sub-pool can hold the appended transition before the overflow rule trims it). Every
-field is one array per leaf of its space, shaped ``(num_envs, capacity + 1, ...)``;
-adding a vector step is a handful of fancy-indexed writes, whatever the number of
-envs.
+sub-pool can hold the appended transition before the overflow rule trims it; with
+``frame_stack=K``, ``K`` spare slots, vecpool/replay/frames.py). Every field is one
+array per leaf of its space, one row per slot of every sub-pool; adding a vector
+step is a handful of slice or fancy-indexed writes, whatever the number of envs.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import dataclasses
 import math
 import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
 import numpy.typing as npt
@@ -24,7 +25,9 @@ from gymnasium import spaces
 from vecpool._util.spaces import NATIVE_LEAVES, is_native, leaves, make_views
 from vecpool._util.validation import check_int
 from vecpool.replay import files as pool_files
+from vecpool.replay.batches import EpisodeStats, ReplaySample, Sequences, Transitions
 from vecpool.replay.files import COUNTERS, per_row
+from vecpool.replay.frames import FrameStore
 from vecpool.replay.minari import to_minari
 from vecpool.replay.portable import leaf_paths
 from vecpool.replay.settings import PoolSettings, renamed_clearing_size
@@ -37,40 +40,11 @@ from vecpool.replay.storage import (
     same_value,
     storage_leaves,
 )
+from vecpool.replay.sumtree import SumTree
 
-__all__ = ["EpisodeStats", "ReplayPool", "Transitions"]
+__all__ = ["EpisodeStats", "ReplayPool", "ReplaySample", "Sequences", "Transitions"]
 
 _SMALL_BATCH = 64  # action batches up to this size are range-checked as lists
-
-
-class Transitions(NamedTuple):
-    """A batch of transitions; every field has the same leading dimension.
-
-    Observations and actions are batched as Gymnasium batches their single spaces:
-    arrays, or dicts / tuples of arrays for Dict / Tuple spaces.
-    """
-
-    obs: Any
-    action: Any
-    next_obs: Any
-    reward: npt.NDArray[np.float64]
-    terminated: npt.NDArray[np.bool_]
-    truncated: npt.NDArray[np.bool_]
-
-
-class EpisodeStats(NamedTuple):
-    """Statistics of the episodes that ended in the recorded transitions.
-
-    Attributes:
-        count: Number of episodes that ended (terminated or truncated).
-        mean_return: Mean sum of recorded rewards per episode (``nan`` if none).
-        mean_length: Mean number of recorded transitions per episode (``nan`` if
-            none).
-    """
-
-    count: int  # type: ignore[assignment]  # shadows tuple.count, on purpose
-    mean_return: float
-    mean_length: float
 
 
 class ReplayPool:
@@ -110,6 +84,17 @@ class ReplayPool:
             it (the episode continued); other next observations (episode ends,
             partial resets) are kept apart. Halves memory for image observations;
             the contents are identical.
+        alpha: Prioritized replay (proportional, Schaul et al. 2016): rows are
+            drawn with probability ``p_i ** alpha / sum_j p_j ** alpha``; a new row
+            gets the largest priority given so far (1 at first), and
+            :meth:`update_priorities` sets them. ``None`` (the default): uniform.
+        frame_stack: Observations are stacks of this many frames along axis 0
+            (what ``gymnasium.wrappers.FrameStackObservation`` returns): store each
+            frame once and rebuild ``obs`` and ``next_obs`` when read,
+            bit-identical to what was added (vecpool/replay/frames.py). A 1M-row
+            pool of ``(4, 84, 84)`` uint8 stacks takes 6.6 GiB instead of 56 GB.
+            Needs a ``Box`` observation space whose first axis is ``frame_stack``;
+            ``store_next_obs`` does not apply.
         window_size_: Deprecated name of ``clearing_size`` (the original
             ``Pool``'s); gives a :class:`DeprecationWarning`.
 
@@ -131,6 +116,8 @@ class ReplayPool:
         random: bool = False,
         seed: int | None = None,
         store_next_obs: bool = True,
+        alpha: float | None = None,
+        frame_stack: int | None = None,
         *,
         window_size_: int | None = None,
     ) -> None:
@@ -145,6 +132,8 @@ class ReplayPool:
             random,
             seed,
             store_next_obs,
+            alpha,
+            frame_stack,
         ).checked(self.num_envs)
         self.settings = settings
         self.pool_size = settings.pool_size
@@ -153,7 +142,12 @@ class ReplayPool:
         self.clearing_freq = settings.clearing_freq
         self.clearing_size = settings.clearing_size
         self.random = settings.random
-        self.store_next_obs = settings.store_next_obs
+        # a frame store derives next_obs its own way: the setting does not apply
+        self.store_next_obs = (
+            settings.store_next_obs or settings.frame_stack is not None
+        )
+        self.alpha = settings.alpha
+        self.frame_stack = settings.frame_stack
         if not is_storable(observation_space):
             msg = (
                 f"`observation_space` {observation_space} cannot be stored: an "
@@ -173,12 +167,19 @@ class ReplayPool:
         # Slot k of sub-pool j is row k * num_envs + j of every array: sub-pools fill
         # at about the same pace, so one vector step writes neighbouring rows (cache
         # friendly), and a row is one flat index, the cheapest fancy index there is.
-        self._slots = self.capacity + 1
+        # a frame-stacked ring keeps K - 1 more slots: the rows the oldest row's
+        # stack is rebuilt from (vecpool/replay/frames.py)
+        self._slots = self.capacity + (self.frame_stack or 1)
         rows = self.num_envs * self._slots
         self._base = np.arange(self.num_envs, dtype=np.int64)
         # every leaf of the observations: arrays, and Text as fixed-width unicode,
         # other leaves (Graph, Sequence, custom) as objects (storage_leaves)
         obs_leaves = storage_leaves(observation_space)
+        self._frames = _frame_store(
+            observation_space, self.frame_stack, self.num_envs, self._slots
+        )
+        if self._frames is not None:
+            obs_leaves = []  # the frame store holds the observations
         self._obs = [_empty((rows, *s), d) for d, s in obs_leaves]
         # Text leaves: what is added must fit their width (never stored cut short)
         paths = leaf_paths(observation_space)
@@ -189,6 +190,15 @@ class ReplayPool:
         self._reward = np.zeros(rows, np.float64)
         self._terminated = np.zeros(rows, np.bool_)
         self._truncated = np.zeros(rows, np.bool_)
+        # `_starts[row]`: the row is not its env's episode's next step after the
+        # sub-pool's previous row (an episode start, a reset, an abort, a restart):
+        # what n-step windows and sequences stop at. `_fresh[env]`: the env's next
+        # row will be one. Hot-path adds set both late, in `_settle`.
+        self._starts = np.ones(rows, np.bool_)
+        self._fresh = np.ones(self.num_envs, np.bool_)
+        # priorities ** alpha, a leaf per row: 0 for every row not held
+        self._tree = None if self.alpha is None else SumTree(rows)
+        self._max_priority = 1.0
         if self.store_next_obs:
             self._next_obs = [_empty(array.shape, array.dtype) for array in self._obs]
         else:
@@ -214,11 +224,23 @@ class ReplayPool:
         self._pending = 0
         self._pending_env = np.zeros(self.num_envs, np.int64)  # masked hot-path adds
         self._masked = False
+        # hot-path adds since the last `_sync`: settled before a row could be
+        # written twice (the ring's slots minus one)
+        self._unsettled = 0
+        self._settle_limit = max(1, self._slots - 1)
         self._ones = np.ones(self.num_envs, np.int64)
         # the flat hot path applies (plain layout, no clearing, env i -> sub-pool i)
         self._hot = (
-            self.store_next_obs and self.clearing_freq is None and not self.random
+            self.store_next_obs
+            and self.clearing_freq is None
+            and not self.random
+            and self._frames is None
         )
+        # While every sub-pool's free slot is the same (`_slot`), one vector step is
+        # a contiguous block of rows: the aligned path writes slices, and `_row`
+        # is only brought up to date by `_sync` or when the alignment is left.
+        self._aligned = self._hot
+        self._slot = 0
         self._plain_shapes = (
             (
                 (self.num_envs, *observation_space.shape),
@@ -232,6 +254,13 @@ class ReplayPool:
             else None
         )
         self._action_bounds = integer_bounds(action_space)
+        # a Discrete action space's bounds, checked inline on the aligned path
+        self._discrete_bounds = (
+            self._action_bounds[0]
+            if isinstance(action_space, spaces.Discrete)
+            and self.num_envs <= _SMALL_BATCH
+            else None
+        )
         self._received = np.zeros(self.num_envs, np.int64)
         self._episode_return = np.zeros(self.num_envs, np.float64)
         self._episode_length = np.zeros(self.num_envs, np.int64)
@@ -291,7 +320,7 @@ class ReplayPool:
         return int(self._length.sum())
 
     def _sync(self) -> None:
-        """Apply the counters of the adds the hot path deferred."""
+        """Apply what the hot path deferred: counters, marks, episodes, priorities."""
         adds: Any = self._pending
         if self._masked:
             adds = adds + self._pending_env
@@ -300,6 +329,12 @@ class ReplayPool:
         elif not adds:
             return
         self._pending = 0
+        self._unsettled = 0
+        if self._aligned:
+            self._row = self._base + self._slot * self.num_envs
+        end, length = self._end, self._length
+        per_env = np.broadcast_to(np.asarray(adds, np.int64), (self.num_envs,))
+        self._settle(self._envs, end, per_env)
         self._end = (self._row - self._base) // self.num_envs
         self._received += adds
         total = self._length + adds
@@ -310,12 +345,121 @@ class ReplayPool:
             period = self.capacity + 1 - self.window_size
             wrapped = self.window_size + (total - self.capacity - 1) % period
             self._length = np.where(total > self.capacity, wrapped, total)
+        if self._tree is not None:
+            self._reprioritize(self._envs, end, length, per_env, self._length)
+        if self._hot:
+            self._slot = int(self._end[0])
+            self._aligned = bool(np.all(self._end == self._slot))
+
+    def _settle(
+        self,
+        env_ids: npt.NDArray[np.int64],
+        end: npt.NDArray[np.int64],
+        adds: npt.NDArray[np.int64],
+    ) -> None:
+        """Mark and count the ``adds[i]`` rows the hot path wrote for ``env_ids[i]``.
+
+        They lie at slots ``end[i], end[i] + 1, ...`` of their sub-pool (``end``:
+        the free slot before them). Sets their ``_starts`` and the envs' ``_fresh``
+        marks, and closes the episodes that ended in them (their returns and
+        lengths, as :meth:`_record_episodes` does one step at a time).
+        """
+        total = int(adds.sum())
+        if total == 0:
+            return
+        counts = adds
+        env = np.repeat(env_ids, counts)
+        block = np.cumsum(counts) - counts  # where each env's rows start
+        first = np.repeat(block, counts)
+        step = np.arange(total, dtype=np.int64) - first
+        row = self._base[env] + (end[env] + step) % self._slots * self.num_envs
+        done = self._terminated[row] | self._truncated[row]
+        reward = self._reward[row]
+        starts = np.empty(total, np.bool_)
+        starts[1:] = done[:-1]
+        has = counts > 0
+        starts[block[has]] = self._fresh[env_ids[has]]
+        self._starts[row] = starts
+        last = (block + counts - 1)[has]
+        self._fresh[env_ids[has]] = done[last]
+        returns, lengths = self._episode_return, self._episode_length
+        ends = np.flatnonzero(done)
+        if ends.size == 0:
+            np.add.at(returns, env, reward)
+            np.add.at(lengths, env_ids, counts)
+            return
+        # an episode's return: its rows' rewards (differences of one running sum),
+        # plus what the env had before this block for its first episode in it
+        running = np.concatenate([[0.0], np.cumsum(reward)])
+        end_env = env[ends]
+        again = np.zeros(ends.size, np.bool_)
+        again[1:] = end_env[1:] == end_env[:-1]
+        previous = np.concatenate([[0], ends[:-1] + 1])
+        begin = np.where(again, previous, first[ends])
+        carry = np.where(again, 0.0, returns[end_env])
+        carried = np.where(again, 0, lengths[end_env])
+        episode_returns = carry + (running[ends + 1] - running[begin])
+        episode_lengths = carried + (ends + 1 - begin)
+        self._episodes += (ends.size, episode_returns.sum(), episode_lengths.sum())
+        # what is left after each env's last end, or added to what it had
+        stop = block + counts
+        after = np.full(env_ids.size, -1, np.int64)
+        np.maximum.at(after, np.searchsorted(env_ids, end_env), ends + 1)
+        ended = after >= 0
+        tail_begin = np.where(ended, after, block)
+        tail = running[stop] - running[tail_begin]
+        returns[env_ids] = np.where(ended, 0.0, returns[env_ids]) + tail
+        lengths[env_ids] = np.where(ended, 0, lengths[env_ids]) + (stop - tail_begin)
+
+    def _reprioritize(
+        self,
+        env_ids: npt.NDArray[np.int64],
+        end: npt.NDArray[np.int64],
+        length: npt.NDArray[np.int64],
+        adds: npt.NDArray[np.int64],
+        new_length: npt.NDArray[np.int64],
+    ) -> None:
+        """Priorities after ``adds`` rows went to the sub-pools ``env_ids``.
+
+        Before, sub-pool ``i`` held slots ``[end - length, end)``; the adds wrote
+        ``[end, end + adds)``; it now holds the last ``new_length`` of those. The
+        rows it no longer holds get priority 0 (never drawn), the new rows it holds
+        the largest priority given so far.
+        """
+        tree = self._tree
+        if tree is None:
+            return
+        slots, n = self._slots, self.num_envs
+        top = end + adds
+        dropped = np.minimum(length + adds - new_length, slots)
+        fresh_from = np.maximum(end, top - new_length)
+        fresh = np.maximum(top - fresh_from, 0)
+
+        def rows(
+            begin: npt.NDArray[np.int64], count: npt.NDArray[np.int64]
+        ) -> npt.NDArray[np.int64]:
+            first = np.repeat(np.cumsum(count) - count, count)
+            step = np.arange(first.size, dtype=np.int64) - first
+            slot = (np.repeat(begin, count) + step) % slots
+            picked: npt.NDArray[np.int64] = np.repeat(self._base[env_ids], count)
+            return picked + slot * n
+
+        if dropped.any():
+            tree.set(rows(end - length, dropped), 0.0)
+        if fresh.any():
+            tree.set(
+                rows(fresh_from, fresh), self._max_priority ** float(self.alpha or 0.0)
+            )
 
     @property
     def nbytes(self) -> int:
         """Bytes allocated for the stored transitions."""
         arrays = [*self._obs, *self._action, self._reward, self._terminated]
-        arrays += [self._truncated, self._next_row]
+        arrays += [self._truncated, self._starts, self._next_row]
+        if self._tree is not None:
+            arrays += [self._tree.leaves]
+        if self._frames is not None:
+            return int(sum(array.nbytes for array in arrays)) + self._frames.nbytes
         if self.store_next_obs:
             arrays += self._next_obs
         else:
@@ -325,6 +469,7 @@ class ReplayPool:
     @property
     def episode_stats(self) -> EpisodeStats:
         """Count, mean return and mean length of the episodes that ended."""
+        self._sync()
         count, returns, lengths = self._episodes
         if not count:
             return EpisodeStats(0, math.nan, math.nan)
@@ -341,56 +486,392 @@ class ReplayPool:
         env = np.repeat(np.arange(self.num_envs), counts)
         first = np.repeat(np.cumsum(counts) - counts, counts)
         offset = np.arange(env.size) - first
-        return self._gather(env, offset)
+        return Transitions(*self._gather(env, offset))
 
-    def sample(self, batch_size: int) -> Transitions:
-        """Draw ``batch_size`` transitions uniformly, with replacement.
+    def iter_pool(self, chunk_size: int = 65_536) -> Iterator[Transitions]:
+        """Every stored transition, as :meth:`get_pool` orders them, in chunks.
+
+        For pools whose whole copy would not fit in memory (a frame-stacked pool
+        rebuilds every stack: ``2 * K`` frames a row). Each chunk takes what
+        ``chunk_size`` rows of :meth:`get_pool` take; do not add to the pool while
+        iterating.
+
+        Args:
+            chunk_size: Rows per chunk (the last may hold fewer).
+
+        Yields:
+            A :class:`Transitions` of at most ``chunk_size`` rows.
+
+        Raises:
+            ValueError: If ``chunk_size < 1``.
+        """
+        chunk_size = check_int("chunk_size", chunk_size, 1)
+        self._sync()
+        counts = self._length.copy()
+        env = np.repeat(np.arange(self.num_envs), counts)
+        offset = np.arange(env.size) - np.repeat(np.cumsum(counts) - counts, counts)
+        for first in range(0, env.size, chunk_size):
+            part = slice(first, first + chunk_size)
+            yield Transitions(*self._gather(env[part], offset[part]))
+
+    def get_rows(self, env: int, start: int, stop: int) -> Transitions:
+        """Transitions ``start:stop`` of sub-pool ``env`` (0: its oldest).
+
+        Args:
+            env: The sub-pool (env index).
+            start: First offset.
+            stop: One past the last offset (at most ``lengths[env]``).
+
+        Returns:
+            A :class:`Transitions` of ``stop - start`` rows.
+
+        Raises:
+            ValueError: If the range is not within the sub-pool.
+        """
+        self._sync()
+        env = check_int("env", env, 0, self.num_envs - 1)
+        held = int(self._length[env])
+        start = check_int("start", start, 0, held)
+        stop = check_int("stop", stop, start, held)
+        offset = np.arange(start, stop, dtype=np.int64)
+        return Transitions(*self._gather(np.full(offset.size, env, np.int64), offset))
+
+    def sample(
+        self,
+        batch_size: int,
+        n_step: int | None = None,
+        gamma: float | None = None,
+        beta: float | None = None,
+    ) -> Any:
+        """Draw ``batch_size`` transitions, with replacement.
+
+        Uniformly, or by priority in a pool made with ``alpha``. With none of
+        ``n_step``, ``beta`` and ``alpha``, a :class:`Transitions`; else a
+        :class:`ReplaySample`, whose first six fields are the same.
 
         Args:
             batch_size: Number of transitions.
+            n_step: Sum up to ``n_step`` rewards of the same env and episode
+                (``reward = sum_k gamma**k r_k``); ``next_obs`` is the
+                observation after the last step summed, ``terminated`` /
+                ``truncated`` say whether the episode ended within them, and
+                ``discount`` is ``gamma**k`` for the ``k`` steps summed. A window
+                never crosses an episode end, a reset or restart, or the newest
+                row of a sub-pool (there it sums the steps that exist).
+            gamma: The discount (needed with ``n_step``).
+            beta: Importance-weight exponent of prioritized replay (needs
+                ``alpha``): ``weights = (N * P(i)) ** -beta``, divided by their
+                maximum. Without it a prioritized pool's weights are ones.
 
         Returns:
-            A :class:`Transitions` of ``batch_size`` rows.
+            A :class:`Transitions` or a :class:`ReplaySample` of ``batch_size``
+            rows.
 
         Raises:
-            ValueError: If the pool is empty or ``batch_size < 1``.
+            ValueError: If the pool is empty, on an invalid argument (named), or
+                ``n_step`` with ``random=True`` routing (an env's rows are then
+                not in order).
         """
         batch_size = check_int("batch_size", batch_size, 1)
+        steps = None if n_step is None else check_int("n_step", n_step, 1)
+        if steps is not None:
+            self._check_ordered("n_step")
+            if gamma is None:
+                msg = (
+                    "`n_step` needs `gamma`, the discount of the rewards summed: "
+                    "pass e.g. `gamma=0.99`."
+                )
+                raise ValueError(msg)
+            gamma = _check_unit("gamma", gamma)
+        elif gamma is not None:
+            msg = "`gamma` is used only with `n_step`: pass `n_step` too, or drop it."
+            raise ValueError(msg)
+        if beta is not None:
+            if self._tree is None:
+                msg = (
+                    "`beta` weighs prioritized draws, and this pool samples "
+                    "uniformly: make it with `ReplayPool(..., alpha=0.6)`, or drop "
+                    "`beta`."
+                )
+                raise ValueError(msg)
+            beta = _check_unit("beta", beta)
+        env, offset, row = self._draw(batch_size)
+        if steps is None and self._tree is None and beta is None:
+            return Transitions(*self._gather(env, offset, row=row))
+        batch = self._gather(env, offset, row=row)
+        reward, terminated, truncated = batch[3], batch[4], batch[5]
+        discount = np.ones(batch_size)
+        if steps is not None and gamma is not None:
+            last, reward, terminated, truncated, discount = self._n_step(
+                env, offset, row, steps, gamma
+            )
+            obs_, action_, next_obs, *_ = self._gather(env, offset, last, row)
+            batch = (obs_, action_, next_obs)
+        weights = np.ones(batch_size)
+        if beta is not None and self._tree is not None and beta > 0:
+            probability = self._tree.get(row) / self._tree.total
+            weights = (len(self) * probability) ** -beta
+            weights /= weights.max()
+        return ReplaySample(
+            batch[0],
+            batch[1],
+            batch[2],
+            reward,
+            terminated,
+            truncated,
+            discount,
+            row.astype(np.int64),
+            weights,
+        )
+
+    def sample_sequences(self, batch_size: int, length: int) -> Sequences:
+        """Draw ``batch_size`` sequences of ``length`` consecutive transitions.
+
+        Each sequence starts at a row drawn uniformly and follows its env's
+        sub-pool; ``mask`` is ``False`` from the first step that is not the same
+        episode's next step (an episode end, a reset or restart, a window or
+        clearing cut, past the newest row). For recurrent agents (R2D2-style).
+
+        Args:
+            batch_size: Number of sequences.
+            length: Steps per sequence.
+
+        Returns:
+            A :class:`Sequences` whose fields are shaped ``[batch_size, length, ...]``.
+
+        Raises:
+            ValueError: If the pool is empty, on an invalid argument (named), or
+                with ``random=True`` routing.
+        """
+        batch_size = check_int("batch_size", batch_size, 1)
+        length = check_int("length", length, 1)
+        self._check_ordered("sample_sequences")
         total = len(self)
         if total == 0:
             msg = "Cannot sample from an empty ReplayPool: add transitions first."
             raise ValueError(msg)
-        flat = self._rng.integers(0, total, batch_size)  # len() synced the counters
+        flat = self._rng.integers(0, total, batch_size)
         ends = np.cumsum(self._length)
         env = np.searchsorted(ends, flat, side="right")
-        offset = flat - (ends[env] - self._length[env])
-        return self._gather(env, offset)
+        start = flat - (ends[env] - self._length[env])
+        step = np.arange(length, dtype=np.int64)
+        offset = start[:, None] + step  # [B, L]
+        held = self._length[env][:, None]
+        inside = offset < held
+        offset = np.minimum(offset, held - 1)
+        env_2d = np.broadcast_to(env[:, None], offset.shape)
+        row = self._row_of(env_2d, offset)
+        done = self._terminated[row] | self._truncated[row]
+        follows = np.ones(offset.shape, np.bool_)
+        follows[:, 1:] = inside[:, 1:] & ~self._starts[row[:, 1:]] & ~done[:, :-1]
+        mask = np.logical_and.accumulate(follows, axis=1)
+        obs, action, next_obs, reward, terminated, truncated = self._gather(
+            env_2d.reshape(-1), offset.reshape(-1)
+        )
+        shape = (batch_size, length)
+
+        def fold(batch: Any) -> Any:
+            if isinstance(batch, dict):
+                return {key: fold(value) for key, value in batch.items()}
+            if isinstance(batch, tuple):
+                return tuple(fold(value) for value in batch)
+            return batch.reshape(*shape, *batch.shape[1:])
+
+        return Sequences(
+            fold(obs),
+            fold(action),
+            fold(next_obs),
+            reward.reshape(shape),
+            terminated.reshape(shape),
+            truncated.reshape(shape),
+            mask,
+        )
+
+    def update_priorities(self, indices: Any, priorities: Any) -> None:
+        """Set the priorities of rows drawn by :meth:`sample` (pools with ``alpha``).
+
+        A row is then drawn with probability ``priority ** alpha / sum``. Rows the
+        pool no longer holds (evicted since they were drawn) are left out. New
+        rows get the largest priority given so far.
+
+        Args:
+            indices: The ``indices`` field of a :class:`ReplaySample`.
+            priorities: One finite number >= 0 per index (e.g. ``|TD error| +
+                1e-6``; a row of priority 0 is never drawn).
+
+        Raises:
+            ValueError: If the pool is not prioritized, or on indices or priorities
+                of the wrong shape or value.
+        """
+        tree = self._tree
+        if tree is None:
+            msg = (
+                "`update_priorities` needs a prioritized pool: make it with "
+                "`ReplayPool(..., alpha=0.6)`."
+            )
+            raise ValueError(msg)
+        rows = np.asarray(indices)
+        values = np.asarray(priorities, np.float64)
+        if rows.ndim != 1 or (rows.size and rows.dtype.kind not in "iu"):
+            msg = (
+                f"`indices` must be a 1-D array of ints (a sample's `indices`), got "
+                f"shape {rows.shape}, dtype {rows.dtype}."
+            )
+            raise ValueError(msg)
+        if values.shape != rows.shape:
+            msg = (
+                f"`priorities` must hold one value per index ({rows.size}), got "
+                f"shape {values.shape}."
+            )
+            raise ValueError(msg)
+        if values.size and not (np.isfinite(values).all() and values.min() >= 0):
+            msg = (
+                "`priorities` must be finite and >= 0 (e.g. `abs(td_error) + "
+                f"1e-6`), got min {values.min()}, max {values.max()}."
+            )
+            raise ValueError(msg)
+        if rows.size and (rows.min() < 0 or rows.max() >= self._starts.size):
+            msg = (
+                f"`indices` must be rows drawn from this pool (between 0 and "
+                f"{self._starts.size - 1}), got min {rows.min()}, max {rows.max()}."
+            )
+            raise ValueError(msg)
+        self._sync()
+        rows = rows.astype(np.int64)
+        env = rows % self.num_envs
+        offset = (rows // self.num_envs - self._end[env] + self._length[env]) % (
+            self._slots
+        )
+        held = offset < self._length[env]
+        if values.size:
+            self._max_priority = max(self._max_priority, float(values.max()))
+        tree.set(rows[held], values[held] ** float(self.alpha or 0.0))
+
+    def _check_ordered(self, option: str) -> None:
+        if self.random:
+            msg = (
+                f"`{option}` needs each env's rows in order, and this pool routes "
+                "them at random (`random=True`): make the pool without `random`."
+            )
+            raise ValueError(msg)
+
+    def _draw(
+        self, batch_size: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Rows drawn uniformly or by priority: their sub-pools, offsets, rows."""
+        total = len(self)  # syncs the counters
+        if total == 0:
+            msg = "Cannot sample from an empty ReplayPool: add transitions first."
+            raise ValueError(msg)
+        if self._tree is not None:
+            row = self._tree.sample(batch_size, self._rng)
+            env = row % self.num_envs
+            offset = (row // self.num_envs - self._end[env] + self._length[env]) % (
+                self._slots
+            )
+            return env, offset, row
+        flat = self._rng.integers(0, total, batch_size)
+        length = self._length
+        ends = np.cumsum(length)
+        env = np.searchsorted(ends, flat, side="right")
+        before = ends - length  # held rows of the sub-pools before each one
+        offset = flat - before[env]
+        # row = env + slot * n, slot = (oldest slot + offset) % slots, in 4 calls
+        slot = flat + (self._end - length - before)[env]
+        slot %= self._slots
+        slot *= self.num_envs
+        slot += env
+        return env, offset, slot
+
+    def _row_of(
+        self, env: npt.NDArray[np.int64], offset: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.int64]:
+        """The row of each sub-pool's ``offset``-th held transition (0: oldest)."""
+        slot = (self._end[env] - self._length[env] + offset) % self._slots
+        row: npt.NDArray[np.int64] = self._base[env] + slot * self.num_envs
+        return row
+
+    def _n_step(
+        self,
+        env: npt.NDArray[np.int64],
+        offset: npt.NDArray[np.int64],
+        row: npt.NDArray[np.int64],
+        steps: int,
+        gamma: float,
+    ) -> tuple[npt.NDArray[Any], ...]:
+        """The n-step window from each row: last offset, reward, ends, discount."""
+        reward = self._reward[row].copy()
+        terminated = self._terminated[row].copy()
+        truncated = self._truncated[row].copy()
+        going = ~(terminated | truncated)
+        last = offset.copy()
+        summed = np.ones(offset.shape, np.int64)
+        held = self._length[env]
+        for k in range(1, steps):
+            ahead = offset + k
+            going &= ahead < held
+            if not going.any():
+                break
+            following = self._row_of(env, np.minimum(ahead, held - 1))
+            going &= ~self._starts[following]
+            picked = following[going]
+            reward[going] += gamma**k * self._reward[picked]
+            terminated[going] = self._terminated[picked]
+            truncated[going] = self._truncated[picked]
+            last[going] = ahead[going]
+            summed += going
+            going &= ~(terminated | truncated)
+        discount = np.power(gamma, summed.astype(np.float64))
+        return last, reward, terminated, truncated, discount
 
     def _gather(
-        self, env: npt.NDArray[np.int64], offset: npt.NDArray[np.int64]
-    ) -> Transitions:
-        slots = self._slots
-        slot = (self._end[env] - self._length[env] + offset) % slots
-        row = self._base[env] + slot * self.num_envs
-        obs = [array[row] for array in self._obs]
-        if self.store_next_obs:
-            next_obs = [array[row] for array in self._next_obs]
+        self,
+        env: npt.NDArray[np.int64],
+        offset: npt.NDArray[np.int64],
+        next_offset: npt.NDArray[np.int64] | None = None,
+        row: npt.NDArray[np.int64] | None = None,
+    ) -> tuple[Any, ...]:
+        """The six fields of the rows at ``offset`` of sub-pools ``env``.
+
+        ``next_obs`` comes from the rows at ``next_offset`` (default: the same).
+        ``row``: the rows at ``offset``, when the caller has them already.
+        """
+        if row is None:
+            row = self._row_of(env, offset)
+        obs = [np.take(array, row, axis=0) for array in self._obs]
+        if next_offset is None:
+            next_row, offset = row, offset
         else:
-            own = self._own_next[row]
+            next_row, offset = self._row_of(env, next_offset), next_offset
+        if self._frames is not None:
             newest = offset == self._length[env] - 1
-            following = self._base[env] + (slot + 1) % slots * self.num_envs
+            stacks = self._frames.obs(row)
+            same = next_row is row
+            obs = [stacks]
+            next_obs = [
+                self._frames.next_obs(next_row, env, newest, stacks if same else None)
+            ]
+        elif self.store_next_obs:
+            next_obs = [np.take(array, next_row, axis=0) for array in self._next_obs]
+        else:
+            own = self._own_next[next_row]
+            newest = offset == self._length[env] - 1
+            following = self._next_row[next_row].astype(np.intp)
             kept = own >= 0
             next_obs = []
             for store, tail, extra in zip(
                 self._obs, self._tail, self._extra, strict=True
             ):
-                values = store[following]
+                values = np.take(store, following, axis=0)
                 values[newest] = tail[env[newest]]
                 values[kept] = extra[own[kept]]
                 next_obs.append(values)
-        return Transitions(  # object leaves: copies, never the pool's own objects
+        # object leaves: copies, never the pool's own objects
+        return (
             make_views(self.observation_space, [fresh_objects(a) for a in obs]),
-            make_views(self.action_space, [a[row] for a in self._action]),
+            make_views(
+                self.action_space, [np.take(a, row, axis=0) for a in self._action]
+            ),
             make_views(self.observation_space, [fresh_objects(a) for a in next_obs]),
             self._reward[row],
             self._terminated[row],
@@ -433,6 +914,40 @@ class ReplayPool:
                 in the action space (a float for a discrete space, out of range).
         """
         shapes = self._plain_shapes
+        if (
+            self._aligned
+            and env_ids is None
+            and valid is None
+            and shapes is not None
+            and type(obs) is type(action) is type(next_obs) is np.ndarray
+            and type(reward) is type(terminated) is type(truncated) is np.ndarray
+            and obs.shape == next_obs.shape == shapes[0]
+            and action.shape == shapes[1]
+            and reward.shape == terminated.shape == truncated.shape == shapes[2]
+        ):  # the hot case: every sub-pool at the same slot, one array per field
+            bounds = self._discrete_bounds
+            if bounds is None or action.dtype.kind not in "iu":
+                self._check_actions([action])
+            else:  # a Discrete action, inline: ~0.3 us (see `_check_actions`)
+                values = action.tolist()
+                if not (bounds[0] <= min(values) and max(values) < bounds[1]):
+                    self._refuse_actions(action)
+            n = self.num_envs
+            low = self._slot * n
+            high = low + n
+            self._obs[0][low:high] = obs
+            self._action[0][low:high] = action
+            self._next_obs[0][low:high] = next_obs
+            self._reward[low:high] = reward
+            self._terminated[low:high] = terminated
+            self._truncated[low:high] = truncated
+            slot = self._slot + 1
+            self._slot = 0 if slot == self._slots else slot
+            self._pending += 1
+            self._unsettled += 1
+            if self._unsettled >= self._settle_limit:
+                self._sync()
+            return
         if (
             env_ids is None
             and shapes is not None
@@ -507,6 +1022,11 @@ class ReplayPool:
                 and reward.shape == terminated.shape == truncated.shape == shapes[2]
                 and terminated.dtype == truncated.dtype == np.bool_
             ):
+                if self._aligned and mask is None:
+                    self._add_aligned(
+                        obs[0], action[0], next_obs[0], reward, terminated, truncated
+                    )
+                    return
                 self._add_arrays(
                     obs[0], action[0], next_obs[0], reward, terminated, truncated, mask
                 )
@@ -536,8 +1056,10 @@ class ReplayPool:
             ValueError: If ``env_ids`` are not 1-D integers in range.
         """
         source = self._check_env_ids(env_ids)
+        self._sync()
         self._episode_return[source] = 0.0
         self._episode_length[source] = 0
+        self._fresh[source] = True
 
     def _check_env_ids(self, env_ids: Any) -> npt.NDArray[np.int64]:
         ids = np.asarray(env_ids)
@@ -632,6 +1154,8 @@ class ReplayPool:
                 obs, action, next_obs, reward_arr, terminated_arr, truncated_arr, valid
             )
             return
+        self._sync()  # the episodes below continue those the hot path deferred
+        self._aligned = False  # `_add_unique` moves sub-pools one by one
         rows = {"obs": obs, "action": action, "next_obs": next_obs}
         if valid is not None:
             keep = np.flatnonzero(valid)  # not the hot path: select the rows
@@ -737,6 +1261,7 @@ class ReplayPool:
         One row per env, written at each sub-pool's free slot; plain layout, no
         clearing, no random routing. Rows not ``valid`` are written but not kept.
         """
+        self._leave_alignment()
         # int32 row links (to keep the index small) widened once, not per write
         row = self._row.astype(np.intp)
         for store, leaf in zip(self._obs, obs, strict=True):
@@ -748,7 +1273,7 @@ class ReplayPool:
         self._reward[row] = reward
         self._terminated[row] = terminated
         self._truncated[row] = truncated
-        self._advance(row, reward, terminated, truncated, valid)
+        self._advance(row, valid)
 
     def _add_arrays(
         self,
@@ -760,7 +1285,8 @@ class ReplayPool:
         truncated: npt.NDArray[np.bool_],
         valid: npt.NDArray[np.bool_] | None = None,
     ) -> None:
-        """:meth:`_add_hot` for single-array spaces, unrolled (the 1M/s path)."""
+        """:meth:`_add_hot` for single-array spaces, unrolled."""
+        self._leave_alignment()
         row = self._row.astype(np.intp)
         self._obs[0][row] = obs
         self._action[0][row] = action
@@ -768,43 +1294,59 @@ class ReplayPool:
         self._reward[row] = reward
         self._terminated[row] = terminated
         self._truncated[row] = truncated
-        self._advance(row, reward, terminated, truncated, valid)
+        self._advance(row, valid)
+
+    def _add_aligned(
+        self,
+        obs: npt.NDArray[Any],
+        action: npt.NDArray[Any],
+        next_obs: npt.NDArray[Any],
+        reward: npt.NDArray[Any],
+        terminated: npt.NDArray[Any],
+        truncated: npt.NDArray[Any],
+    ) -> None:
+        """One row per env at the sub-pools' common free slot: six slice writes.
+
+        :meth:`add` inlines the same writes (a method call is 10% of its cost).
+        Everything else (counters, episode marks and statistics, priorities) waits
+        for :meth:`_sync`, which handles a whole run of steps in a few numpy calls.
+        """
+        n = self.num_envs
+        low = self._slot * n
+        high = low + n
+        self._obs[0][low:high] = obs
+        self._action[0][low:high] = action
+        self._next_obs[0][low:high] = next_obs
+        self._reward[low:high] = reward
+        self._terminated[low:high] = terminated
+        self._truncated[low:high] = truncated
+        slot = self._slot + 1
+        self._slot = 0 if slot == self._slots else slot
+        self._pending += 1
+        self._unsettled += 1
+        if self._unsettled >= self._settle_limit:
+            self._sync()
+
+    def _leave_alignment(self) -> None:
+        """Bring ``_row`` up to date before a per-row write (see ``_aligned``)."""
+        if self._aligned:
+            self._row = self._base + self._slot * self.num_envs
+            self._aligned = False
 
     def _advance(
-        self,
-        row: npt.NDArray[np.intp],
-        reward: npt.NDArray[Any],
-        terminated: npt.NDArray[np.bool_],
-        truncated: npt.NDArray[np.bool_],
-        valid: npt.NDArray[np.bool_] | None,
+        self, row: npt.NDArray[np.intp], valid: npt.NDArray[np.bool_] | None
     ) -> None:
-        """After the hot writes at ``row``: move on, count, close ended episodes."""
-        returns, lengths = self._episode_return, self._episode_length
-        done = np.logical_or(terminated, truncated)
+        """After the hot writes at ``row``: move on (the rest waits for `_sync`)."""
         if valid is None:
             self._row = self._next_row[row]
             self._pending += 1
-            np.add(returns, reward, out=returns)
-            np.add(lengths, self._ones, out=lengths)
         else:  # rows not valid stay at their sub-pool's free slot: not kept
             self._row = np.where(valid, self._next_row[row], row)
             np.add(self._pending_env, valid, out=self._pending_env)
             self._masked = True
-            np.add(returns, reward, out=returns, where=valid)
-            np.add(lengths, valid, out=lengths)
-            np.logical_and(done, valid, out=done)
-        if np.count_nonzero(done):
-            self._end_episodes(done)
-
-    def _end_episodes(self, ended: npt.NDArray[np.bool_]) -> None:
-        index = np.flatnonzero(ended)
-        returns, lengths = self._episode_return, self._episode_length
-        episodes = self._episodes
-        episodes[0] += index.size
-        episodes[1] += returns[index].sum()
-        episodes[2] += lengths[index].sum()
-        returns[index] = 0.0
-        lengths[index] = 0
+        self._unsettled += 1
+        if self._unsettled >= self._settle_limit:
+            self._sync()
 
     def _add_unique(
         self,
@@ -830,11 +1372,18 @@ class ReplayPool:
         if not self.store_next_obs:
             self._settle_tails(env, base, end, length, [pick(x) for x in batch["obs"]])
         row = base + end * self.num_envs
-        for store, leaf in zip(self._obs, batch["obs"], strict=True):
-            store[row] = pick(leaf)
+        if self._frames is not None:
+            self._frames.write(
+                env, row, pick(batch["obs"][0]), pick(batch["next_obs"][0])
+            )
+        else:
+            for store, leaf in zip(self._obs, batch["obs"], strict=True):
+                store[row] = pick(leaf)
         for store, leaf in zip(self._action, batch["action"], strict=True):
             store[row] = pick(leaf)
-        if self.store_next_obs:
+        if self._frames is not None:
+            pass  # written above
+        elif self.store_next_obs:
             for store, leaf in zip(self._next_obs, batch["next_obs"], strict=True):
                 store[row] = pick(leaf)
         else:
@@ -845,7 +1394,13 @@ class ReplayPool:
         self._reward[row] = pick(reward)
         self._terminated[row] = pick(terminated)
         self._truncated[row] = pick(truncated)
+        if self.random:  # a sub-pool's rows come from any env: none continues
+            self._starts[row] = True
+        else:
+            self._starts[row] = self._fresh[env]
+            self._fresh[env] = pick(terminated) | pick(truncated)
 
+        old_length = length
         length = length + 1
         received = self._received[env] + 1
         self._received[env] = received
@@ -864,6 +1419,10 @@ class ReplayPool:
         self._end[env] = (end + 1) % slots
         self._row[env] = base + (end + 1) % slots * self.num_envs
         self._length[env] = length - trim
+        if self._tree is not None:
+            self._reprioritize(
+                env, end, old_length, np.ones_like(end), self._length[env]
+            )
 
     def _settle_tails(
         self,
@@ -946,9 +1505,7 @@ class ReplayPool:
             np.cumsum(length) - length, length
         )
         slot = (
-            offset
-            if end is None
-            else (end[env] - length[env] + offset) % (self.capacity + 1)
+            offset if end is None else (end[env] - length[env] + offset) % self._slots
         )
         rows: npt.NDArray[np.int64] = env + slot * num_envs
         return rows
@@ -989,7 +1546,22 @@ class ReplayPool:
             else:
                 self._own_next = state["own_next"]
             self._free = state["free"].tolist()
+        if self._frames is not None:
+            self._frames.load(
+                state, targets if isinstance(targets, np.ndarray) else None
+            )
+        if self._tree is not None:
+            self._max_priority = float(state["max_priority"][0])
+            if compact:
+                priority = np.zeros(self._starts.size, np.float64)
+                priority[targets] = state["priority"]
+            else:
+                priority = state["priority"]
+            self._tree.load(priority)
         self._row = self._base + state["end"] * self.num_envs
+        self._pending, self._unsettled = 0, 0
+        self._slot = int(self._end[0])
+        self._aligned = self._hot and bool(np.all(self._end == self._slot))
 
     @property
     def generator_state(self) -> dict[str, Any]:
@@ -1018,7 +1590,18 @@ class ReplayPool:
             "episode_return": self._episode_return,
             "episode_length": self._episode_length,
             "episodes": self._episodes,
+            "starts": self._starts,
+            "fresh": self._fresh,
         }
+        if self._tree is not None:
+            state["priority"] = self._tree.leaves
+            state["max_priority"] = np.array([self._max_priority])
+        if self._frames is not None:
+            # a file holds no row before each sub-pool's oldest: keep those whole
+            held = self._length > 0
+            oldest = (self._end - self._length) % self._slots
+            self._frames.anchor((self._base + oldest * self.num_envs)[held])
+            state.update(self._frames.state())
         groups: dict[str, list[npt.NDArray[Any]]] = {
             "obs": self._obs,
             "action": self._action,
@@ -1082,6 +1665,41 @@ class ReplayPool:
         """
         pool: ReplayPool = pool_files.read(cls, path, trusted)
         return pool
+
+
+def _frame_store(
+    space: spaces.Space[Any], stack: int | None, num_envs: int, slots: int
+) -> FrameStore | None:
+    """The frame store of a ``frame_stack`` pool, or ``None``.
+
+    Raises:
+        ValueError: If ``space`` is no Box of ``stack`` frames along axis 0.
+    """
+    if stack is None:
+        return None
+    shape = space.shape if isinstance(space, spaces.Box) else None
+    if shape is None or len(shape) == 0 or shape[0] != stack:
+        msg = (
+            f"`frame_stack={stack}` needs a Box observation space whose first axis "
+            f"holds the {stack} frames (what `gymnasium.wrappers."
+            f"FrameStackObservation(env, {stack})` makes), got {space}. For Dict "
+            "observations, store the stacked leaf in a pool of its own, or drop "
+            "`frame_stack`."
+        )
+        raise ValueError(msg)
+    return FrameStore(num_envs, slots, stack, tuple(shape[1:]), np.dtype(space.dtype))
+
+
+def _check_unit(name: str, value: Any) -> float:
+    """``value`` as a float in ``[0, 1]``, or a ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.floating):
+        number = math.nan
+    else:
+        number = float(value)
+    if not 0.0 <= number <= 1.0:  # also refuses nan
+        msg = f"`{name}` must be a number between 0 and 1, got {value!r}."
+        raise ValueError(msg)
+    return number
 
 
 def _empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:

@@ -40,6 +40,9 @@ class PoolSettings:
         random: See :class:`~vecpool.ReplayPool`.
         seed: See :class:`~vecpool.ReplayPool`.
         store_next_obs: See :class:`~vecpool.ReplayPool`.
+        alpha: See :class:`~vecpool.ReplayPool` (prioritized replay; ``None``: off).
+        frame_stack: See :class:`~vecpool.ReplayPool` (frames stored once;
+            ``None``: off).
     """
 
     pool_size: int
@@ -49,6 +52,8 @@ class PoolSettings:
     random: bool = False
     seed: int | None = None
     store_next_obs: bool = True
+    alpha: float | None = None
+    frame_stack: int | None = None
 
     def capacity(self, num_envs: int) -> int:
         """Transitions each of ``num_envs`` sub-pools holds."""
@@ -84,8 +89,36 @@ class PoolSettings:
             if self.clearing_size is None
             else check_int("clearing_size", self.clearing_size, 1)
         )
+        alpha: object = self.alpha
+        if alpha is not None:
+            if (
+                isinstance(alpha, bool)
+                or not isinstance(alpha, int | float)
+                or not math.isfinite(alpha)
+                or alpha < 0
+            ):
+                msg = (
+                    f"`alpha` must be a finite number >= 0 (the priority exponent; "
+                    f"0.6 in Schaul et al. 2016), or None for uniform replay, got "
+                    f"{alpha!r}."
+                )
+                raise ValueError(msg)
+            alpha = float(alpha)
+        frame_stack = (
+            None
+            if self.frame_stack is None
+            else check_int("frame_stack", self.frame_stack, 1)
+        )
+        if frame_stack is not None and self.random:
+            msg = (
+                "`frame_stack` needs each env's rows in order, which `random=True` "
+                "routing breaks: drop one of the two."
+            )
+            raise ValueError(msg)
         return dataclasses.replace(
             self,
+            frame_stack=frame_stack,
+            alpha=alpha,
             pool_size=pool_size,
             window_size=window_size,
             clearing_freq=clearing_freq,

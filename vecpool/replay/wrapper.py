@@ -78,6 +78,9 @@ class ReplayPoolWrapper(_VectorWrapper):
         random: See :class:`ReplayPool`.
         seed: Seed of the pool's routing and sampling generator.
         store_next_obs: See :class:`ReplayPool`.
+        alpha: Prioritized replay; see :class:`ReplayPool`.
+        frame_stack: Store each frame of stacked observations once; see
+            :class:`ReplayPool`.
         window_size_: Deprecated name of ``clearing_size``; gives a
             :class:`DeprecationWarning`.
 
@@ -96,6 +99,8 @@ class ReplayPoolWrapper(_VectorWrapper):
         random: bool = False,
         seed: int | None = None,
         store_next_obs: bool = True,
+        alpha: float | None = None,
+        frame_stack: int | None = None,
         *,
         window_size_: int | None = None,
     ) -> None:
@@ -125,6 +130,8 @@ class ReplayPoolWrapper(_VectorWrapper):
                 random,
                 seed,
                 store_next_obs,
+                alpha,
+                frame_stack,
             ),
         )
         space = env.single_observation_space

@@ -1,0 +1,305 @@
+"""n-step windows and sequences against a brute-force reference.
+
+The reference keeps, per env, the list of transitions the pool should hold (oldest
+first) and which of them start a stretch (the first of an episode, or the first
+after a reset, an abort or a skipped row). Every observation is unique
+(``[env, serial]``), so a sampled row is found in the reference by its
+observation. Episode ends, skipped rows (``valid``), aborts, per-env adds
+(``env_ids``), windows and clearing are drawn at random.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from vecpool import ReplayPool, ReplaySample, Sequences, Transitions
+
+
+@dataclass
+class _Row:
+    obs: tuple[float, float]
+    action: int
+    next_obs: tuple[float, float]
+    reward: float
+    terminated: bool
+    truncated: bool
+    start: bool
+
+
+@dataclass
+class _Reference:
+    num_envs: int
+    rows: list[list[_Row]] = field(default_factory=list)
+    fresh: list[bool] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rows = [[] for _ in range(self.num_envs)]
+        self.fresh = [True] * self.num_envs
+
+    def add(self, env: int, row: _Row) -> None:
+        row.start = self.fresh[env]
+        self.rows[env].append(row)
+        self.fresh[env] = row.terminated or row.truncated
+
+    def keep(self, lengths: list[int]) -> None:
+        """Keep each sub-pool's newest rows, as many as the pool says it holds."""
+        for env, length in enumerate(lengths):
+            self.rows[env] = self.rows[env][len(self.rows[env]) - length :]
+
+    def find(self, obs: Any) -> tuple[int, int]:
+        env = int(obs[0])
+        for index, row in enumerate(self.rows[env]):
+            if row.obs == (float(obs[0]), float(obs[1])):
+                return env, index
+        msg = f"row {obs} is not held"
+        raise AssertionError(msg)
+
+    def n_step(self, env: int, index: int, steps: int, gamma: float) -> tuple[Any, ...]:
+        rows = self.rows[env]
+        reward, summed, last = 0.0, 0, index
+        for k in range(steps):
+            j = index + k
+            if j >= len(rows) or (k > 0 and rows[j].start):
+                break
+            reward += gamma**k * rows[j].reward if k else rows[j].reward
+            summed, last = k + 1, j
+            if rows[j].terminated or rows[j].truncated:
+                break
+        end = rows[last]
+        return reward, end.next_obs, end.terminated, end.truncated, gamma**summed
+
+    def sequence(self, env: int, index: int, length: int) -> list[bool]:
+        rows, mask = self.rows[env], [True]
+        for t in range(1, length):
+            j = index + t
+            mask.append(
+                mask[-1]
+                and j < len(rows)
+                and not rows[j].start
+                and not (rows[j - 1].terminated or rows[j - 1].truncated)
+            )
+        return mask
+
+
+def _fill(
+    pool: ReplayPool, steps: int, seed: int, *, aborts: bool = True
+) -> _Reference:
+    """Add ``steps`` random vector steps to ``pool`` and its reference."""
+    rng = np.random.default_rng(seed)
+    n = pool.num_envs
+    reference = _Reference(n)
+    serial = 0
+    for _ in range(steps):
+        kind = rng.random()
+        env_ids = (
+            None
+            if kind < 0.6
+            else np.sort(rng.choice(n, rng.integers(1, n + 1), replace=False))
+        )
+        ids = np.arange(n) if env_ids is None else env_ids
+        count = ids.size
+        obs = np.stack([ids, serial + np.arange(count)], axis=1).astype(np.float64)
+        next_obs = obs + 0.5
+        serial += count
+        action = rng.integers(0, 3, count)
+        reward = rng.normal(size=count)
+        terminated = rng.random(count) < 0.08
+        truncated = rng.random(count) < 0.04
+        valid = None
+        if env_ids is None and rng.random() < 0.3:
+            valid = rng.random(count) < 0.8
+        pool.add(
+            obs, action, next_obs, reward, terminated, truncated, env_ids, valid=valid
+        )
+        for position, env in enumerate(ids.tolist()):
+            if valid is not None and not valid[position]:
+                continue
+            reference.add(
+                env,
+                _Row(
+                    tuple(obs[position]),
+                    int(action[position]),
+                    tuple(next_obs[position]),
+                    float(reward[position]),
+                    bool(terminated[position]),
+                    bool(truncated[position]),
+                    False,
+                ),
+            )
+        if aborts and rng.random() < 0.05:
+            cut = rng.choice(n, rng.integers(1, n + 1), replace=False)
+            pool.abort_episodes(cut)
+            for env in cut.tolist():
+                reference.fresh[env] = True
+    reference.keep(pool.lengths.tolist())
+    return reference
+
+
+_SETTINGS = [
+    {},
+    {"window_size": 7},
+    {"clearing_freq": 9, "clearing_size": 4},
+    {"store_next_obs": False},
+    {"alpha": 0.6},
+]
+
+
+def _pool(num_envs: int = 3, pool_size: int = 60, **settings: Any) -> ReplayPool:
+    return ReplayPool(
+        spaces.Box(-np.inf, np.inf, (2,), np.float64),
+        spaces.Discrete(3),
+        num_envs,
+        pool_size,
+        seed=1,
+        **settings,
+    )
+
+
+@pytest.mark.parametrize("settings", _SETTINGS, ids=str)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("steps", [1, 3])
+def test_n_step_matches_reference(
+    settings: dict[str, Any], seed: int, steps: int
+) -> None:
+    pool = _pool(**settings)
+    reference = _fill(pool, 90, seed)
+    gamma = 0.9
+    batch = pool.sample(400, n_step=steps, gamma=gamma)
+    assert isinstance(batch, ReplaySample)
+    for i in range(400):
+        env, index = reference.find(batch.obs[i])
+        reward, next_obs, terminated, truncated, discount = reference.n_step(
+            env, index, steps, gamma
+        )
+        assert batch.reward[i] == pytest.approx(reward, rel=1e-12, abs=1e-12)
+        assert tuple(batch.next_obs[i]) == next_obs
+        assert batch.terminated[i] == terminated
+        assert batch.truncated[i] == truncated
+        assert batch.discount[i] == pytest.approx(discount)
+        assert batch.action[i] == reference.rows[env][index].action
+
+
+@pytest.mark.parametrize("settings", _SETTINGS, ids=str)
+@pytest.mark.parametrize("seed", [3, 4])
+def test_sequences_match_reference(settings: dict[str, Any], seed: int) -> None:
+    pool = _pool(**settings)
+    reference = _fill(pool, 90, seed)
+    length = 6
+    batch = pool.sample_sequences(200, length)
+    assert isinstance(batch, Sequences)
+    assert batch.obs.shape == (200, length, 2)
+    assert batch.mask.shape == batch.reward.shape == (200, length)
+    for i in range(200):
+        env, index = reference.find(batch.obs[i, 0])
+        expected = reference.sequence(env, index, length)
+        assert batch.mask[i].tolist() == expected
+        for t in range(length):
+            if not expected[t]:
+                break
+            row = reference.rows[env][index + t]
+            assert tuple(batch.obs[i, t]) == row.obs
+            assert tuple(batch.next_obs[i, t]) == row.next_obs
+            assert batch.reward[i, t] == row.reward
+            assert batch.terminated[i, t] == row.terminated
+
+
+def test_the_hot_path_and_the_per_env_path_mark_alike() -> None:
+    """One env's rows added every step vs through ``env_ids``: same windows."""
+    fast, slow = _pool(), _pool()
+    rng = np.random.default_rng(5)
+    for step in range(70):
+        obs = np.stack([np.arange(3), np.full(3, step)], axis=1).astype(np.float64)
+        args = (obs, rng.integers(0, 3, 3), obs + 0.5, rng.normal(size=3))
+        ends = (rng.random(3) < 0.1, rng.random(3) < 0.05)
+        fast.add(*args, *ends)
+        slow.add(*args, *ends, env_ids=np.arange(3))
+    assert list(fast.episode_stats) == pytest.approx(list(slow.episode_stats))
+    a = fast.sample(300, n_step=4, gamma=0.5)
+    b = slow.sample(300, n_step=4, gamma=0.5)
+    np.testing.assert_array_equal(a.obs, b.obs)  # the same generator state
+    np.testing.assert_allclose(a.reward, b.reward, rtol=1e-12)
+    np.testing.assert_array_equal(a.next_obs, b.next_obs)
+
+
+def test_plain_sample_keeps_its_six_fields() -> None:
+    pool = _pool()
+    _fill(pool, 10, 0)
+    batch = pool.sample(5)
+    assert type(batch) is Transitions
+    obs, _, next_obs, *_ = batch
+    assert obs.shape == next_obs.shape == (5, 2)
+    one_step = pool.sample(5, n_step=1, gamma=0.5)
+    assert type(one_step) is ReplaySample
+    assert one_step.weights.tolist() == [1.0] * 5  # not prioritized: ones
+    assert one_step.discount.tolist() == [0.5] * 5  # gamma ** 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"n_step": 3}, "`n_step` needs `gamma`"),
+        ({"gamma": 0.9}, "`gamma` is used only with `n_step`"),
+        ({"n_step": 0, "gamma": 0.9}, "`n_step` must be an integer >= 1"),
+        ({"n_step": 2, "gamma": 1.5}, "`gamma` must be a number between 0 and 1"),
+        ({"beta": 0.4}, "make it with `ReplayPool(..., alpha=0.6)`"),
+    ],
+)
+def test_bad_sampling_options_name_the_fix(kwargs: dict[str, Any], needle: str) -> None:
+    pool = _pool()
+    _fill(pool, 5, 0)
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        pool.sample(4, **kwargs)
+
+
+@pytest.mark.parametrize("call", ["n_step", "sequences"])
+def test_random_routing_refuses_ordered_sampling(call: str) -> None:
+    pool = _pool(random=True)
+    _fill(pool, 5, 0, aborts=False)
+
+    def draw() -> Any:
+        if call == "n_step":
+            return pool.sample(4, n_step=2, gamma=0.9)
+        return pool.sample_sequences(4, 3)
+
+    with pytest.raises(ValueError, match="random=True"):
+        draw()
+
+
+@pytest.mark.parametrize("settings", [{}, {"alpha": 0.5}], ids=str)
+def test_save_and_load_keep_windows(settings: dict[str, Any], tmp_path: Any) -> None:
+    pool = _pool(**settings)
+    _fill(pool, 80, 7)
+    if "alpha" in settings:
+        drawn = pool.sample(64, beta=0.5)
+        pool.update_priorities(drawn.indices, np.arange(64.0) + 0.25)
+    loaded = ReplayPool.load(pool.save(tmp_path / "pool.npz"))
+    # every held row: the same windows, the same priority
+    offsets = [np.arange(length) for length in pool.lengths.tolist()]
+    env = np.repeat(np.arange(pool.num_envs), pool.lengths)
+    offset = np.concatenate(offsets)
+    for one, other in ((pool, loaded), (loaded, pool)):
+        assert one.lengths.tolist() == other.lengths.tolist()
+    rows = pool._row_of(env, offset), loaded._row_of(env, offset)
+    for mine, theirs in zip(
+        pool._n_step(env, offset, rows[0], 3, 0.8),
+        loaded._n_step(env, offset, rows[1], 3, 0.8),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(mine, theirs)
+    if "alpha" in settings:
+        assert pool._tree is not None
+        assert loaded._tree is not None
+        np.testing.assert_array_equal(
+            pool._tree.get(rows[0]), loaded._tree.get(rows[1])
+        )
+        assert loaded._tree.total == pytest.approx(pool._tree.total)
+    if "alpha" not in settings:  # the same generator state, the same draws
+        s, t = pool.sample_sequences(50, 5), loaded.sample_sequences(50, 5)
+        np.testing.assert_array_equal(s.mask, t.mask)
+        np.testing.assert_array_equal(s.obs, t.obs)
