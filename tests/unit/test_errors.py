@@ -154,6 +154,44 @@ def test_env_fns_mistakes_name_the_fix():
     env.close()
     with pytest.raises(TypeError, match="got a single function: wrap it in a list"):
         vecpool.AsyncVectorEnv(lambda: gym.make("CartPole-v1"))  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="got int"):
+    with pytest.raises(TypeError, match="got an int: pass a list of functions"):
         vecpool.AsyncVectorEnv(3)  # type: ignore[arg-type]
+    # issue 32: one env instance was told "wrap it in a list", which only led to
+    # the error above; now the message says what the list holds
+    env = gym.make("CartPole-v1")
+    with pytest.raises(
+        TypeError,
+        match=r"got a TimeLimit env instance: pass a list of functions that create "
+        r"envs \(each worker builds its own\), not an env\.",
+    ):
+        vecpool.AsyncVectorEnv(env)
+    env.close()
     assert set(multiprocessing.active_children()) == before
+
+
+@pytest.mark.parametrize("placement", ["workers", "parent"])
+def test_a_scalar_action_says_one_action_per_env(placement: str) -> None:
+    # issue 32: Gymnasium's "Unable to iterate over the following elements: 0"
+    # (its type and text kept) now says what to pass
+    import gymnasium as gym
+
+    import vecpool
+
+    envs = vecpool.AsyncVectorEnv(
+        [lambda: gym.make("CartPole-v1")] * 2,
+        num_workers=1 if placement == "workers" else 0,
+    )
+    try:
+        envs.reset(seed=0)
+        with pytest.raises(TypeError) as info:
+            envs.step(0)
+        text = str(info.value)
+        assert text.startswith("Unable to iterate over the following elements: 0.")
+        assert (
+            "`actions` must hold one action per sub-environment (num_envs=2), e.g. "
+            "`envs.action_space.sample()` (shape (2,)), not one env's action: got 0."
+        ) in text
+        # nothing was sent: the env still steps
+        envs.step(envs.action_space.sample())
+    finally:
+        envs.close()

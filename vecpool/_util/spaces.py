@@ -594,6 +594,8 @@ def split_actions(
 ) -> list[Any]:
     """One action per env from a batch, checked before anything is sent.
 
+    (A scalar or other non-batch gets Gymnasium's ``TypeError`` with the fix added.)
+
     Each action is what Gymnasium's ``iterate`` hands that env; checking them all
     first means a bad batch never reaches some envs and not the others.
 
@@ -612,9 +614,19 @@ def split_actions(
         ValueError: If the batch does not hold one action per env, or (an array
             space) an action's shape does not fit the single action space's.
     """
-    per_env = list(iterate(batched_space, actions))
+    what = what or f"sub-environment (num_envs={num_envs})"
+    try:
+        per_env = list(iterate(batched_space, actions))
+    except TypeError as exc:  # Gymnasium's type, with the fix added to its text
+        shape = getattr(batched_space, "shape", None)
+        example = "" if shape is None else f" (shape {shape})"
+        msg = (
+            f"{exc}. `actions` must hold one action per {what}, e.g. "
+            f"`envs.action_space.sample()`{example}, not one env's action: got "
+            f"{_short_repr(actions)}."
+        )
+        raise TypeError(msg) from exc
     if len(per_env) != num_envs:
-        what = what or f"sub-environment (num_envs={num_envs})"
         msg = f"`actions` must hold one action per {what}, got {len(per_env)}."
         raise ValueError(msg)
     shape = getattr(single_space, "shape", None)
@@ -631,3 +643,9 @@ def split_actions(
                 )
                 raise ValueError(msg)
     return per_env
+
+
+def _short_repr(value: Any) -> str:
+    """``repr(value)``, cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

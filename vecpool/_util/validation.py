@@ -165,11 +165,20 @@ def check_env_fns(env_fns: object) -> None:
             not callable.
     """
     if callable(env_fns) or not hasattr(env_fns, "__len__"):
-        what = "a single function" if callable(env_fns) else type(env_fns).__name__
+        if callable(env_fns):
+            fix = "a single function: wrap it in a list (one entry per sub-environment)"
+        elif hasattr(env_fns, "step") and hasattr(env_fns, "reset"):
+            fix = (
+                f"a {type(env_fns).__name__} env instance: pass a list of functions "
+                "that create envs (each worker builds its own), not an env"
+            )
+        else:
+            name = type(env_fns).__name__
+            article = "an" if name[:1].lower() in "aeiou" else "a"
+            fix = f"{article} {name}: pass a list of functions"
         msg = (
             "`env_fns` must be a list of functions that each create an env, e.g. "
-            "`[lambda: gym.make('CartPole-v1')] * 4`; got "
-            f"{what}: wrap it in a list (one entry per sub-environment)."
+            f"`[lambda: gym.make('CartPole-v1')] * 4`; got {fix}."
         )
         raise TypeError(msg)
     entries: Any = env_fns
