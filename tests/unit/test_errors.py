@@ -6,6 +6,7 @@ import pickle
 from typing import Any
 
 import gymnasium.error
+import numpy as np
 import pytest
 
 import vecpool.errors as errors
@@ -193,5 +194,40 @@ def test_a_scalar_action_says_one_action_per_env(placement: str) -> None:
         ) in text
         # nothing was sent: the env still steps
         envs.step(envs.action_space.sample())
+    finally:
+        envs.close()
+
+
+def test_a_raising_step_says_which_envs_and_processes_and_that_all_stay_usable() -> (
+    None
+):
+    # issue 32: Gymnasium's log lines (kept word for word: its suite counts them)
+    # said "Worker-0" .. "Worker-7 - Shutting it down" for 8 envs in 2 processes,
+    # with nothing shut down; the exception's note says what happened
+    import warnings
+
+    import gymnasium as gym
+
+    import vecpool
+
+    envs = vecpool.AsyncVectorEnv([lambda: gym.make("CartPole-v1")] * 8, num_workers=2)
+    try:
+        envs.reset(seed=0)
+        with warnings.catch_warnings(record=True) as logged:
+            warnings.simplefilter("always")
+            with pytest.raises(AssertionError) as info:
+                envs.step(np.full(8, 2))
+        lines = [str(w.message) for w in logged]
+        assert sum("Shutting it down" in line for line in lines) == 8
+        notes = getattr(info.value, "__notes__", [])
+        assert notes[0] == "raised in sub-environment 7 of AsyncVectorEnv"
+        assert notes[1] == (
+            "vecpool: the log lines above name sub-environment i 'Worker-i', as "
+            "Gymnasium (one env a worker) does; 8 sub-environments raised: envs "
+            "0-3 in worker process 0; envs 4-7 in worker process 1. Nothing was "
+            "shut down: every env and worker process stays usable (reset the envs "
+            "that raised, or all, and go on)."
+        )
+        envs.step(np.zeros(8, np.int64))  # true: it steps on
     finally:
         envs.close()

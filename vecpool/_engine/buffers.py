@@ -212,7 +212,7 @@ class StepBuffers:
             # before any raise: an offer not taken now is never made again
             if reply is not None and reply.wide_offer is not None:
                 handle.take_wide_offer(reply.wide_offer)  # the next step accepts
-        raise_env_errors(replies, owner)
+        raise_env_errors(replies, owner, handles=handles)
         items: list[tuple[int, dict[str, Any]]] = []
         for handle, reply in zip(handles, replies, strict=True):
             if reply is not None:

@@ -2,26 +2,39 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Sequence
 
 from gymnasium import logger
 
+from vecpool._engine.handle import WorkerHandle
 from vecpool._wire.messages import Reply
-from vecpool._wire.remote_errors import rebuild_exception
+from vecpool._wire.remote_errors import ErrorRecord, rebuild_exception
 from vecpool.errors import RemoteTraceback
 
 __all__ = ["raise_env_errors"]
 
 
 def raise_env_errors(
-    replies: Iterable[Reply | None], owner: str, *, log: bool = True
+    replies: Iterable[Reply | None],
+    owner: str,
+    *,
+    log: bool = True,
+    handles: Sequence[WorkerHandle] | None = None,
 ) -> None:
     """Raise the last env exception in ``replies`` (if any), as Gymnasium does.
+
+    Gymnasium's log lines say "Worker-i" for env ``i`` (it has one env a worker)
+    and "Shutting it down", and its own test suite matches and counts them, so
+    they stay word for word. The exception carries the truth instead (a note on
+    Python 3.11+, its message on 3.10): which envs raised, which processes step
+    them, and that nothing was shut down (:func:`_truth`).
 
     Args:
         replies: Worker replies.
         owner: The vector env's class name, for the note.
         log: Whether to write Gymnasium's log lines (its own API's errors only).
+        handles: The handles that sent ``replies`` (to name the processes).
 
     Raises:
         BaseException: The env's exception, original type, with the remote
@@ -43,7 +56,49 @@ def raise_env_errors(
     last = errors[-1]
     exception = rebuild_exception(last)
     where = f"raised in sub-environment {last.env_index} of {owner}"
+    notes = [where]
+    if log and handles is not None:
+        notes.append(_truth(errors, handles))
     add_note = getattr(exception, "add_note", None)
-    if add_note is not None:  # Python >= 3.11
-        add_note(where)
+    if add_note is not None and sys.version_info >= (3, 11):
+        for note in notes:
+            add_note(note)
+    elif len(notes) > 1:  # Python 3.10: no notes; the text goes in the message
+        _append_to_message(exception, notes[1])
     raise exception from RemoteTraceback(f"({where})\n{last.traceback}")
+
+
+def _truth(errors: Sequence[ErrorRecord], handles: Sequence[WorkerHandle]) -> str:
+    """What Gymnasium's log lines do not say: the envs, the processes, no shutdown."""
+    raised = sorted({error.env_index for error in errors})
+    places = []
+    for handle in handles:
+        envs = [index for index in raised if index in handle.env_indices]
+        if envs:
+            who = (
+                "the parent process"
+                if handle.runs_here
+                else (f"worker process {handle.index}")
+            )
+            places.append(f"{_envs(envs)} in {who}")
+    count = f"{len(raised)} sub-environment{'s' if len(raised) > 1 else ''}"
+    return (
+        f"vecpool: the log lines above name sub-environment i 'Worker-i', as "
+        f"Gymnasium (one env a worker) does; {count} raised: "
+        f"{'; '.join(places)}. Nothing was shut down: every env and worker process "
+        "stays usable (reset the envs that raised, or all, and go on)."
+    )
+
+
+def _envs(indices: list[int]) -> str:
+    if len(indices) == 1:
+        return f"env {indices[0]}"
+    if indices == list(range(indices[0], indices[-1] + 1)):
+        return f"envs {indices[0]}-{indices[-1]}"
+    return "envs " + ", ".join(map(str, indices))
+
+
+def _append_to_message(exception: BaseException, text: str) -> None:
+    """Add ``text`` to ``exception``'s message (where it has one string arg)."""
+    if len(exception.args) == 1 and isinstance(exception.args[0], str):
+        exception.args = (f"{exception.args[0]}\n{text}",)

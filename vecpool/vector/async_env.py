@@ -687,7 +687,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             raise NoAsyncCallError(msg, AsyncState.WAITING_CALL.value)
         replies = self._wait_all("call", timeout, "call_wait")
         self._state = AsyncState.DEFAULT
-        raise_env_errors(replies, type(self).__name__)
+        raise_env_errors(replies, type(self).__name__, handles=self._group.handles)
         return tuple(
             result for reply in replies if reply for result in reply.results or []
         )
@@ -736,7 +736,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 ),
             )
         replies = self._wait_all("set_attr", None)
-        raise_env_errors(replies, type(self).__name__)
+        raise_env_errors(replies, type(self).__name__, handles=self._group.handles)
 
     # -- env state (planning) ----------------------------------------------------------
 
