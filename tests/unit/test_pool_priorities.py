@@ -146,7 +146,8 @@ def test_stale_indices_are_left_out() -> None:
         (np.array([0]), np.array([np.nan]), "`priorities` must be finite and >= 0"),
         (np.array([0, 1]), np.array([1.0]), "one value per index"),
         (np.array([0.5]), np.array([1.0]), "`indices` must be a 1-D array of ints"),
-        (np.array([10_000]), np.array([1.0]), "`indices` must be rows drawn"),
+        (np.array([10_000]), np.array([1.0]), "it never gave out"),
+        (np.array([-1]), np.array([1.0]), "it never gave out"),
     ],
 )
 def test_bad_updates_name_the_fix(indices: Any, priorities: Any, needle: str) -> None:
@@ -177,3 +178,26 @@ def test_prioritized_n_step_combine() -> None:
     assert set(np.round(batch.reward, 6).tolist()) <= {1.75, 1.5, 1.0}
     assert batch.weights.max() == 1.0
     pool.update_priorities(batch.indices, np.ones(32))
+
+
+def test_numpy_numbers_are_accepted_and_all_zero_priorities_say_so() -> None:
+    pool = _pool(alpha=np.float32(0.6))
+    _add(pool, 1)
+    batch = pool.sample(4, n_step=2, gamma=np.int64(1), beta=np.float64(0.5))
+    pool.update_priorities(batch.indices, np.zeros(4))
+    with pytest.raises(ValueError, match="every transition held has priority 0"):
+        pool.sample(4)
+
+
+def test_indices_name_transitions_across_save_and_load(tmp_path: Any) -> None:
+    pool = _pool(alpha=1.0)
+    _add(pool, 5)
+    batch = pool.sample(64)
+    loaded = ReplayPool.load(pool.save(tmp_path / "pool.npz"))
+    # the same ids give the same transitions their priority in both pools
+    for each in (pool, loaded):
+        each.update_priorities(batch.indices[:1], np.array([1000.0]))
+    target = batch.obs[0, 0]
+    for each in (pool, loaded):
+        drawn = each.sample(2_000).obs[:, 0]
+        assert np.mean(drawn == target) > 0.9

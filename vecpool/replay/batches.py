@@ -92,8 +92,9 @@ class ReplaySample(NamedTuple):
 
     Attributes:
         discount: ``gamma ** k`` per row (ones for one-step sampling).
-        indices: The pool rows drawn (what :meth:`ReplayPool.update_priorities`
-            takes).
+        indices: Ids of the transitions drawn (what
+            :meth:`ReplayPool.update_priorities` takes): each names one
+            transition for good, across save/load, and none once it is dropped.
         weights: Importance weights ``(N * P(i)) ** -beta`` divided by their
             maximum (ones without prioritized replay).
     """

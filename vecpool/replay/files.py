@@ -37,6 +37,7 @@ from gymnasium import spaces
 
 from vecpool._util.files import write_atomically
 from vecpool.replay.portable import portable
+from vecpool.replay.settings import RECENT_EPISODES
 from vecpool.replay.storage import storage_leaves
 
 __all__ = [
@@ -103,6 +104,7 @@ COUNTERS = (
     "episodes",
     "starts",
     "fresh",
+    "recent_count",
 )
 _ARGUMENTS = (
     "num_envs",
@@ -1004,11 +1006,12 @@ def _restore(pool: StoredPool, data: _Archive, compact: bool, old: bool) -> None
     if compact:
         fresh.pop("end")
     if old:
-        fresh.pop("starts")
-        fresh.pop("fresh")
+        for name in ("starts", "fresh", "recent", "recent_count"):
+            fresh.pop(name)
     # the store of kept next observations grows; its free list with it
     growable = {name for name in fresh if name.startswith("extra_")} | {"free"}
     growable |= {"wholes", "wholes_free", "loose", "loose_free"}  # frame stores
+    growable.add("recent")  # the ring's entries
     rows = int(_array(data, "length").sum()) if compact else 0
     loaded: dict[str, npt.NDArray[Any]] = {}
     for name, like in fresh.items():
@@ -1060,6 +1063,9 @@ def _derived_marks(
     starts[order] = marks
     loaded["starts"] = starts
     loaded["fresh"] = np.ones(length.shape, np.bool_)
+    # nor the returns of recent episodes: none are known
+    loaded["recent"] = np.zeros((0, 2), np.float64)
+    loaded["recent_count"] = np.zeros(1, np.int64)
 
 
 def _check_frame_store(
@@ -1106,14 +1112,26 @@ def _check_counters(pool: StoredPool, data: dict[str, npt.NDArray[Any]]) -> None
         and count == int(count)
     ):
         refuse("episodes", "finite: a whole count >= 0, a return sum, a length sum")
+    recent, recent_count = data["recent"], data["recent_count"]
+    if recent_count[0] < 0 or recent.shape[0] != min(recent_count[0], RECENT_EPISODES):
+        refuse(
+            "recent_count",
+            f">= 0, and the `recent` entries as many, up to {RECENT_EPISODES:,}",
+        )
+    if recent.shape[1:] != (2,):
+        refuse("recent", "(return, length) pairs")
     if "priority" in data:
         priority, top = data["priority"], data["max_priority"]
         if not (np.isfinite(priority).all() and (priority >= 0).all()):
             refuse("priority", "finite and >= 0")
-        if top.shape != (1,) or not (np.isfinite(top).all() and top[0] >= 0):
-            refuse("max_priority", "one finite number >= 0")
+        if top.shape != (1,) or not (np.isfinite(top).all() and top[0] >= 1):
+            refuse("max_priority", "one finite number >= 1 (it starts at 1)")
     if "frames" in data:
         _check_frame_store(data, refuse)
+        length = data["length"]
+        oldest = (np.cumsum(length) - length)[length > 0]
+        if (data["own_obs"][oldest] < 0).any():
+            refuse("own_obs", "an item for each sub-pool's oldest row (kept whole)")
         return
     if pool.store_next_obs:
         return

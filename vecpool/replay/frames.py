@@ -279,12 +279,17 @@ class FrameStore:
         }
 
     def load(
-        self, state: dict[str, npt.NDArray[Any]], targets: npt.NDArray[np.int64] | None
+        self,
+        state: dict[str, npt.NDArray[Any]],
+        targets: npt.NDArray[np.int64] | None,
+        empty: npt.NDArray[np.bool_],
     ) -> None:
         """Take the arrays of :meth:`state` (checked by the file reader).
 
         ``targets``: where the per-row arrays' rows go (a compact file), or
-        ``None`` when they are whole.
+        ``None`` when they are whole. ``empty``: the sub-pools that hold no row; a
+        compact file has none of their rows before, so their next stack is kept
+        whole.
         """
         for name in ("frames", "own_obs", "own_next_frame", "own_next_whole"):
             if targets is None:
@@ -292,7 +297,17 @@ class FrameStore:
             else:
                 getattr(self, name)[targets] = state[name]
         self.wholes.items, self.loose.items = state["wholes"], state["loose"]
-        self.wholes.free = state["wholes_free"].tolist()
-        self.loose.free = state["loose_free"].tolist()
+        # free: every item no row uses (a file's items of rows not held included)
+        for store, owners in (
+            (self.wholes, (self.own_obs, self.own_next_whole)),
+            (self.loose, (self.own_next_frame,)),
+        ):
+            used = np.zeros(store.items.shape[0], np.bool_)
+            for own in owners:
+                used[own[own >= 0]] = True
+            store.free = np.flatnonzero(~used)[::-1].tolist()
         for name in ("last_obs", "has_last", "tail", "has_tail"):
             setattr(self, name, state[name])
+        if targets is not None:
+            self.has_last[empty] = False
+            self.has_tail[empty] = False

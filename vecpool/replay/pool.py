@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
 import warnings
 from collections.abc import Iterator
@@ -30,7 +31,11 @@ from vecpool.replay.files import COUNTERS, per_row
 from vecpool.replay.frames import FrameStore
 from vecpool.replay.minari import to_minari
 from vecpool.replay.portable import leaf_paths
-from vecpool.replay.settings import PoolSettings, renamed_clearing_size
+from vecpool.replay.settings import (
+    RECENT_EPISODES,
+    PoolSettings,
+    renamed_clearing_size,
+)
 from vecpool.replay.storage import (
     check_strings,
     flatten_stored,
@@ -42,7 +47,14 @@ from vecpool.replay.storage import (
 )
 from vecpool.replay.sumtree import SumTree
 
-__all__ = ["EpisodeStats", "ReplayPool", "ReplaySample", "Sequences", "Transitions"]
+__all__ = [
+    "RECENT_EPISODES",
+    "EpisodeStats",
+    "ReplayPool",
+    "ReplaySample",
+    "Sequences",
+    "Transitions",
+]
 
 _SMALL_BATCH = 64  # action batches up to this size are range-checked as lists
 
@@ -178,6 +190,8 @@ class ReplayPool:
         self._frames = _frame_store(
             observation_space, self.frame_stack, self.num_envs, self._slots
         )
+        self._obs_shapes = [shape for _, shape in obs_leaves]
+        self._action_shapes = [shape for _, shape in leaves(action_space)]
         if self._frames is not None:
             obs_leaves = []  # the frame store holds the observations
         self._obs = [_empty((rows, *s), d) for d, s in obs_leaves]
@@ -265,6 +279,10 @@ class ReplayPool:
         self._episode_return = np.zeros(self.num_envs, np.float64)
         self._episode_length = np.zeros(self.num_envs, np.int64)
         self._episodes = np.zeros(3, np.float64)  # count, sum of returns, of lengths
+        # the return and length of the last RECENT_EPISODES episodes that ended (a
+        # ring, oldest overwritten), and how many were ever put in it
+        self._recent = np.zeros((RECENT_EPISODES, 2), np.float64)
+        self._recent_count = np.zeros(1, np.int64)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -388,28 +406,35 @@ class ReplayPool:
             np.add.at(returns, env, reward)
             np.add.at(lengths, env_ids, counts)
             return
-        # an episode's return: its rows' rewards (differences of one running sum),
-        # plus what the env had before this block for its first episode in it
-        running = np.concatenate([[0.0], np.cumsum(reward)])
+        # each env's rows split at its episode ends: one sum a stretch (never a
+        # difference of sums, which would mix envs' rewards: an inf, or 1e17 + 1)
+        stop = block + counts
+        position = np.searchsorted(env_ids, env[ends])  # each end's env, as index
+        cut = ends + 1
+        cut = cut[cut < stop[position]]
+        begins = np.union1d(block[has], cut)
+        sums = np.add.reduceat(reward, begins)
+        stretch = np.searchsorted(begins, ends, side="right") - 1
         end_env = env[ends]
-        again = np.zeros(ends.size, np.bool_)
+        again = np.zeros(ends.size, np.bool_)  # not the env's first end here
         again[1:] = end_env[1:] == end_env[:-1]
-        previous = np.concatenate([[0], ends[:-1] + 1])
-        begin = np.where(again, previous, first[ends])
         carry = np.where(again, 0.0, returns[end_env])
         carried = np.where(again, 0, lengths[end_env])
-        episode_returns = carry + (running[ends + 1] - running[begin])
-        episode_lengths = carried + (ends + 1 - begin)
+        episode_returns = carry + sums[stretch]
+        episode_lengths = carried + (ends + 1 - begins[stretch])
         self._episodes += (ends.size, episode_returns.sum(), episode_lengths.sum())
+        order = np.lexsort((end_env, step[ends]))  # by row, then env
+        self._remember(episode_returns[order], episode_lengths[order])
         # what is left after each env's last end, or added to what it had
-        stop = block + counts
-        after = np.full(env_ids.size, -1, np.int64)
-        np.maximum.at(after, np.searchsorted(env_ids, end_env), ends + 1)
-        ended = after >= 0
-        tail_begin = np.where(ended, after, block)
-        tail = running[stop] - running[tail_begin]
+        ended = np.zeros(env_ids.size, np.bool_)
+        ended[position] = True
+        last_row = np.maximum(stop - 1, 0)
+        tail_stretch = np.searchsorted(begins, last_row, side="right") - 1
+        closed = done[last_row]  # the env's last row ended an episode: no tail
+        tail = np.where(has & ~closed, sums[tail_stretch], 0.0)
+        tail_length = np.where(has & ~closed, stop - begins[tail_stretch], 0)
         returns[env_ids] = np.where(ended, 0.0, returns[env_ids]) + tail
-        lengths[env_ids] = np.where(ended, 0, lengths[env_ids]) + (stop - tail_begin)
+        lengths[env_ids] = np.where(ended, 0, lengths[env_ids]) + tail_length
 
     def _reprioritize(
         self,
@@ -465,6 +490,36 @@ class ReplayPool:
         else:
             arrays += [*self._tail, self._own_next, *self._extra]
         return int(sum(array.nbytes for array in arrays))
+
+    def recent_episode_stats(self, k: int = 100) -> EpisodeStats:
+        """Count, mean return and mean length of the last ``k`` episodes that ended.
+
+        :attr:`episode_stats` covers every episode since the pool was made; this
+        covers the newest ones (what a training log shows). Episodes that ended in
+        the same vector step count in env order.
+
+        Args:
+            k: How many of the newest ended episodes (at most
+                :data:`RECENT_EPISODES`).
+
+        Returns:
+            An :class:`EpisodeStats` over ``min(k, ended)`` episodes (``count`` 0
+            and ``nan`` means if none ended).
+
+        Raises:
+            ValueError: If ``k`` is not between 1 and :data:`RECENT_EPISODES`.
+        """
+        k = check_int("k", k, 1, RECENT_EPISODES)
+        self._sync()
+        count = int(self._recent_count[0])
+        taken = min(k, count)
+        if not taken:
+            return EpisodeStats(0, math.nan, math.nan)
+        entries = self._recent_episodes()[-taken:]
+        returns, lengths = entries[:, 0], entries[:, 1]
+        return EpisodeStats(
+            taken, math.fsum(returns.tolist()) / taken, float(lengths.mean())
+        )
 
     @property
     def episode_stats(self) -> EpisodeStats:
@@ -620,7 +675,7 @@ class ReplayPool:
             terminated,
             truncated,
             discount,
-            row.astype(np.int64),
+            self._ids(env, offset),
             weights,
         )
 
@@ -730,22 +785,39 @@ class ReplayPool:
                 f"1e-6`), got min {values.min()}, max {values.max()}."
             )
             raise ValueError(msg)
-        if rows.size and (rows.min() < 0 or rows.max() >= self._starts.size):
+        self._sync()
+        ids = rows.astype(np.int64)
+        env = ids % self.num_envs
+        serial = ids // self.num_envs
+        received = self._received[env]
+        if ids.size and (ids.min() < 0 or np.any(serial >= received)):
             msg = (
-                f"`indices` must be rows drawn from this pool (between 0 and "
-                f"{self._starts.size - 1}), got min {rows.min()}, max {rows.max()}."
+                "`indices` must be the `indices` of a sample drawn from this pool, "
+                f"got values (min {ids.min()}, max {ids.max()}) it never gave out."
             )
             raise ValueError(msg)
-        self._sync()
-        rows = rows.astype(np.int64)
-        env = rows % self.num_envs
-        offset = (rows // self.num_envs - self._end[env] + self._length[env]) % (
-            self._slots
-        )
-        held = offset < self._length[env]
+        # a transition's id is its env and its serial number in its sub-pool: one
+        # dropped since it was drawn is not held, even if its slot was reused
+        offset = serial - (received - self._length[env])
+        held = offset >= 0
         if values.size:
             self._max_priority = max(self._max_priority, float(values.max()))
-        tree.set(rows[held], values[held] ** float(self.alpha or 0.0))
+        kept = values[held]
+        powered = np.where(kept > 0, kept ** float(self.alpha or 0.0), 0.0)
+        tree.set(self._row_of(env[held], offset[held]), powered)
+
+    def _ids(
+        self, env: npt.NDArray[np.int64], offset: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.int64]:
+        """The ids of transitions: ``env + num_envs * serial``.
+
+        ``serial`` counts the transitions its sub-pool received before it, so an id
+        names one transition for good: it survives save/load (rows move, serials
+        do not), and once the transition is dropped no other has it.
+        """
+        serial = self._received[env] - self._length[env] + offset
+        ids: npt.NDArray[np.int64] = env + self.num_envs * serial
+        return ids
 
     def _check_ordered(self, option: str) -> None:
         if self.random:
@@ -764,6 +836,13 @@ class ReplayPool:
             msg = "Cannot sample from an empty ReplayPool: add transitions first."
             raise ValueError(msg)
         if self._tree is not None:
+            if not self._tree.total > 0:
+                msg = (
+                    "Cannot sample by priority: every transition held has priority "
+                    "0. Give some a positive one (`update_priorities(indices, "
+                    "abs(td_error) + 1e-6)`)."
+                )
+                raise ValueError(msg)
             row = self._tree.sample(batch_size, self._rng)
             env = row % self.num_envs
             offset = (row // self.num_envs - self._end[env] + self._length[env]) % (
@@ -1003,6 +1082,13 @@ class ReplayPool:
         Raises:
             ValueError: As :meth:`add`.
         """
+        count = self.num_envs if env_ids is None else np.size(env_ids)
+        for name, batch, leaf_shapes in (
+            ("obs", obs, self._obs_shapes),
+            ("action", action, self._action_shapes),
+            ("next_obs", next_obs, self._obs_shapes),
+        ):
+            self._check_shapes(name, batch, leaf_shapes, count)
         self._check_actions(action)
         for k, path in self._text_leaves:
             for name, batch in (("obs", obs), ("next_obs", next_obs)):
@@ -1060,6 +1146,25 @@ class ReplayPool:
         self._episode_return[source] = 0.0
         self._episode_length[source] = 0
         self._fresh[source] = True
+
+    @staticmethod
+    def _check_shapes(
+        name: str,
+        batch: list[npt.NDArray[Any]],
+        shapes: list[tuple[int, ...]],
+        count: int,
+    ) -> None:
+        """Refuse leaves of the wrong shape, before anything is written."""
+        if len(batch) != len(shapes):
+            msg = f"`{name}` must hold {len(shapes)} leaves, got {len(batch)}."
+            raise ValueError(msg)
+        for leaf, shape in zip(batch, shapes, strict=True):
+            if np.shape(leaf) != (count, *shape):
+                msg = (
+                    f"`{name}` must hold {count} rows of shape {shape} (one per env "
+                    f"or id), got shape {np.shape(leaf)}."
+                )
+                raise ValueError(msg)
 
     def _check_env_ids(self, env_ids: Any) -> npt.NDArray[np.int64]:
         ids = np.asarray(env_ids)
@@ -1170,25 +1275,24 @@ class ReplayPool:
                 return
         scalars = (reward_arr, terminated_arr, truncated_arr)
         done = terminated_arr | truncated_arr
+        if source is None and not self.random:
+            self._add_unique(self._envs, None, rows, scalars)
+        else:
+            dest = self._route(self._envs if source is None else source)
+            if self.random or np.unique(dest).size != count:
+                # several transitions for one sub-pool: apply them in rounds of
+                # distinct sub-pools, keeping each sub-pool's order
+                for chosen in _rounds(dest):
+                    self._add_unique(dest[chosen], chosen, rows, scalars)
+            else:
+                self._add_unique(dest, None, rows, scalars)
+        # the episodes once the rows are in: a row refused above counts nothing
         if source is not None and np.unique(source).size != source.size:
             # one env twice in a batch: its rows are consecutive steps, in order
             for rows_ in _rounds(source):
                 self._record_episodes(source[rows_], reward_arr[rows_], done[rows_])
         else:
             self._record_episodes(source, reward_arr, done, valid)
-        if source is None and not self.random:
-            self._add_unique(self._envs, None, rows, scalars)
-            return
-        if source is None:
-            source = self._envs
-        dest = self._route(source)
-        if self.random or np.unique(dest).size != count:
-            # several transitions for one sub-pool: apply them in rounds of distinct
-            # sub-pools, keeping each sub-pool's order (other sub-pools commute)
-            for chosen in _rounds(dest):
-                self._add_unique(dest[chosen], chosen, rows, scalars)
-            return
-        self._add_unique(dest, None, rows, scalars)
 
     def _record_episodes(
         self,
@@ -1214,13 +1318,30 @@ class ReplayPool:
             np.add.at(self._episode_length, source, 1)
             ended = source[done]
         if np.count_nonzero(done):
-            self._episodes += (
-                np.count_nonzero(done),
-                self._episode_return[ended].sum(),
-                self._episode_length[ended].sum(),
-            )
+            returns = self._episode_return[ended]
+            lengths = self._episode_length[ended]
+            self._episodes += (np.count_nonzero(done), returns.sum(), lengths.sum())
+            self._remember(returns, lengths)
             self._episode_return[ended] = 0.0
             self._episode_length[ended] = 0
+
+    def _recent_episodes(self) -> npt.NDArray[np.float64]:
+        """The ring's entries (return, length), oldest first."""
+        count = int(self._recent_count[0])
+        taken = min(count, RECENT_EPISODES)
+        where = (count - taken + np.arange(taken)) % RECENT_EPISODES
+        entries: npt.NDArray[np.float64] = self._recent[where]
+        return entries
+
+    def _remember(
+        self, returns: npt.NDArray[np.float64], lengths: npt.NDArray[Any]
+    ) -> None:
+        """Put ended episodes (oldest first) in the ring of the recent ones."""
+        count = int(self._recent_count[0])
+        where = (count + np.arange(returns.size)) % RECENT_EPISODES
+        self._recent[where, 0] = returns  # past the ring's size, the last win
+        self._recent[where, 1] = lengths
+        self._recent_count[0] = count + returns.size
 
     def _route(self, source: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """Destination sub-pool of each transition."""
@@ -1546,9 +1667,16 @@ class ReplayPool:
             else:
                 self._own_next = state["own_next"]
             self._free = state["free"].tolist()
+        recent = state["recent"]  # oldest first: back in the ring where they were
+        count = int(self._recent_count[0])
+        self._recent[
+            (count - recent.shape[0] + np.arange(recent.shape[0])) % RECENT_EPISODES
+        ] = recent
         if self._frames is not None:
             self._frames.load(
-                state, targets if isinstance(targets, np.ndarray) else None
+                state,
+                targets if isinstance(targets, np.ndarray) else None,
+                state["length"] == 0,
             )
         if self._tree is not None:
             self._max_priority = float(state["max_priority"][0])
@@ -1592,6 +1720,8 @@ class ReplayPool:
             "episodes": self._episodes,
             "starts": self._starts,
             "fresh": self._fresh,
+            "recent": self._recent_episodes(),  # the ring's entries, oldest first
+            "recent_count": self._recent_count,
         }
         if self._tree is not None:
             state["priority"] = self._tree.leaves
@@ -1692,7 +1822,7 @@ def _frame_store(
 
 def _check_unit(name: str, value: Any) -> float:
     """``value`` as a float in ``[0, 1]``, or a ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.floating):
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
         number = math.nan
     else:
         number = float(value)

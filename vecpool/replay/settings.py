@@ -10,11 +10,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import warnings
+
+import numpy as np
 
 from vecpool._util.validation import check_int
 
-__all__ = ["PoolSettings", "renamed_clearing_size"]
+__all__ = ["RECENT_EPISODES", "PoolSettings", "renamed_clearing_size"]
+
+RECENT_EPISODES = 10_000
+"""How many of the newest ended episodes :meth:`ReplayPool.recent_episode_stats`
+can cover (their returns and lengths are kept, and saved with the pool)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -92,8 +99,8 @@ class PoolSettings:
         alpha: object = self.alpha
         if alpha is not None:
             if (
-                isinstance(alpha, bool)
-                or not isinstance(alpha, int | float)
+                isinstance(alpha, bool | np.bool_)
+                or not isinstance(alpha, numbers.Real)
                 or not math.isfinite(alpha)
                 or alpha < 0
             ):
