@@ -303,3 +303,40 @@ def test_save_and_load_keep_windows(settings: dict[str, Any], tmp_path: Any) -> 
         s, t = pool.sample_sequences(50, 5), loaded.sample_sequences(50, 5)
         np.testing.assert_array_equal(s.mask, t.mask)
         np.testing.assert_array_equal(s.obs, t.obs)
+
+
+@pytest.mark.parametrize("path", ["aligned", "env_ids"])
+def test_recent_episode_stats_cover_the_last_k_episodes(
+    path: str, tmp_path: Any
+) -> None:
+    pool = _pool()
+    rng = np.random.default_rng(8)
+    ended: list[tuple[float, int]] = []  # (return, length), in the order they ended
+    running = [[0.0, 0] for _ in range(3)]
+    for step in range(200):
+        obs = np.stack([np.arange(3), np.full(3, step)], axis=1).astype(np.float64)
+        reward = rng.integers(0, 5, 3).astype(np.float64)
+        done = rng.random(3) < 0.15
+        env_ids = None if path == "aligned" else np.arange(3)
+        pool.add(
+            obs, np.zeros(3, np.int64), obs, reward, done, np.zeros(3, bool), env_ids
+        )
+        for env in range(3):
+            running[env][0] += reward[env]
+            running[env][1] += 1
+            if done[env]:
+                ended.append((running[env][0], running[env][1]))
+                running[env] = [0.0, 0]
+        if step % 37 == 0:  # reads in between: the deferred adds settle in runs
+            pool.sample(3)
+    for k in (1, 5, 100):
+        last = ended[-k:]
+        stats = pool.recent_episode_stats(k)
+        assert stats.count == len(last)
+        assert stats.mean_return == pytest.approx(np.mean([r for r, _ in last]))
+        assert stats.mean_length == pytest.approx(np.mean([n for _, n in last]))
+    loaded = ReplayPool.load(pool.save(tmp_path / "pool.npz"))
+    assert loaded.recent_episode_stats(7) == pool.recent_episode_stats(7)
+    assert pool.recent_episode_stats(10_000).count == len(ended)
+    with pytest.raises(ValueError, match="`k` must be an integer between 1 and 10000"):
+        pool.recent_episode_stats(10_001)
