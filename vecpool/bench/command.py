@@ -17,6 +17,7 @@ from vecpool._util.arguments import (
     positive_int,
 )
 from vecpool.bench import pool as pool_bench
+from vecpool.bench import pool_peers
 from vecpool.bench.tune import autotune
 
 __all__ = ["BENCH_MODES", "add_bench_parser"]
@@ -100,11 +101,27 @@ def _bench_pool(args: argparse.Namespace) -> int:
     )
     print()
     print("\n".join(pool_bench.format_pool_report(report)))
-    if args.json is not None:
-        bench.write_json(
-            {"machine": dataclasses.asdict(machine), "pool": report.to_dict()},
-            args.json,
+    installed, skipped = pool_peers.installed_peers()
+    # default: the comparison where a peer is installed, except for --quick
+    peers = (bool(installed) and not quick) if args.peers is None else args.peers
+    data = {"machine": dataclasses.asdict(machine), "pool": report.to_dict()}
+    if peers:
+        progress = bench.Progress(enabled=not args.quiet)
+        comparison = pool_peers.run_peer_benchmark(
+            seconds=seconds,
+            rounds=rounds,
+            seed=args.seed,
+            sizes=pool_peers.QUICK_SIZES if quick else pool_peers.FULL_SIZES,
+            progress=progress.update,
         )
+        progress.clear()
+        print()
+        print("\n".join(pool_peers.format_peer_report(comparison)))
+        data["peers"] = comparison.to_dict()
+    elif args.peers is None and not installed:
+        print(f"\nno replay-buffer peer to compare with: {'; '.join(skipped)}")
+    if args.json is not None:
+        bench.write_json(data, args.json)
         print(f"\nwrote {args.json}")
     return 0
 
@@ -121,6 +138,9 @@ def _bench(args: argparse.Namespace) -> int:
                 "`tune` and `pool` are separate benchmarks: run `vecpool bench tune` "
                 "and `vecpool bench pool` one after the other."
             )
+            raise ValueError(msg)
+        if args.peers is not None and not args.pool:
+            msg = "--peers/--no-peers belong to `vecpool bench pool`."
             raise ValueError(msg)
         if args.plot is not None and (args.tune or args.pool):
             mode = "tune" if args.tune else "pool"
@@ -274,6 +294,16 @@ def add_bench_parser(
     # as these flags (vecpool/cli.py): hidden, so --help shows one way
     parser.add_argument("--tune", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--pool", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--peers",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="`bench pool` only: also measure the replay buffers of "
+        "Stable-Baselines3, cpprb, Tianshou and TorchRL beside vecpool's "
+        "ReplayPool, each at its defaults in a fresh process; a peer not "
+        "installed is skipped with a note (default: on where any is installed, "
+        "off with --quick)",
+    )
     parser.add_argument("--json", metavar="PATH", help="write every figure as JSON")
     parser.add_argument(
         "--plot",

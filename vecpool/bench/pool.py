@@ -11,6 +11,10 @@ Figures, each the median of interleaved rounds:
 * ``memory``: ``pool.nbytes`` against the raw bytes of the stored fields, and the
   compact layout (``store_next_obs=False``) against the plain one for
   ``(84, 84, 4)`` ``uint8`` observations.
+
+Beside these, ``vecpool bench pool`` measures ``ReplayPool`` against the replay
+buffers of SB3, cpprb, Tianshou and TorchRL where one is installed (``--peers``):
+:mod:`vecpool.bench.pool_peers`.
 """
 
 from __future__ import annotations
