@@ -100,7 +100,19 @@ def test_summary_figures_agree_with_the_pool(tmp_path):
     assert "env-steps/s" in lines[0]
     assert f"{result.kept:,} kept / {result.capacity:,} capacity" in text
     assert f"episodes: {result.episodes:,} ended" in text
-    assert f"mean return {stats.mean_return:.2f}" in text
+    # issue 32: each mean says what it covers (the progress line shows the last 100)
+    recent = result.pool.recent_episode_stats(100)
+    assert (
+        f"mean return {stats.mean_return:.2f} over all, {recent.mean_return:.2f} "
+        f"over the last {recent.count}; mean length {stats.mean_length:.1f} over all"
+    ) in text
+    # and what the env steps that are not transitions were (NEXT_STEP resets)
+    skipped = result.env_steps - result.transitions
+    assert skipped > 0
+    assert (
+        f"the other {skipped:,} env steps only reset an env whose episode had ended "
+        "(NEXT_STEP autoreset): not transitions"
+    ) in text
     assert f"wrote {result.path} ({format_bytes(result.file_size)})" in text
     assert "interrupted" not in text
 

@@ -176,9 +176,21 @@ class CollectResult:
             f"transitions: {self.transitions:,} recorded, {self.kept:,} kept "
             f"/ {self.capacity:,} capacity "
             f"({self.num_envs} sub-pools x {self.pool.capacity:,})",
-            f"episodes: {self.episodes:,} ended, mean return "
-            f"{self.mean_return:.2f}, mean length {self.mean_length:.1f}",
         ]
+        skipped = self.env_steps - self.transitions
+        if skipped > 0:
+            why = (
+                "only reset an env whose episode had ended (NEXT_STEP autoreset)"
+                if self.autoreset_mode is AutoresetMode.NEXT_STEP
+                else "were cut by a worker restart"
+            )
+            lines.append(f"  the other {skipped:,} env steps {why}: not transitions")
+        recent = self.episode_returns[-RECENT_EPISODES:]
+        lines.append(
+            f"episodes: {self.episodes:,} ended; mean return {self.mean_return:.2f} "
+            f"over all, {_mean(recent):.2f} over the last {len(recent):,}; mean "
+            f"length {self.mean_length:.1f} over all"
+        )
         if self.path is not None and self.file_size is not None:
             lines.append(f"wrote {self.path} ({format_bytes(self.file_size)})")
         if self.minari is not None:
