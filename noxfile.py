@@ -218,6 +218,31 @@ def peer(session: nox.Session) -> None:
         )
 
 
+# every minor version pyproject.toml accepts (gymnasium>=1.1), newest patch each
+GYMNASIUM_VERSIONS = ["1.1.1", "1.2.3", "1.3.0", "1.4.0"]
+
+
+@nox.session(python=PYTHON, default=False)
+@nox.parametrize("gymnasium", GYMNASIUM_VERSIONS)
+def peer_versions(session: nox.Session, gymnasium: str) -> None:
+    """Gymnasium's own vector suite at each supported Gymnasium, vecpool swapped in.
+
+    ``nox -s peer_versions`` runs 1.1, 1.2, 1.3 and 1.4 (vecpool's defaults; the
+    runner exports the suite at the installed version's tag); ``nox -s peer`` runs
+    the newest over three placements. Needs ``GYM_GIT_DIR`` like ``peer``.
+    """
+    if not (os.environ.get("GYM_GIT_DIR") or os.environ.get("GYM_TESTS_SRC")):
+        session.skip("neither GYM_GIT_DIR nor GYM_TESTS_SRC is set.\n" + GYM_TESTS_HELP)
+    install_project(session, *nox.project.dependency_groups(PYPROJECT, "test"))
+    session.install(f"gymnasium=={gymnasium}")
+    session.run(
+        "python",
+        str(PEER_RUNNER),
+        *session.posargs,
+        env={"VECPOOL_PEER_PLACEMENT": "defaults"},
+    )
+
+
 @nox.session(python=PYTHON, default=False)
 def bench(session: nox.Session) -> None:
     """Run ``python -m vecpool bench`` with the positional arguments."""

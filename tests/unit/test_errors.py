@@ -231,3 +231,33 @@ def test_a_raising_step_says_which_envs_and_processes_and_that_all_stay_usable()
         envs.step(np.zeros(8, np.int64))  # true: it steps on
     finally:
         envs.close()
+
+
+@pytest.mark.parametrize(
+    ("mask", "text"),
+    [
+        ([True, False], "must be a numpy array, got <class 'list'>"),
+        (np.ones(3, bool), "must have shape `(2,)`, got (3,)"),
+        (np.ones(2, np.int64), "must have `dtype=np.bool_`, got int64"),
+        (
+            np.zeros(2, bool),
+            "must contain a boolean array, got reset_mask=[False False]",
+        ),
+    ],
+)
+def test_reset_mask_errors_follow_gymnasium_before_1_4(
+    mask: Any, text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 32: Gymnasium 1.1 to 1.3 assert these, with their own texts (their
+    # suite's test_partial_reset_failure expects AssertionError); 1.4 raises
+    # TypeError / ValueError. vecpool follows the installed version.
+    from vecpool._util import validation
+
+    monkeypatch.setattr(validation, "ASSERTED_RESET_MASK", True)
+    with pytest.raises(AssertionError) as info:
+        validation.check_reset_mask(mask, 2)
+    assert str(info.value) == f"`options['reset_mask': mask]` {text}"
+    monkeypatch.setattr(validation, "ASSERTED_RESET_MASK", False)
+    with pytest.raises((TypeError, ValueError)) as new:
+        validation.check_reset_mask(mask, 2)
+    assert str(new.value).startswith("`options['reset_mask']` must")

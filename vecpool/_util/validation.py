@@ -236,8 +236,26 @@ def check_max_concurrency(value: object) -> int | None:
     return int(value)
 
 
+def _gymnasium_version() -> tuple[int, ...]:
+    """The installed Gymnasium's ``major.minor`` (``(1, 4)`` if unreadable)."""
+    import gymnasium
+
+    try:
+        return tuple(int(part) for part in gymnasium.__version__.split(".")[:2])
+    except (AttributeError, ValueError):
+        return (1, 4)
+
+
+ASSERTED_RESET_MASK = _gymnasium_version() < (1, 4)
+"""Gymnasium before 1.4 checks ``reset_mask`` with ``assert``s (other texts)."""
+
+
 def check_reset_mask(reset_mask: Any, num_envs: int) -> list[bool]:
-    """Validate ``options["reset_mask"]`` with Gymnasium's messages.
+    """Validate ``options["reset_mask"]`` with the installed Gymnasium's messages.
+
+    Gymnasium 1.4 raises ``TypeError`` / ``ValueError``; 1.1 to 1.3 raise
+    ``AssertionError`` with other texts (``options['reset_mask': mask]``), and
+    vecpool follows whichever is installed.
 
     Args:
         reset_mask: The mask given.
@@ -247,9 +265,12 @@ def check_reset_mask(reset_mask: Any, num_envs: int) -> list[bool]:
         One flag per env.
 
     Raises:
-        TypeError: If it is not a bool numpy array.
-        ValueError: If its shape is wrong or no flag is set.
+        TypeError: If it is not a bool numpy array (Gymnasium 1.4).
+        ValueError: If its shape is wrong or no flag is set (Gymnasium 1.4).
+        AssertionError: On any of those, with Gymnasium 1.1 to 1.3.
     """
+    if ASSERTED_RESET_MASK:
+        return _asserted_reset_mask(reset_mask, num_envs)
     if not isinstance(reset_mask, np.ndarray):
         msg = f"`options['reset_mask']` must be a numpy array, got {type(reset_mask)}"
         raise TypeError(msg)
@@ -272,6 +293,22 @@ def check_reset_mask(reset_mask: Any, num_envs: int) -> list[bool]:
         )
         raise ValueError(msg)
     return [bool(flag) for flag in reset_mask]
+
+
+def _asserted_reset_mask(reset_mask: Any, num_envs: int) -> list[bool]:
+    """:func:`check_reset_mask` as Gymnasium 1.1 to 1.3 check it (their texts)."""
+    name = "`options['reset_mask': mask]`"
+    if not isinstance(reset_mask, np.ndarray):
+        msg = f"{name} must be a numpy array, got {type(reset_mask)}"
+    elif reset_mask.shape != (num_envs,):
+        msg = f"{name} must have shape `({num_envs},)`, got {reset_mask.shape}"
+    elif reset_mask.dtype != np.bool_:
+        msg = f"{name} must have `dtype=np.bool_`, got {reset_mask.dtype}"
+    elif not np.any(reset_mask):
+        msg = f"{name} must contain a boolean array, got reset_mask={reset_mask}"
+    else:
+        return [bool(flag) for flag in reset_mask]
+    raise AssertionError(msg)
 
 
 def check_custom_worker(worker: Callable[..., None] | None) -> None:
