@@ -29,13 +29,13 @@ if TYPE_CHECKING:
     from vecpool._wire.messages import EnvState
     from vecpool.bench.tune import TuneResult, autotune
     from vecpool.check import CheckReport, check_vector_env
-    from vecpool.replay.classic import Pool
     from vecpool.replay.batches import (
         EpisodeStats,
         ReplaySample,
         Sequences,
         Transitions,
     )
+    from vecpool.replay.classic import Pool
     from vecpool.replay.pool import ReplayPool
     from vecpool.replay.settings import PoolSettings
     from vecpool.replay.wrapper import ReplayPoolWrapper

@@ -157,7 +157,8 @@ def _demo(args: argparse.Namespace) -> int:
     fastest = max(runs, key=lambda run: run.env_steps_per_second)
     print(
         f"fastest here: {fastest.name} (one run, random actions, no policy; "
-        "`vecpool bench tune --agent MS` measures your loop's way)"
+        "`vecpool bench tune --agent 1` measures your loop's way, with a policy "
+        "of about 1 ms a step between steps: give your policy's milliseconds)"
     )
     print()
 

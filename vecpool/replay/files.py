@@ -6,10 +6,13 @@ plain dicts, :func:`space_to_dict`) and the generator state; then one array per
 field of the pool. :func:`read` checks every one of them against a pool built from
 that header, so a truncated, corrupted, forged or other-version file raises one
 :class:`ValueError` naming the file and what is wrong, and nothing in a file can run
-code. Files of format 2 (vecpool 0.1) kept the spaces as a pickle: they load only
-with ``trusted=True``. Format 4 differs from format 3 only in a header key: the
-constructor argument ``clearing_size`` was ``window_size_`` (issue 29), under
-which formats 2 and 3 store it; both still load.
+code. Files of format 2 (the first pool files) kept the spaces as a pickle: they
+load only with ``trusted=True``. Format 4 differs from format 3 only in a header
+key: the constructor argument ``clearing_size`` was ``window_size_`` (issue 29),
+under which formats 2 and 3 store it; both still load. Format 5 (issue 31) adds
+each row's stretch mark, the recent episodes, the priorities and the frame store;
+for older files the marks are derived from the episode ends
+(:func:`_derived_marks`).
 
 It never imports the pool: it works on any :class:`StoredPool`, through the
 pool's public state (:meth:`ReplayPool.state_dict`, :meth:`ReplayPool.load_state_dict`).
@@ -471,7 +474,7 @@ def _read(cls: Callable[..., StoredPool], handle: Any, trusted: bool) -> Any:
     if header["format"] == _PICKLED_FORMAT:
         if not trusted:
             msg = (
-                "it was written by vecpool 0.1 (format 2), which stores the spaces "
+                "it is a format-2 file (the first pool files), which store the spaces "
                 "with pickle, and unpickling can run code. Load it with "
                 "`ReplayPool.load(path, trusted=True)` only if you trust the "
                 "file, then `save()` it again to get a file without pickle"

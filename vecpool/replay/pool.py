@@ -1782,9 +1782,9 @@ class ReplayPool:
 
         Args:
             path: The file.
-            trusted: Also load files of vecpool 0.1, which keep the spaces as a
-                pickle (unpickling a crafted file runs code): only for files you
-                trust.
+            trusted: Also load format-2 files (the first pool files), which keep
+                the spaces as a pickle (unpickling a crafted file runs code): only
+                for files you trust.
 
         Returns:
             A pool equal to the one saved, including its generator state.
