@@ -1011,21 +1011,7 @@ class ReplayPool:
                 values = action.tolist()
                 if not (bounds[0] <= min(values) and max(values) < bounds[1]):
                     self._refuse_actions(action)
-            n = self.num_envs
-            low = self._slot * n
-            high = low + n
-            self._obs[0][low:high] = obs
-            self._action[0][low:high] = action
-            self._next_obs[0][low:high] = next_obs
-            self._reward[low:high] = reward
-            self._terminated[low:high] = terminated
-            self._truncated[low:high] = truncated
-            slot = self._slot + 1
-            self._slot = 0 if slot == self._slots else slot
-            self._pending += 1
-            self._unsettled += 1
-            if self._unsettled >= self._settle_limit:
-                self._sync()
+            self._add_aligned(obs, action, next_obs, reward, terminated, truncated)
             return
         if (
             env_ids is None
@@ -1428,7 +1414,6 @@ class ReplayPool:
     ) -> None:
         """One row per env at the sub-pools' common free slot: six slice writes.
 
-        :meth:`add` inlines the same writes (a method call is 10% of its cost).
         Everything else (counters, episode marks and statistics, priorities) waits
         for :meth:`_sync`, which handles a whole run of steps in a few numpy calls.
         """
