@@ -340,3 +340,31 @@ def test_recent_episode_stats_cover_the_last_k_episodes(
     assert pool.recent_episode_stats(10_000).count == len(ended)
     with pytest.raises(ValueError, match="`k` must be an integer between 1 and 10000"):
         pool.recent_episode_stats(10_001)
+
+
+def test_adds_past_the_ring_between_reads_mixing_the_aligned_and_masked_paths() -> None:
+    """The deferred bookkeeping settles before any row is written twice."""
+    fast, slow = _pool(pool_size=15), _pool(pool_size=15)  # 5 a sub-pool, 6 slots
+    rng = np.random.default_rng(9)
+    for step in range(60):  # no read in between: only the adds decide when to settle
+        obs = np.stack([np.arange(3), np.full(3, step)], axis=1).astype(np.float64)
+        args = (obs, np.zeros(3, np.int64), obs + 0.5, rng.normal(size=3))
+        ends = (rng.random(3) < 0.2, np.zeros(3, bool))
+        valid = None if step < 4 or step % 7 else rng.random(3) < 0.6
+        fast.add(*args, *ends, valid=valid)
+        keep = np.arange(3) if valid is None else np.flatnonzero(valid)
+        if keep.size:
+            slow.add(*(a[keep] for a in args), *(e[keep] for e in ends), env_ids=keep)
+    assert list(fast.episode_stats) == pytest.approx(list(slow.episode_stats))
+    assert fast.lengths.tolist() == slow.lengths.tolist()
+    a, b = fast.get_pool(), slow.get_pool()
+    np.testing.assert_array_equal(a.obs, b.obs)
+    fast_marks = fast._starts[fast._row_of(*_held(fast))]
+    slow_marks = slow._starts[slow._row_of(*_held(slow))]
+    np.testing.assert_array_equal(fast_marks, slow_marks)
+
+
+def _held(pool: ReplayPool) -> tuple[np.ndarray, np.ndarray]:
+    env = np.repeat(np.arange(pool.num_envs), pool.lengths)
+    offset = np.concatenate([np.arange(n) for n in pool.lengths.tolist()])
+    return env, offset

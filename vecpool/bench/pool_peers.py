@@ -712,10 +712,12 @@ def _pool_arguments() -> set[str]:
 
 
 def _vecpool_buffer(pool: ReplayPool, data: _Data) -> _Buffer:
-    fields = [data[k] for k in _VECPOOL_ORDER]
+    obs, action, next_obs, reward, terminated, truncated = (
+        data[k] for k in _VECPOOL_ORDER
+    )
 
-    def add(i: int) -> None:
-        pool.add(*(f[i] for f in fields))
+    def add(i: int) -> None:  # the arguments spelled out, as the other adapters do
+        pool.add(obs[i], action[i], next_obs[i], reward[i], terminated[i], truncated[i])
 
     return _Buffer(
         add,

@@ -1417,20 +1417,19 @@ class ReplayPool:
         Everything else (counters, episode marks and statistics, priorities) waits
         for :meth:`_sync`, which handles a whole run of steps in a few numpy calls.
         """
-        n = self.num_envs
-        low = self._slot * n
-        high = low + n
-        self._obs[0][low:high] = obs
-        self._action[0][low:high] = action
-        self._next_obs[0][low:high] = next_obs
-        self._reward[low:high] = reward
-        self._terminated[low:high] = terminated
-        self._truncated[low:high] = truncated
-        slot = self._slot + 1
+        slot = self._slot
+        rows = slice(slot * self.num_envs, (slot + 1) * self.num_envs)
+        self._obs[0][rows] = obs
+        self._action[0][rows] = action
+        self._next_obs[0][rows] = next_obs
+        self._reward[rows] = reward
+        self._terminated[rows] = terminated
+        self._truncated[rows] = truncated
+        slot += 1
         self._slot = 0 if slot == self._slots else slot
+        # aligned since the last `_sync`: every add since then came this way
         self._pending += 1
-        self._unsettled += 1
-        if self._unsettled >= self._settle_limit:
+        if self._pending >= self._settle_limit:
             self._sync()
 
     def _leave_alignment(self) -> None:
@@ -1438,6 +1437,7 @@ class ReplayPool:
         if self._aligned:
             self._row = self._base + self._slot * self.num_envs
             self._aligned = False
+            self._unsettled = self._pending  # the aligned adds count too
 
     def _advance(
         self, row: npt.NDArray[np.intp], valid: npt.NDArray[np.bool_] | None
