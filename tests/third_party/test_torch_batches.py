@@ -84,6 +84,23 @@ def test_every_batch_type_converts_field_by_field(space: spaces.Space[Any]) -> N
 
 
 @pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
+def test_read_only_frame_stacks_convert_to_their_own_tensors() -> None:
+    pool = ReplayPool(spaces.Box(0, 255, (3, 2), np.uint8), spaces.Discrete(3), 2, 40,
+                      frame_stack=3)  # fmt: skip
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 255, (2, 20, 2), dtype=np.uint8)
+    for t in range(15):
+        pool.add(frames[:, t : t + 3], np.zeros(2, np.int64), frames[:, t + 1 : t + 4],
+                 np.ones(2), np.zeros(2, bool), np.zeros(2, bool))  # fmt: skip
+    batch = pool.sample(8)
+    tensors = batch.to_torch()
+    np.testing.assert_array_equal(tensors.obs.numpy(), batch.obs)
+    np.testing.assert_array_equal(tensors.next_obs.numpy(), batch.next_obs)
+    tensors.obs[0] = 0  # a copy: the batch's read-only frames are untouched
+    assert not np.shares_memory(tensors.obs.numpy(), batch.obs)
+
+
+@pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
 def test_cpu_tensors_share_the_batch_memory() -> None:
     batch = _pool(spaces.Box(0, 255, (3, 4), np.uint8)).sample(8)
     tensors = batch.to_torch()

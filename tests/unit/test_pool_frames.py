@@ -241,3 +241,17 @@ def test_get_rows_reads_one_sub_pool() -> None:
         frames.get_rows(1, 3, length + 1)
     with pytest.raises(ValueError, match="`env` must be an integer between 0 and 2"):
         frames.get_rows(3, 0, 1)
+
+
+def test_sampled_stacks_are_read_only_views_that_share_frames() -> None:
+    frames, plain = _record(AutoresetMode.NEXT_STEP, 40, seed=7)
+    batch = frames.sample(64)
+    assert not batch.obs.flags.writeable
+    assert not batch.next_obs.flags.writeable
+    assert np.shares_memory(batch.obs, batch.next_obs)  # K - 1 frames gathered once
+    with pytest.raises(ValueError, match="read-only"):
+        batch.obs[0, 0, 0, 0] = 1
+    mutable = batch.obs.copy()  # what to do to change them
+    mutable[0] = 0
+    expected = plain.sample(64)  # the same draws: the same generator state
+    np.testing.assert_array_equal(batch.next_obs, expected.next_obs)

@@ -30,8 +30,8 @@ def _tensors(value: Any, device: Any, torch: Any) -> Any:
             "a tensor: convert that field yourself."
         )
         raise TypeError(msg)
-    if not array.flags.writeable or not array.flags.c_contiguous:
-        array = np.ascontiguousarray(array).copy()  # torch needs writable memory
+    if not array.flags.writeable:  # torch shares only writable memory: one copy
+        array = np.array(array, order="C")
     tensor = torch.from_numpy(array)  # the batch's own memory: no copy on the CPU
     if device.type == "cpu":
         return tensor

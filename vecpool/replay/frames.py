@@ -63,24 +63,11 @@ class _Store:
 
 
 def _same(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
-    """Per row, whether two ``(rows, bytes)`` uint8 views hold the same bytes.
+    """Per row, whether two views of :meth:`FrameStore._words` hold the same bytes.
 
-    Bytes, not values: NaNs and -0.0 are told apart. Compared as 8-byte words when
-    the views allow it (an 84x84 frame is 882 of them).
+    Bytes, not values: NaNs and -0.0 are told apart.
     """
-    # (an unaligned start only makes numpy take its slower unaligned loop)
-    if a.shape[1] % 8 == 0 and a.strides[0] % 8 == 0 and b.strides[0] % 8 == 0:
-        a, b = a.view(np.uint64), b.view(np.uint64)
     return np.asarray((a == b).all(axis=1))
-
-
-def _frame_bytes(
-    stacks: npt.NDArray[Any], first: int, stop: int
-) -> npt.NDArray[np.uint8]:
-    """Frames ``first:stop`` of each stack, as a ``(rows, bytes)`` uint8 view."""
-    flat = stacks.reshape(stacks.shape[0], -1).view(np.uint8)
-    size = flat.shape[1] // stacks.shape[1]
-    return flat[:, first * size : stop * size]
 
 
 class FrameStore:
@@ -112,10 +99,18 @@ class FrameStore:
         self.own_obs = np.full(rows, -1, np.int64)
         self.own_next_frame = np.full(rows, -1, np.int64)
         self.own_next_whole = np.full(rows, -1, np.int64)
+        # whether any of the three is set: one look per write to release them
+        self.kept_apart = np.zeros(rows, np.bool_)
+        frame_bytes = (
+            int(np.prod(frame_shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        )
+        self._word = np.dtype(np.uint64 if frame_bytes % 8 == 0 else np.uint8)
+        self._frame_words = frame_bytes // self._word.itemsize
         self.wholes = _Store((stack, *frame_shape), dtype)
         self.loose = _Store(frame_shape, dtype)
-        # per env: the stack of its newest row, and its next stack's newest frame
-        self.last_obs = np.zeros((num_envs, stack, *frame_shape), dtype)
+        # per env: its newest stack's last K - 1 frames (what the next must start
+        # with), and its next stack's newest frame
+        self.last_obs = np.zeros((num_envs, stack - 1, *frame_shape), dtype)
         self.has_last = np.zeros(num_envs, np.bool_)
         self.tail = np.zeros((num_envs, *frame_shape), dtype)
         self.has_tail = np.zeros(num_envs, np.bool_)
@@ -133,58 +128,62 @@ class FrameStore:
         rows: npt.NDArray[np.int64],
         obs: npt.NDArray[Any],
         next_obs: npt.NDArray[Any],
+        *,
+        every: bool = False,
+        block: slice | None = None,
     ) -> None:
         """Store one transition for each of the distinct sub-pools ``env`` at ``rows``.
 
-        ``rows`` is each sub-pool's free slot, right after its newest row.
+        ``rows`` is each sub-pool's free slot, right after its newest row;
+        ``every``: ``env`` is every env in order (a vector step), so the per-env
+        state is read and written by slices, not copies; ``block``: ``rows`` as a
+        slice, when they are one slot of every sub-pool.
         """
-        stack = self.stack
         obs = np.ascontiguousarray(obs, self.frames.dtype)
         next_obs = np.ascontiguousarray(next_obs, self.frames.dtype)
-        # every env in order (the usual vector step): slices, not copies
-        every: Any = (
-            slice(None)
-            if env.size == self.num_envs and np.array_equal(env, np.arange(env.size))
-            else env
-        )
-        self._release(rows)
+        envs: Any = slice(None) if every else env
+        span: Any = rows if block is None else block
+        if np.count_nonzero(self.kept_apart[span]):
+            self._release(rows)
+        # the stacks as words, frame k at words [k * size, (k + 1) * size)
+        size, top = self._frame_words, self._frame_words * (self.stack - 1)
+        words, next_words = self._words(obs), self._words(next_obs)
         # the previous row's next frame: the new row's newest frame, or kept apart
-        tail = self.tail[every]
-        differs = self.has_tail[every] & ~_same(
-            _frame_bytes(tail[:, None], 0, 1), _frame_bytes(obs, stack - 1, stack)
-        )
+        tail = self.tail[envs]
+        differs = self.has_tail[envs] & ~_same(self._words(tail), words[:, top:])
         if np.count_nonzero(differs):
             which = np.flatnonzero(differs)
             previous = (rows[which] - self.num_envs) % self.rows
             self.own_next_frame[previous] = self.loose.put(tail[which])
+            self.kept_apart[previous] = True
         # the stack: the previous one shifted by one, or kept whole
-        chained = self.has_last[every].copy()
-        if stack > 1 and np.count_nonzero(chained):
-            chained &= _same(
-                _frame_bytes(self.last_obs[every], 1, stack),
-                _frame_bytes(obs, 0, stack - 1),
-            )
-        whole = np.flatnonzero(~chained)
-        if whole.size:
-            self.own_obs[rows[whole]] = self.wholes.put(obs[whole])
-        self.frames[rows] = obs[:, -1]
+        chained = self.has_last[envs] & _same(
+            self._words(self.last_obs[envs]), words[:, :top]
+        )
         # the next stack: this one shifted by one plus a frame, or kept whole
-        if stack > 1:
-            shifted = _same(
-                _frame_bytes(next_obs, 0, stack - 1), _frame_bytes(obs, 1, stack)
-            )
-        else:
-            shifted = np.ones(env.size, np.bool_)
-        odd = np.flatnonzero(~shifted)
-        if odd.size:
-            self.own_next_whole[rows[odd]] = self.wholes.put(next_obs[odd])
-        self.tail[every] = next_obs[:, -1]
-        self.has_tail[every] = shifted
-        self.last_obs[every] = obs
-        self.has_last[every] = True
+        shifted = _same(next_words[:, :top], words[:, size:])
+        if not (chained.all() and shifted.all()):
+            whole = np.flatnonzero(~chained)
+            if whole.size:
+                self.own_obs[rows[whole]] = self.wholes.put(obs[whole])
+            odd = np.flatnonzero(~shifted)
+            if odd.size:
+                self.own_next_whole[rows[odd]] = self.wholes.put(next_obs[odd])
+            self.kept_apart[rows[~(chained & shifted)]] = True
+        self.frames[span] = obs[:, -1]
+        self.tail[envs] = next_obs[:, -1]
+        self.has_tail[envs] = shifted
+        self.last_obs[envs] = obs[:, 1:]
+        self.has_last[envs] = True
+
+    def _words(self, stacks: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """Contiguous stacks (or frames) as ``(rows, words)`` of 8 bytes (or 1)."""
+        flat = stacks.reshape(stacks.shape[0], -1)
+        return flat.view(np.uint8).view(self._word)
 
     def _release(self, rows: npt.NDArray[np.int64]) -> None:
         """Free what the rows about to be overwritten kept apart."""
+        self.kept_apart[rows] = False
         for own, store in (
             (self.own_obs, self.wholes),
             (self.own_next_whole, self.wholes),
@@ -201,16 +200,74 @@ class FrameStore:
         One gather of ``K`` frames a row (the rows ``K - 1 .. 0`` slots back), then
         the part of each stack that comes from a row kept whole is copied over.
         """
-        stack, n, count = self.stack, self.num_envs, rows.size
-        frame_shape = self.frames.shape[1:]
+        source, depth, owner = self._sources(rows)
+        out = self._take(source)
+        self._anchored(out, depth, owner)
+        return out
+
+    def pair(
+        self,
+        rows: npt.NDArray[np.int64],
+        env: npt.NDArray[np.int64],
+        newest: npt.NDArray[np.bool_],
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """The stacks and next stacks of ``rows`` (of sub-pools ``env``).
+
+        One gather of ``K + 1`` frames a row: the stack and the next row's newest
+        frame, so ``obs`` is ``frames[:, :K]`` and ``next_obs`` is
+        ``frames[:, 1:]``, two read-only views that share ``K - 1`` frames (5
+        frames gathered a row instead of 8). Then the rare fix-ups: what comes from
+        rows kept whole, next frames that are not the next row's (``newest``: a
+        sub-pool's last row); a next stack that is not the stack shifted by one
+        makes ``next_obs`` an array of its own.
+        """
+        source, depth, owner = self._sources(rows)
+        following = (rows + self.num_envs) % self.rows
+        frames = self._take(np.concatenate([source, following[:, None]], 1))
+        obs, next_obs = frames[:, :-1], frames[:, 1:]
+        self._anchored(obs, depth, owner)
+        if np.count_nonzero(self.own_next_whole[rows] >= 0):
+            next_obs = next_obs.copy()
+        self._next_frames(next_obs, rows, env, newest)
+        obs.flags.writeable = False  # they share frames: one written, both changed
+        next_obs.flags.writeable = False
+        return obs, next_obs
+
+    def next_obs(
+        self,
+        rows: npt.NDArray[np.int64],
+        env: npt.NDArray[np.int64],
+        newest: npt.NDArray[np.bool_],
+    ) -> npt.NDArray[Any]:
+        """The next stacks of ``rows`` of sub-pools ``env`` (``newest``: the last)."""
+        out = np.empty(
+            (rows.size, self.stack, *self.frames.shape[1:]), self.frames.dtype
+        )
+        out[:, :-1] = self.obs(rows)[:, 1:]
+        following = (rows + self.num_envs) % self.rows
+        np.take(self.frames, following, axis=0, out=out[:, -1], mode="clip")
+        self._next_frames(out, rows, env, newest)
+        return out
+
+    def _sources(
+        self, rows: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Each stack's frame rows (oldest first), depth of its anchor, owners."""
+        stack, n = self.stack, self.num_envs
         back = np.arange(stack - 1, -1, -1, dtype=np.int64) * n
         source = (rows[:, None] - back) % self.rows  # [count, K]: oldest first
         owner = self.own_obs[source]
         # how far back each stack's nearest row kept whole is (K: none within K)
-        depth = np.full(count, stack, np.int64)
+        depth = np.full(rows.size, stack, np.int64)
         for step in range(stack):  # the row itself is position K - 1
             found = (owner[:, stack - 1 - step] >= 0) & (depth == stack)
             depth[found] = step
+        return source, depth, owner
+
+    def _take(self, source: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
+        """The frames of ``source`` (``[count, K]`` rows) as ``count`` stacks."""
+        count, stack = source.shape
+        frame_shape = self.frames.shape[1:]
         out = np.empty((count, stack, *frame_shape), self.frames.dtype)
         np.take(
             self.frames,
@@ -219,30 +276,30 @@ class FrameStore:
             out=out.reshape(count * stack, *frame_shape),
             mode="clip",  # the rows are in range; "raise" would buffer the output
         )
-        for step in range(stack):
+        return out
+
+    def _anchored(
+        self,
+        out: npt.NDArray[Any],
+        depth: npt.NDArray[np.int64],
+        owner: npt.NDArray[np.int64],
+    ) -> None:
+        """Copy each stack's part that comes from its row kept whole."""
+        stack = self.stack
+        for step in range(stack - 1):  # at K - 1 back it is the newest frame only
             which = np.flatnonzero(depth == step)
             if which.size:
                 whole = self.wholes.items[owner[which, stack - 1 - step]]
                 out[which, : stack - step] = whole[:, step:]
-        return out
 
-    def next_obs(
+    def _next_frames(
         self,
+        out: npt.NDArray[Any],
         rows: npt.NDArray[np.int64],
         env: npt.NDArray[np.int64],
         newest: npt.NDArray[np.bool_],
-        obs: npt.NDArray[Any] | None = None,
-    ) -> npt.NDArray[Any]:
-        """The next stacks of ``rows`` of sub-pools ``env`` (``newest``: the last).
-
-        ``obs``: the stacks of ``rows`` when the caller has rebuilt them already.
-        """
-        out = np.empty(
-            (rows.size, self.stack, *self.frames.shape[1:]), self.frames.dtype
-        )
-        out[:, :-1] = (self.obs(rows) if obs is None else obs)[:, 1:]
-        following = (rows + self.num_envs) % self.rows
-        np.take(self.frames, following, axis=0, out=out[:, -1], mode="clip")
+    ) -> None:
+        """Next stacks' last frames that are not the next row's; whole next stacks."""
         if np.count_nonzero(newest):
             out[newest, -1] = self.tail[env[newest]]
         loose = self.own_next_frame[rows]
@@ -253,13 +310,13 @@ class FrameStore:
         odd = whole >= 0
         if np.count_nonzero(odd):
             out[odd] = self.wholes.items[whole[odd]]
-        return out
 
     def anchor(self, rows: npt.NDArray[np.int64]) -> None:
         """Keep the stacks of ``rows`` whole (each sub-pool's oldest, before a save)."""
         loose = rows[self.own_obs[rows] < 0]
         if loose.size:
             self.own_obs[loose] = self.wholes.put(self.obs(loose))
+            self.kept_apart[loose] = True
 
     def state(self) -> dict[str, npt.NDArray[Any]]:
         """The arrays of a pool file (per-row arrays are whole; the pool compacts)."""
@@ -306,6 +363,11 @@ class FrameStore:
             for own in owners:
                 used[own[own >= 0]] = True
             store.free = np.flatnonzero(~used)[::-1].tolist()
+        self.kept_apart = (
+            (self.own_obs >= 0)
+            | (self.own_next_frame >= 0)
+            | (self.own_next_whole >= 0)
+        )
         for name in ("last_obs", "has_last", "tail", "has_tail"):
             setattr(self, name, state[name])
         if targets is not None:

@@ -245,10 +245,7 @@ class ReplayPool:
         self._ones = np.ones(self.num_envs, np.int64)
         # the flat hot path applies (plain layout, no clearing, env i -> sub-pool i)
         self._hot = (
-            self.store_next_obs
-            and self.clearing_freq is None
-            and not self.random
-            and self._frames is None
+            self.store_next_obs and self.clearing_freq is None and not self.random
         )
         # While every sub-pool's free slot is the same (`_slot`), one vector step is
         # a contiguous block of rows: the aligned path writes slices, and `_row`
@@ -924,12 +921,12 @@ class ReplayPool:
             next_row, offset = self._row_of(env, next_offset), next_offset
         if self._frames is not None:
             newest = offset == self._length[env] - 1
-            stacks = self._frames.obs(row)
-            same = next_row is row
-            obs = [stacks]
-            next_obs = [
-                self._frames.next_obs(next_row, env, newest, stacks if same else None)
-            ]
+            if next_row is row:
+                stacks, next_stacks = self._frames.pair(row, env, newest)
+            else:
+                stacks = self._frames.obs(row)
+                next_stacks = self._frames.next_obs(next_row, env, newest)
+            obs, next_obs = [stacks], [next_stacks]
         elif self.store_next_obs:
             next_obs = [np.take(array, next_row, axis=0) for array in self._next_obs]
         else:
@@ -1371,6 +1368,8 @@ class ReplayPool:
         self._leave_alignment()
         # int32 row links (to keep the index small) widened once, not per write
         row = self._row.astype(np.intp)
+        if self._frames is not None:
+            self._write_frames(row, obs[0], next_obs[0], valid)
         for store, leaf in zip(self._obs, obs, strict=True):
             store[row] = leaf
         for store, leaf in zip(self._action, action, strict=True):
@@ -1395,9 +1394,12 @@ class ReplayPool:
         """:meth:`_add_hot` for single-array spaces, unrolled."""
         self._leave_alignment()
         row = self._row.astype(np.intp)
-        self._obs[0][row] = obs
+        if self._frames is not None:
+            self._write_frames(row, obs, next_obs, valid)
+        else:
+            self._obs[0][row] = obs
+            self._next_obs[0][row] = next_obs
         self._action[0][row] = action
-        self._next_obs[0][row] = next_obs
         self._reward[row] = reward
         self._terminated[row] = terminated
         self._truncated[row] = truncated
@@ -1419,9 +1421,13 @@ class ReplayPool:
         """
         slot = self._slot
         rows = slice(slot * self.num_envs, (slot + 1) * self.num_envs)
-        self._obs[0][rows] = obs
+        if self._frames is not None:
+            self._frames.write(self._envs, self._base + slot * self.num_envs, obs,
+                               next_obs, every=True, block=rows)  # fmt: skip
+        else:
+            self._obs[0][rows] = obs
+            self._next_obs[0][rows] = next_obs
         self._action[0][rows] = action
-        self._next_obs[0][rows] = next_obs
         self._reward[rows] = reward
         self._terminated[rows] = terminated
         self._truncated[rows] = truncated
@@ -1431,6 +1437,28 @@ class ReplayPool:
         self._pending += 1
         if self._pending >= self._settle_limit:
             self._sync()
+
+    def _write_frames(
+        self,
+        row: npt.NDArray[np.intp],
+        obs: npt.NDArray[Any],
+        next_obs: npt.NDArray[Any],
+        valid: npt.NDArray[np.bool_] | None,
+    ) -> None:
+        """The hot paths' frame writes, of the rows kept only.
+
+        A row not ``valid`` is no transition, and would move the frame store's
+        chains on.
+        """
+        frames = self._frames
+        assert frames is not None  # for mypy: the callers check
+        if valid is None:
+            frames.write(self._envs, row.astype(np.int64), obs, next_obs, every=True)
+        elif np.count_nonzero(valid):
+            frames.write(
+                self._envs[valid], row[valid].astype(np.int64), obs[valid],
+                next_obs[valid],
+            )  # fmt: skip
 
     def _leave_alignment(self) -> None:
         """Bring ``_row`` up to date before a per-row write (see ``_aligned``)."""
