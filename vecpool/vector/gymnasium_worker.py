@@ -31,7 +31,7 @@ import multiprocessing.connection
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import gymnasium
 from gymnasium import Env, Space
@@ -54,7 +54,13 @@ RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
 """Commands of Gymnasium's worker protocol: names ``call`` refuses."""
 
 
-class GymnasiumWorkerEnv(gymnasium.vector.AsyncVectorEnv[Any, Any]):
+if TYPE_CHECKING:
+    _GymnasiumAsync = gymnasium.vector.AsyncVectorEnv[Any, Any]
+else:  # Gymnasium < 1.3 has no type parameters on AsyncVectorEnv
+    _GymnasiumAsync = gymnasium.vector.AsyncVectorEnv
+
+
+class GymnasiumWorkerEnv(_GymnasiumAsync):
     """Gymnasium's ``AsyncVectorEnv`` with vecpool's checks, errors and extra API.
 
     Built by :class:`vecpool.AsyncVectorEnv` for a custom ``worker``; see the module
