@@ -17,6 +17,7 @@ An HTML comment on the line just before the fence changes that:
 from __future__ import annotations
 
 import gc
+import importlib.util
 import re
 import subprocess
 import sys
@@ -139,11 +140,15 @@ def test_snippet(
         needs = NEEDS.match(snippet.marker)
         assert needs, snippet.marker
         for module in re.split(r"[\s,]+", needs["modules"]):
-            pytest.importorskip(module)
+            # found, not imported: importing torchrl switches this whole test
+            # process to the spawn start method (the snippet runs in its own)
+            if importlib.util.find_spec(module) is None:
+                pytest.skip(f"could not import {module!r}: it is not installed")
     monkeypatch.chdir(tmp_path)
-    if MAIN_GUARD.search(snippet.source):
-        # a script (`if __name__ == "__main__":`, e.g. for the spawn start method):
-        # run it as one, in its own interpreter
+    if MAIN_GUARD.search(snippet.source) or snippet.marker is not None:
+        # a script (`if __name__ == "__main__":`, e.g. for the spawn start method),
+        # or one that needs a third-party library (torch, torchrl, SB3: what they
+        # load or switch must not stay in this test process): in its own interpreter
         script = tmp_path / "snippet.py"
         script.write_text(snippet.source)
         result = subprocess.run(
