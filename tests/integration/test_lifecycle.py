@@ -677,6 +677,7 @@ def test_spawn_without_a_main_guard_names_the_fix(tmp_path):
 
 
 # Not over placements: about the pending replies of worker processes (1 or 2).
+@pytest.mark.timeout(180)  # 200 envs and 200 full collections: 6 s alone, 30+ late
 def test_deleting_many_envs_with_a_call_pending_leaks_nothing(leak_checker):
     # issue 22, item 5: deleting 200 envs (never closed) with a call pending once
     # left a /dev/shm entry; processes, shared memory and file descriptors must
