@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -161,7 +163,8 @@ def test_frame_stacked_pool_streams_in_batches(monkeypatch):
     envs.action_space.seed(0)
     for _ in range(300):
         envs.step(envs.action_space.sample())
-    plain, frames = envs.pool, envs.env.pool
+    inner: Any = envs.env
+    plain, frames = envs.pool, inner.pool
     envs.close()
     monkeypatch.setattr(pool_minari, "_BATCH_STEPS", 50)  # several update batches
     episodes, partial = complete_episodes(plain)

@@ -24,7 +24,7 @@ def _pool(observation_space: spaces.Space[Any], **settings: Any) -> ReplayPool:
     pool = ReplayPool(observation_space, spaces.Discrete(3), 2, 40, seed=0, **settings)
     rng = np.random.default_rng(0)
     for step in range(12):
-        obs = np.stack([observation_space.sample() for _ in range(2)])
+        obs: Any = np.stack([observation_space.sample() for _ in range(2)])
         if isinstance(observation_space, spaces.Dict):
             obs = {
                 key: np.stack([observation_space.sample()[key] for _ in range(2)])
@@ -58,7 +58,7 @@ def test_every_batch_type_converts_field_by_field(space: spaces.Space[Any]) -> N
     import torch
 
     pool = _pool(space, alpha=0.6)
-    batches = [
+    batches: list[Any] = [
         pool.get_pool(),
         pool.sample(16, n_step=3, gamma=0.9, beta=0.4),
         pool.sample_sequences(5, 4),
@@ -68,9 +68,8 @@ def test_every_batch_type_converts_field_by_field(space: spaces.Space[Any]) -> N
               np.zeros((2, 2), np.float32), np.ones(2), np.zeros(2, bool),
               np.zeros(2, bool))  # fmt: skip
     batches.append(plain.sample(3))
-    for batch, kind in zip(
-        batches, [Transitions, ReplaySample, Sequences, Transitions], strict=True
-    ):
+    kinds: list[Any] = [Transitions, ReplaySample, Sequences, Transitions]
+    for batch, kind in zip(batches, kinds, strict=True):
         assert type(batch) is kind
         tensors = batch.to_torch("cpu")
         assert type(tensors) is kind

@@ -183,7 +183,8 @@ def test_prioritized_n_step_combine() -> None:
 def test_numpy_numbers_are_accepted_and_all_zero_priorities_say_so() -> None:
     pool = _pool(alpha=np.float32(0.6))
     _add(pool, 1)
-    batch = pool.sample(4, n_step=2, gamma=np.int64(1), beta=np.float64(0.5))
+    gamma: Any = np.int64(1)  # numpy numbers, as a user's config may hold them
+    batch = pool.sample(4, n_step=2, gamma=gamma, beta=np.float64(0.5))
     pool.update_priorities(batch.indices, np.zeros(4))
     with pytest.raises(ValueError, match="every transition held has priority 0"):
         pool.sample(4)

@@ -311,8 +311,8 @@ def test_recent_episode_stats_cover_the_last_k_episodes(
 ) -> None:
     pool = _pool()
     rng = np.random.default_rng(8)
-    ended: list[tuple[float, int]] = []  # (return, length), in the order they ended
-    running = [[0.0, 0] for _ in range(3)]
+    ended: list[tuple[float, float]] = []  # (return, length), in the order they ended
+    running = [[0.0, 0.0] for _ in range(3)]
     for step in range(200):
         obs = np.stack([np.arange(3), np.full(3, step)], axis=1).astype(np.float64)
         reward = rng.integers(0, 5, 3).astype(np.float64)
@@ -326,7 +326,7 @@ def test_recent_episode_stats_cover_the_last_k_episodes(
             running[env][1] += 1
             if done[env]:
                 ended.append((running[env][0], running[env][1]))
-                running[env] = [0.0, 0]
+                running[env] = [0.0, 0.0]
         if step % 37 == 0:  # reads in between: the deferred adds settle in runs
             pool.sample(3)
     for k in (1, 5, 100):
@@ -354,7 +354,9 @@ def test_adds_past_the_ring_between_reads_mixing_the_aligned_and_masked_paths() 
         fast.add(*args, *ends, valid=valid)
         keep = np.arange(3) if valid is None else np.flatnonzero(valid)
         if keep.size:
-            slow.add(*(a[keep] for a in args), *(e[keep] for e in ends), env_ids=keep)
+            obs_, action, next_obs, reward = (a[keep] for a in args)
+            terminated, truncated = (e[keep] for e in ends)
+            slow.add(obs_, action, next_obs, reward, terminated, truncated, keep)
     assert list(fast.episode_stats) == pytest.approx(list(slow.episode_stats))
     assert fast.lengths.tolist() == slow.lengths.tolist()
     a, b = fast.get_pool(), slow.get_pool()

@@ -481,7 +481,7 @@ def test_n_step_stops_at_an_abort_between_aligned_adds() -> None:
     _add_one(pool, 10.0, reward=2.0)
     pool.abort_episodes([0])
     _add_one(pool, 20.0, reward=4.0)
-    sums = {}
+    sums: dict[float, float] = {}
     for _ in range(20):
         batch = pool.sample(64, n_step=3, gamma=1.0)
         sums.update(zip(batch.obs[:, 0].tolist(), batch.reward.tolist(), strict=True))
@@ -582,7 +582,8 @@ def test_frame_pool_with_an_emptied_sub_pool_survives_save_and_load(
         return at(t)[None].astype(np.uint8), at(t + 1)[None].astype(np.uint8)
 
     pools = []
-    for extra in ({"frame_stack": stack}, {}):
+    extras: list[dict[str, Any]] = [{"frame_stack": stack}, {}]
+    for extra in extras:
         pool = ReplayPool(space, spaces.Discrete(2), 1, 8, clearing_freq=3,
                           clearing_size=3, **extra)  # fmt: skip
         for t in range(3):  # the third add clears the sub-pool: it holds nothing
