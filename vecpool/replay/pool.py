@@ -252,6 +252,7 @@ class ReplayPool:
         # is only brought up to date by `_sync` or when the alignment is left.
         self._aligned = self._hot
         self._slot = 0
+        self._even = True  # every sub-pool holds as many rows (read while aligned)
         self._plain_shapes = (
             (
                 (self.num_envs, *observation_space.shape),
@@ -365,6 +366,7 @@ class ReplayPool:
         if self._hot:
             self._slot = int(self._end[0])
             self._aligned = bool(np.all(self._end == self._slot))
+            self._even = bool(np.all(self._length == self._length[0]))
 
     def _settle(
         self,
@@ -828,7 +830,19 @@ class ReplayPool:
         self, batch_size: int
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """Rows drawn uniformly or by priority: their sub-pools, offsets, rows."""
-        total = len(self)  # syncs the counters
+        self._sync()
+        if self._tree is None and self._aligned and self._even and self._length[0]:
+            # every sub-pool holds `held` rows ending at one slot (what an aligned
+            # pool of whole vector steps is): the general draw below, in 5 calls
+            held = int(self._length[0])
+            flat = self._rng.integers(0, held * self.num_envs, batch_size)
+            env, offset = np.divmod(flat, held)
+            slot = offset + (self._slot - held)
+            slot %= self._slots
+            slot *= self.num_envs
+            slot += env
+            return env, offset, slot
+        total = int(self._length.sum())
         if total == 0:
             msg = "Cannot sample from an empty ReplayPool: add transitions first."
             raise ValueError(msg)
@@ -1703,6 +1717,7 @@ class ReplayPool:
         self._pending, self._unsettled = 0, 0
         self._slot = int(self._end[0])
         self._aligned = self._hot and bool(np.all(self._end == self._slot))
+        self._even = bool(np.all(self._length == self._length[0]))
 
     @property
     def generator_state(self) -> dict[str, Any]:
