@@ -56,7 +56,7 @@ RESERVED_CALLS = ("reset", "step", "close", "_setattr", "_check_spaces")
 
 if TYPE_CHECKING:
     _GymnasiumAsync = gymnasium.vector.AsyncVectorEnv[Any, Any]
-else:  # Gymnasium < 1.3 has no type parameters on AsyncVectorEnv
+else:  # Gymnasium < 1.4 has no type parameters on AsyncVectorEnv
     _GymnasiumAsync = gymnasium.vector.AsyncVectorEnv
 
 
