@@ -198,9 +198,16 @@ def test_a_scalar_action_says_one_action_per_env(placement: str) -> None:
         envs.close()
 
 
-def test_a_raising_step_says_which_envs_and_processes_and_that_all_stay_usable() -> (
-    None
-):
+_WHERE = {  # 8 envs: where each placement steps them
+    "processes": "envs 0-3 in worker process 0; envs 4-7 in worker process 1",
+    "in_process": "envs 0-7 in the parent process",
+    "parent_share": "envs 0-3 in worker process 0; envs 4-7 in the parent process",
+}
+
+
+def test_a_raising_step_says_which_envs_and_processes_and_that_all_stay_usable(
+    make_placed: Any, placement: Any
+) -> None:
     # issue 32: Gymnasium's log lines (kept word for word: its suite counts them)
     # said "Worker-0" .. "Worker-7 - Shutting it down" for 8 envs in 2 processes,
     # with nothing shut down; the exception's note says what happened
@@ -208,9 +215,8 @@ def test_a_raising_step_says_which_envs_and_processes_and_that_all_stay_usable()
 
     import gymnasium as gym
 
-    import vecpool
 
-    envs = vecpool.AsyncVectorEnv([lambda: gym.make("CartPole-v1")] * 8, num_workers=2)
+    envs = make_placed([lambda: gym.make("CartPole-v1")] * 8)
     try:
         envs.reset(seed=0)
         with warnings.catch_warnings(record=True) as logged:
@@ -223,10 +229,9 @@ def test_a_raising_step_says_which_envs_and_processes_and_that_all_stay_usable()
         assert notes[0] == "raised in sub-environment 7 of AsyncVectorEnv"
         assert notes[1] == (
             "vecpool: the log lines above name sub-environment i 'Worker-i', as "
-            "Gymnasium (one env a worker) does; 8 sub-environments raised: envs "
-            "0-3 in worker process 0; envs 4-7 in worker process 1. Nothing was "
-            "shut down: every env and worker process stays usable (reset the envs "
-            "that raised, or all, and go on)."
+            "Gymnasium (one env a worker) does; 8 sub-environments raised: "
+            f"{_WHERE[placement.id]}. Nothing was shut down: every env and worker "
+            "process stays usable (reset the envs that raised, or all, and go on)."
         )
         envs.step(np.zeros(8, np.int64))  # true: it steps on
     finally:
