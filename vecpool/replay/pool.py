@@ -644,8 +644,8 @@ class ReplayPool:
             if self._tree is None:
                 msg = (
                     "`beta` weighs prioritized draws, and this pool samples "
-                    "uniformly: make it with `ReplayPool(..., alpha=0.6)`, or drop "
-                    "`beta`."
+                    "uniformly: make it with `ReplayPool(..., alpha=0.6)` (or "
+                    "`ReplayPoolWrapper(..., alpha=0.6)`), or drop `beta`."
                 )
                 raise ValueError(msg)
             beta = _check_unit("beta", beta)
@@ -761,7 +761,8 @@ class ReplayPool:
         if tree is None:
             msg = (
                 "`update_priorities` needs a prioritized pool: make it with "
-                "`ReplayPool(..., alpha=0.6)`."
+                "`ReplayPool(..., alpha=0.6)` (or `ReplayPoolWrapper(..., "
+                "alpha=0.6)`)."
             )
             raise ValueError(msg)
         rows = np.asarray(indices)
