@@ -535,12 +535,7 @@ class ReplayPool:
         Returns:
             A :class:`Transitions` of ``len(self)`` rows (fresh arrays).
         """
-        self._sync()
-        counts = self._length
-        env = np.repeat(np.arange(self.num_envs), counts)
-        first = np.repeat(np.cumsum(counts) - counts, counts)
-        offset = np.arange(env.size) - first
-        return Transitions(*self._gather(env, offset))
+        return Transitions(*self._gather(*self._held()))
 
     def iter_pool(self, chunk_size: int = 65_536) -> Iterator[Transitions]:
         """Every stored transition, as :meth:`get_pool` orders them, in chunks.
@@ -560,10 +555,7 @@ class ReplayPool:
             ValueError: If ``chunk_size < 1``.
         """
         chunk_size = check_int("chunk_size", chunk_size, 1)
-        self._sync()
-        counts = self._length.copy()
-        env = np.repeat(np.arange(self.num_envs), counts)
-        offset = np.arange(env.size) - np.repeat(np.cumsum(counts) - counts, counts)
+        env, offset = self._held()
         for first in range(0, env.size, chunk_size):
             part = slice(first, first + chunk_size)
             yield Transitions(*self._gather(env[part], offset[part]))
@@ -700,14 +692,7 @@ class ReplayPool:
         batch_size = check_int("batch_size", batch_size, 1)
         length = check_int("length", length, 1)
         self._check_ordered("sample_sequences")
-        total = len(self)
-        if total == 0:
-            msg = "Cannot sample from an empty ReplayPool: add transitions first."
-            raise ValueError(msg)
-        flat = self._rng.integers(0, total, batch_size)
-        ends = np.cumsum(self._length)
-        env = np.searchsorted(ends, flat, side="right")
-        start = flat - (ends[env] - self._length[env])
+        env, start, _ = self._uniform(batch_size)
         step = np.arange(length, dtype=np.int64)
         offset = start[:, None] + step  # [B, L]
         held = self._length[env][:, None]
@@ -831,8 +816,36 @@ class ReplayPool:
         self, batch_size: int
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """Rows drawn uniformly or by priority: their sub-pools, offsets, rows."""
+        if self._tree is None:
+            return self._uniform(batch_size)
         self._sync()
-        if self._tree is None and self._aligned and self._even and self._length[0]:
+        if not self._tree.total > 0:
+            if not self._length.any():
+                msg = "Cannot sample from an empty ReplayPool: add transitions first."
+            else:
+                msg = (
+                    "Cannot sample by priority: every transition held has priority "
+                    "0. Give some a positive one (`update_priorities(indices, "
+                    "abs(td_error) + 1e-6)`)."
+                )
+            raise ValueError(msg)
+        row = self._tree.sample(batch_size, self._rng)
+        env = row % self.num_envs
+        offset = (row // self.num_envs - self._end[env] + self._length[env]) % (
+            self._slots
+        )
+        return env, offset, row
+
+    def _uniform(
+        self, batch_size: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Rows drawn uniformly from those held: their sub-pools, offsets, rows.
+
+        Raises:
+            ValueError: If the pool is empty.
+        """
+        self._sync()
+        if self._aligned and self._even and self._length[0]:
             # every sub-pool holds `held` rows ending at one slot (what an aligned
             # pool of whole vector steps is): the general draw below, in 5 calls
             held = int(self._length[0])
@@ -847,20 +860,6 @@ class ReplayPool:
         if total == 0:
             msg = "Cannot sample from an empty ReplayPool: add transitions first."
             raise ValueError(msg)
-        if self._tree is not None:
-            if not self._tree.total > 0:
-                msg = (
-                    "Cannot sample by priority: every transition held has priority "
-                    "0. Give some a positive one (`update_priorities(indices, "
-                    "abs(td_error) + 1e-6)`)."
-                )
-                raise ValueError(msg)
-            row = self._tree.sample(batch_size, self._rng)
-            env = row % self.num_envs
-            offset = (row // self.num_envs - self._end[env] + self._length[env]) % (
-                self._slots
-            )
-            return env, offset, row
         flat = self._rng.integers(0, total, batch_size)
         length = self._length
         ends = np.cumsum(length)
@@ -873,6 +872,16 @@ class ReplayPool:
         slot *= self.num_envs
         slot += env
         return env, offset, slot
+
+    def _held(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Sub-pool and offset of every held row, in the order of :meth:`get_pool`."""
+        self._sync()
+        counts = self._length
+        env = np.repeat(np.arange(self.num_envs, dtype=np.int64), counts)
+        offset = np.arange(env.size, dtype=np.int64) - np.repeat(
+            np.cumsum(counts) - counts, counts
+        )
+        return env, offset
 
     def _row_of(
         self, env: npt.NDArray[np.int64], offset: npt.NDArray[np.int64]
