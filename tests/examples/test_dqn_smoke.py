@@ -8,21 +8,17 @@ backward pass has to agree with finite differences.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import os
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-from unittest import mock
 
 import numpy as np
 import pytest
 
 import vecpool
-
-SCRIPT = Path(__file__).parents[2] / "examples" / "dqn.py"
 
 TINY = [
     "--total-steps",
@@ -43,16 +39,9 @@ TINY = [
 
 
 @pytest.fixture(scope="module")
-def dqn() -> ModuleType:
+def dqn(load_example: Callable[[str], ModuleType]) -> ModuleType:
     """The example script, imported as a module (its ``__main__`` block not run)."""
-    spec = importlib.util.spec_from_file_location("dqn_example", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    # the script caps BLAS threads through os.environ on import; keep that local
-    with mock.patch.dict(os.environ):
-        spec.loader.exec_module(module)
-    return module
+    return load_example("dqn")
 
 
 def test_gradient_check(dqn: ModuleType) -> None:

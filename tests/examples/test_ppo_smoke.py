@@ -7,32 +7,21 @@ and its hand-written backward pass has to agree with finite differences.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import os
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-from unittest import mock
 
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).parents[2] / "examples" / "ppo_cartpole.py"
-
 
 @pytest.fixture(scope="module")
-def ppo() -> ModuleType:
+def ppo(load_example: Callable[[str], ModuleType]) -> ModuleType:
     """The example script, imported as a module (its ``__main__`` block not run)."""
-    spec = importlib.util.spec_from_file_location("ppo_cartpole_example", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    # the script caps BLAS threads through os.environ on import; keep that local
-    with mock.patch.dict(os.environ):
-        spec.loader.exec_module(module)
-    return module
+    return load_example("ppo_cartpole")
 
 
 def test_gradient_check(ppo: ModuleType) -> None:
