@@ -1103,15 +1103,12 @@ class ReplayPool:
         mask = None if valid is None else self._check_valid(valid, env_ids)
         if env_ids is None:
             shapes = self._plain_shapes
-            if (
+            if (  # the leaves' shapes are checked above: one array a field
                 self._hot
                 and shapes is not None
-                and len(obs) == len(action) == len(next_obs) == 1
                 and type(reward) is np.ndarray
                 and type(terminated) is np.ndarray
                 and type(truncated) is np.ndarray
-                and obs[0].shape == next_obs[0].shape == shapes[0]
-                and action[0].shape == shapes[1]
                 and reward.shape == terminated.shape == truncated.shape == shapes[2]
                 and terminated.dtype == truncated.dtype == np.bool_
             ):
