@@ -170,18 +170,12 @@ def test_env_fns_mistakes_name_the_fix():
     assert set(multiprocessing.active_children()) == before
 
 
-@pytest.mark.parametrize("placement", ["workers", "parent"])
-def test_a_scalar_action_says_one_action_per_env(placement: str) -> None:
+def test_a_scalar_action_says_one_action_per_env(make_placed: Any) -> None:
     # issue 32: Gymnasium's "Unable to iterate over the following elements: 0"
-    # (its type and text kept) now says what to pass
+    # (its type and text kept) now says what to pass; over every placement
     import gymnasium as gym
 
-    import vecpool
-
-    envs = vecpool.AsyncVectorEnv(
-        [lambda: gym.make("CartPole-v1")] * 2,
-        num_workers=1 if placement == "workers" else 0,
-    )
+    envs = make_placed([lambda: gym.make("CartPole-v1")] * 2)
     try:
         envs.reset(seed=0)
         with pytest.raises(TypeError) as info:
@@ -214,7 +208,6 @@ def test_a_raising_step_says_which_envs_and_processes_and_that_all_stay_usable(
     import warnings
 
     import gymnasium as gym
-
 
     envs = make_placed([lambda: gym.make("CartPole-v1")] * 8)
     try:

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import gymnasium
 import numpy as np
 
 __all__ = [
@@ -238,8 +239,6 @@ def check_max_concurrency(value: object) -> int | None:
 
 def _gymnasium_version() -> tuple[int, ...]:
     """The installed Gymnasium's ``major.minor`` (``(1, 4)`` if unreadable)."""
-    import gymnasium
-
     try:
         return tuple(int(part) for part in gymnasium.__version__.split(".")[:2])
     except (AttributeError, ValueError):
