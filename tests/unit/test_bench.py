@@ -32,6 +32,8 @@ from vecpool.bench import (
     median,
     physical_limit,
 )
+from vecpool.bench.backends import default_num_workers, fitting_workers
+from vecpool.bench.topology import physical_cores
 from vecpool.bench.tune import autotune, candidate_worker_counts
 from vecpool.testing import CountingEnv
 
@@ -47,7 +49,7 @@ EXPECTED_BACKENDS = {
 if importlib.util.find_spec("envpool") is not None:
     EXPECTED_BACKENDS.add("envpool")
 if importlib.util.find_spec("pufferlib") is not None:
-    EXPECTED_BACKENDS |= {"pufferlib-1w", "pufferlib-2w"}
+    EXPECTED_BACKENDS |= {"pufferlib-model", "pufferlib-cores"}
 ON_LINUX = Path("/proc/self/smaps_rollup").exists()
 
 
@@ -133,14 +135,29 @@ def test_quick_run_table_has_every_backend(quick_run):
     out = quick_run["out"]
     assert "CartPole-v1" in out
     assert "vs gym-async" in out
-    rows = {line.split()[1] for line in out.splitlines() if line.strip()[:1] == "2"}
-    assert rows >= EXPECTED_BACKENDS
-    medians = {
-        name: figures["median"]
-        for name, figures in quick_run["data"]["results"][0]["backends"].items()
-    }
-    for name, value in medians.items():
-        assert f"{name:<15}{value:>12,.0f}" in out
+    backends = quick_run["data"]["results"][0]["backends"]
+    assert set(backends) == EXPECTED_BACKENDS
+    for figures in backends.values():
+        assert f"{figures['label']:<23}{figures['median']:>12,.0f}" in out
+    for name in EXPECTED_BACKENDS - {"envpool", "pufferlib-model", "pufferlib-cores"}:
+        assert backends[name]["label"] == name  # only the anchors say more
+
+
+def test_quick_run_labels_say_which_anchor_settings_ran(quick_run):
+    if not EXPECTED_BACKENDS & {"envpool", "pufferlib-model"}:
+        pytest.skip("neither envpool nor pufferlib is installed")
+    backends = quick_run["data"]["results"][0]["backends"]
+    env_fn = bench.resolve_workload("cartpole").env_fn
+    if "envpool" in backends:
+        assert (
+            backends["envpool"]["label"] == f"envpool-{bench.available_cpus()}t (cpus)"
+        )
+    if "pufferlib-model" in backends:
+        model = fitting_workers(2, default_num_workers(env_fn, 2))
+        cores = fitting_workers(2, physical_cores())
+        assert backends["pufferlib-model"]["label"] == f"pufferlib-{model}w (model)"
+        assert backends["pufferlib-cores"]["label"] == f"pufferlib-{cores}w (cores)"
+    assert quick_run["data"]["results"][0]["skipped"] == {}
 
 
 def test_quick_run_shows_progress_on_stderr(quick_run):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import inspect
 import itertools
 import math
 import time
@@ -16,7 +17,10 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from vecpool._util.validation import available_cpus
+from vecpool.bench.topology import physical_cores
 from vecpool.bench.workloads import MIN_STEPS, ActionPlan, EnvFn, Workload
+from vecpool.vector.arguments import check_arguments
 from vecpool.vector.async_env import AsyncVectorEnv
 
 # ------------------------------------------------------------------------- backends
@@ -61,6 +65,28 @@ class Backend:
         """Whether this backend can run ``workload`` on this machine."""
         del workload
         return True
+
+    def skip_reason(self, env_fn: EnvFn, num_envs: int) -> str | None:
+        """Why this backend cannot run ``num_envs`` envs (``None``: it can).
+
+        The runner asks before :meth:`make` and notes the reason under the table.
+
+        Args:
+            env_fn: Creates one environment.
+            num_envs: Number of sub-environments.
+        """
+        del env_fn, num_envs
+        return None
+
+    def label(self, env_fn: EnvFn, num_envs: int) -> str:
+        """The row's label for ``num_envs`` envs: :attr:`name`, or what ran.
+
+        Args:
+            env_fn: Creates one environment.
+            num_envs: Number of sub-environments.
+        """
+        del env_fn, num_envs
+        return self.name
 
     def make(self, env_fn: EnvFn, num_envs: int, seed: int) -> Any:
         """Create (and reset) whatever :meth:`run` steps.
@@ -315,10 +341,17 @@ DQN preprocessing itself: 84x84 grey, 4 stacked frames, frame skip 4)."""
 
 
 class EnvPoolBackend(Backend):
-    """EnvPool's own C++ env (CartPole, Pong), an anchor; only where installed."""
+    """EnvPool's own C++ env (CartPole, Pong), an anchor; only where installed.
+
+    At its best: one thread per available CPU (``num_threads``, stated in the
+    row's label, e.g. ``envpool-8t (cpus)``), not EnvPool's default.
+    """
 
     name = "envpool"
-    description = "envpool.make_gymnasium(...), its own C++ CartPole / Pong"
+    description = (
+        "envpool.make_gymnasium(...), its own C++ CartPole / Pong, "
+        "num_threads = available CPUs"
+    )
 
     def supports(self, workload: Workload) -> bool:
         """The cartpole and atari workloads, and only if ``envpool`` imports.
@@ -338,10 +371,21 @@ class EnvPoolBackend(Backend):
         with warnings.catch_warnings():
             # it builds Box spaces from float64 bounds, and Gymnasium warns each time
             warnings.simplefilter("ignore")
-            env = envpool.make_gymnasium(task, num_envs=num_envs, seed=seed)
+            env = envpool.make_gymnasium(
+                task, num_envs=num_envs, seed=seed, num_threads=self.num_threads()
+            )
             env.reset()
         del env_fn
         return env
+
+    def num_threads(self) -> int:
+        """EnvPool's threads: one per CPU this process may use."""
+        return available_cpus()
+
+    def label(self, env_fn: EnvFn, num_envs: int) -> str:
+        """``envpool-<threads>t (cpus)``."""
+        del env_fn, num_envs
+        return f"envpool-{self.num_threads()}t (cpus)"
 
     env_id = "CartPole-v1"
     """The env id of the workload last asked about (:meth:`supports`)."""
@@ -351,26 +395,131 @@ class EnvPoolBackend(Backend):
         return run_vector(env, plan, steps)
 
 
+def default_num_workers(env_fn: EnvFn, num_envs: int) -> int:
+    """The worker processes ``vecpool.AsyncVectorEnv([env_fn] * num_envs)`` starts.
+
+    Read from vecpool itself, not re-derived: the constructor's own argument check
+    (:func:`vecpool.vector.arguments.check_arguments`, which starts nothing) run on
+    the constructor's default arguments, so the figure follows vecpool's placement
+    (``parent_envs="auto"`` included) whatever it becomes.
+
+    Args:
+        env_fn: Creates one environment (not called).
+        num_envs: Number of sub-environments.
+
+    Returns:
+        vecpool's default ``num_workers`` on this machine.
+    """
+    defaults = {
+        name: parameter.default
+        for name, parameter in inspect.signature(
+            AsyncVectorEnv.__init__
+        ).parameters.items()
+        if parameter.default is not inspect.Parameter.empty
+    }
+    accepted = inspect.signature(check_arguments).parameters
+    checked = check_arguments(
+        [env_fn] * num_envs,
+        **{name: value for name, value in defaults.items() if name in accepted},
+    )
+    return checked.num_workers
+
+
+def fitting_workers(num_envs: int, target: int) -> int | None:
+    """The most PufferLib workers, at most ``target``, that divide ``num_envs``.
+
+    ``pufferlib.vector.make`` refuses a ``num_workers`` that does not divide
+    ``num_envs``, so the anchor runs the nearest valid count not above the one
+    asked for.
+
+    Example:
+        >>> fitting_workers(8, 3), fitting_workers(12, 5), fitting_workers(7, 4)
+        (2, 4, 1)
+        >>> fitting_workers(2, 16), fitting_workers(4, 0) is None
+        (2, True)
+
+    Args:
+        num_envs: Number of sub-environments.
+        target: Workers asked for.
+
+    Returns:
+        The count, or ``None`` where none exists (``target`` below 1).
+    """
+    for workers in range(min(target, num_envs), 0, -1):
+        if num_envs % workers == 0:
+            return workers
+    return None
+
+
 class PufferLibBackend(GymSyncBackend):
     """PufferLib's ``Multiprocessing`` vectorization, an anchor; only where installed.
 
     ``pufferlib.vector.make(GymnasiumPufferEnv, backend=Multiprocessing,
     num_workers=W)``: its workers busy-wait on shared flags (no pipes), the
     design vecpool's spinning workers follow; ``pufferlib-core`` installs it
-    from a wheel.
+    from a wheel. ``W`` is :meth:`target_workers` lowered to the nearest count
+    that divides ``num_envs`` (:func:`fitting_workers`), and the row's label says
+    which ran (``pufferlib-4w (model)``). ``overwork=True`` lets it run more
+    workers than PufferLib counts hardware cores, as asked.
     """
 
     workers: ClassVar[int] = 1
+    basis: ClassVar[str | None] = None
+    """Where :meth:`target_workers` comes from, shown in the label (``None``: a
+    fixed count, the label is just ``pufferlib-<W>w``)."""
+    target_source: ClassVar[str] = "the count asked for"
+    """What :meth:`target_workers` is, in a skipped backend's note."""
     name = "pufferlib-1w"
     description = "pufferlib.vector.Multiprocessing, 1 worker"
+    by_default = False  # pufferlib-model and pufferlib-cores run by default
 
     def supports(self, workload: Workload) -> bool:
         """Any workload, if ``pufferlib`` imports."""
         del workload
         return importlib.util.find_spec("pufferlib") is not None
 
+    def target_workers(self, env_fn: EnvFn, num_envs: int) -> int:
+        """The workers asked for, before PufferLib's divisibility rule.
+
+        Args:
+            env_fn: Creates one environment.
+            num_envs: Number of sub-environments.
+        """
+        del env_fn, num_envs
+        return self.workers
+
+    def num_workers(self, env_fn: EnvFn, num_envs: int) -> int | None:
+        """The workers that run: :func:`fitting_workers` of the target."""
+        return fitting_workers(num_envs, self.target_workers(env_fn, num_envs))
+
+    def skip_reason(self, env_fn: EnvFn, num_envs: int) -> str | None:
+        """Why no worker count fits (``None`` where one does)."""
+        target = self.target_workers(env_fn, num_envs)
+        if fitting_workers(num_envs, target) is not None:
+            return None
+        return (
+            f"no valid worker count: PufferLib needs one that divides "
+            f"num_envs={num_envs}, from 1 to {target} ({self.target_source})"
+        )
+
+    def label(self, env_fn: EnvFn, num_envs: int) -> str:
+        """``pufferlib-<W>w``, with the basis if any (``pufferlib-8w (cores)``)."""
+        workers = self.num_workers(env_fn, num_envs)
+        if workers is None:
+            return self.name
+        label = f"pufferlib-{workers}w"
+        return label if self.basis is None else f"{label} ({self.basis})"
+
     def make(self, env_fn: EnvFn, num_envs: int, seed: int) -> Any:
-        """Create and reset the vector env (``num_envs`` split over the workers)."""
+        """Create and reset the vector env (``num_envs`` split over the workers).
+
+        Raises:
+            ValueError: If no worker count fits (:meth:`skip_reason` says why).
+        """
+        workers = self.num_workers(env_fn, num_envs)
+        if workers is None:
+            msg = f"`{self.name}`: {self.skip_reason(env_fn, num_envs)}."
+            raise ValueError(msg)
         vector = importlib.import_module("pufferlib.vector")  # optional, untyped
         emulation = importlib.import_module("pufferlib.emulation")
         creator = functools.partial(emulation.GymnasiumPufferEnv, env_creator=env_fn)
@@ -378,19 +527,59 @@ class PufferLibBackend(GymSyncBackend):
             creator,
             backend=vector.Multiprocessing,
             num_envs=num_envs,
-            num_workers=min(self.workers, num_envs),
+            num_workers=workers,
             batch_size=num_envs,
+            overwork=True,
         )
         env.reset(seed=seed)
         return env
 
 
 class PufferLibTwoBackend(PufferLibBackend):
-    """PufferLib's ``Multiprocessing`` with 2 workers."""
+    """PufferLib's ``Multiprocessing`` with 2 workers (run only when named)."""
 
     workers = 2
     name = "pufferlib-2w"
     description = "pufferlib.vector.Multiprocessing, 2 workers"
+
+
+class PufferLibModelBackend(PufferLibBackend):
+    """PufferLib with the worker count vecpool's default placement picks.
+
+    The same number of worker processes as the ``vecpool`` row
+    (:func:`default_num_workers`), so the two compare like for like.
+    """
+
+    basis = "model"
+    target_source = "vecpool's default num_workers"
+    name = "pufferlib-model"
+    description = (
+        "pufferlib.vector.Multiprocessing, as many workers as vecpool's default"
+    )
+    by_default = True
+
+    def target_workers(self, env_fn: EnvFn, num_envs: int) -> int:
+        """The default ``num_workers`` of ``vecpool.AsyncVectorEnv`` for these envs."""
+        return default_num_workers(env_fn, num_envs)
+
+
+class PufferLibCoresBackend(PufferLibBackend):
+    """PufferLib as its authors run it: one worker per physical core.
+
+    Physical cores: :func:`vecpool.bench.topology.physical_cores` (distinct
+    ``(package, core)`` pairs of the CPUs in this process's affinity mask).
+    """
+
+    basis = "cores"
+    target_source = "the physical cores"
+    name = "pufferlib-cores"
+    description = "pufferlib.vector.Multiprocessing, one worker per physical core"
+    by_default = True
+
+    def target_workers(self, env_fn: EnvFn, num_envs: int) -> int:
+        """This machine's physical cores (those this process may use)."""
+        del env_fn, num_envs
+        return physical_cores()
 
 
 BACKENDS: dict[str, Backend] = {
@@ -406,6 +595,8 @@ BACKENDS: dict[str, Backend] = {
         VecpoolThreadsBackend(),
         VecpoolBatchThreadsBackend(),
         EnvPoolBackend(),
+        PufferLibModelBackend(),
+        PufferLibCoresBackend(),
         PufferLibBackend(),
         PufferLibTwoBackend(),
     )

@@ -198,7 +198,8 @@ def add_bench_parser(
             "replay pool's add/sample/wrapper/memory figures. "
             "Measure env-steps per second of each backend (a raw one-env loop, "
             "Gymnasium's SyncVectorEnv and AsyncVectorEnv, vecpool with default "
-            "settings, vecpool async batches, and EnvPool if installed) on each "
+            "settings, vecpool async batches, and the anchors EnvPool and PufferLib "
+            "if installed) on each "
             "workload and number of envs, with the same pre-drawn random actions. "
             "Rounds are interleaved; figures are medians, with their ratios to "
             "Gymnasium's AsyncVectorEnv and SyncVectorEnv and to the physical limit "
@@ -233,8 +234,10 @@ def add_bench_parser(
         default=[name for name, b in bench.BACKENDS.items() if b.by_default],
         metavar="BACKEND",
         help="backends to run, from %(choices)s (default: all but the -pt ones, "
-        'which set policy_threads="auto"; the anchors envpool (its C++ '
-        "CartPole and Pong) and pufferlib-1w/-2w only where installed)",
+        'which set policy_threads="auto", and pufferlib-1w/-2w; the anchors, '
+        "envpool (its C++ CartPole and Pong, a thread per CPU) and "
+        "pufferlib-model/-cores (as many workers as vecpool's default, one per "
+        "physical core), only where installed)",
     )
     parser.add_argument(
         "--rounds",

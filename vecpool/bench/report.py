@@ -112,11 +112,19 @@ class BackendResult:
         backend: Backend name.
         steps: Vector steps per run.
         rounds: The timed runs, in round order.
+        label: What the table shows, where it says more than the name: the
+            settings that ran (``pufferlib-4w (model)``, ``envpool-8t (cpus)``).
     """
 
     backend: str
     steps: int
     rounds: tuple[Measurement, ...]
+    label: str | None = None
+
+    @property
+    def display_name(self) -> str:
+        """The label, or the backend name where there is none."""
+        return self.label or self.backend
 
     @property
     def median(self) -> float:
@@ -174,6 +182,8 @@ class GroupResult:
         policy_seconds: In the agent-in-the-loop mode, what one policy forward on
             ``num_envs`` observations cost when calibrated.
         policy_waits: Whether that policy waits without using the CPU (GPU-like).
+        skipped: ``(backend, reason)`` for each chosen backend that could not run
+            this ``num_envs`` (e.g. no PufferLib worker count divides it).
     """
 
     workload: str
@@ -183,6 +193,7 @@ class GroupResult:
     results: tuple[BackendResult, ...]
     policy_seconds: float | None = None
     policy_waits: bool = False
+    skipped: tuple[tuple[str, str], ...] = ()
 
     @property
     def fastest(self) -> str:
@@ -219,8 +230,10 @@ class GroupResult:
             "policy_seconds": self.policy_seconds,
             "policy_waits": self.policy_waits,
             "fastest": self.fastest,
+            "skipped": dict(self.skipped),
             "backends": {
                 result.backend: {
+                    "label": result.display_name,
                     "steps_per_run": result.steps,
                     "rounds": [
                         {
@@ -439,7 +452,7 @@ def format_group_table(groups: Sequence[GroupResult]) -> list[str]:
         else f"{first.workload} ({first.env_id})"
     )
     header = (
-        f"{'num_envs':>8}  {'backend':<15}{'env-steps/s':>12}{'spread':>8}"
+        f"{'num_envs':>8}  {'backend':<{_NAME_WIDTH}}{'env-steps/s':>12}{'spread':>8}"
         f"{'vs gym-async':>14}{'vs gym-sync':>13}{'vs limit':>10}"
         f"{'workers us':>12}{'parent us':>11}{'total us':>10}{'over raw':>10}"
     )
@@ -472,7 +485,8 @@ def format_group_table(groups: Sequence[GroupResult]) -> list[str]:
             total = result.cpu_per_step
             over = None if total is None or raw is None else total - raw
             lines.append(
-                f"{group.num_envs:>8}  {result.backend:<15}{result.median:>12,.0f}"
+                f"{group.num_envs:>8}  {result.display_name:<{_NAME_WIDTH}}"
+                f"{result.median:>12,.0f}"
                 f"{result.spread:>7.0%} "
                 f"{_format_ratio(ratio.vs_gym_async):>14}"
                 f"{_format_ratio(ratio.vs_gym_sync):>13}"
@@ -483,9 +497,19 @@ def format_group_table(groups: Sequence[GroupResult]) -> list[str]:
                 f"{_micro(over if result.backend != 'raw' else None):>10}"
             )
         if group.limit is not None:
-            lines.append(f"{group.num_envs:>8}  {'(limit)':<15}{group.limit:>12,.0f}")
+            lines.append(
+                f"{group.num_envs:>8}  {'(limit)':<{_NAME_WIDTH}}{group.limit:>12,.0f}"
+            )
+        lines.extend(
+            f"{group.num_envs:>8}  skipped {name}: {reason}"
+            for name, reason in group.skipped
+        )
         lines.append(f"{group.num_envs:>8}  fastest here: {group.fastest}")
     return lines
+
+
+_NAME_WIDTH = 23
+"""Width of the table's backend column (``pufferlib-128w (cores)`` and a space)."""
 
 
 def _micro(seconds: float | None) -> str:
@@ -550,8 +574,11 @@ def write_json(data: Mapping[str, Any], path: str | os.PathLike[str]) -> None:
 def write_plot(report: BenchReport, path: str | os.PathLike[str]) -> None:
     """Plot env-steps/s against ``num_envs``: a line per backend, a panel per workload.
 
-    The dashed line is the physical limit (``raw`` times the CPUs). Uses matplotlib's
-    object-oriented API (no pyplot, no global backend).
+    The dashed line is the physical limit (``raw`` times the CPUs). A backend whose
+    label is the same at every ``num_envs`` of a panel is named by it
+    (``envpool-8t (cpus)``), else by its name (``pufferlib-model``: the table
+    says which worker count ran where). Uses matplotlib's object-oriented API (no
+    pyplot, no global backend).
 
     Args:
         report: The report.
@@ -571,14 +598,20 @@ def write_plot(report: BenchReport, path: str | os.PathLike[str]) -> None:
     for ax, (name, groups) in zip(axes, by_workload.items(), strict=True):
         num_envs = [group.num_envs for group in groups]
         for backend in BACKENDS:
-            points = [
-                (group.num_envs, group.medians[backend])
+            results = [
+                (group.num_envs, result)
                 for group in groups
-                if backend in group.medians
+                for result in group.results
+                if result.backend == backend
             ]
-            if points:
-                xs, ys = zip(*points, strict=True)
-                ax.plot(xs, ys, marker="o", label=backend)
+            if results:
+                labels = {result.display_name for _, result in results}
+                ax.plot(
+                    [num for num, _ in results],
+                    [result.median for _, result in results],
+                    marker="o",
+                    label=labels.pop() if len(labels) == 1 else backend,
+                )
         limits = [(g.num_envs, g.limit) for g in groups if g.limit is not None]
         if limits:
             xs, ys = zip(*limits, strict=True)
@@ -592,8 +625,8 @@ def write_plot(report: BenchReport, path: str | os.PathLike[str]) -> None:
         ax.grid(visible=True, which="both", alpha=0.3)
         ax.legend(fontsize="small")
     machine = report.machine
-    figure.suptitle(
-        f"vecpool bench: {machine.cpu_model}, {machine.cpus} CPUs, "
+    figure.suptitle(  # two lines: one panel is narrower than the CPU's name
+        f"vecpool bench: {machine.cpu_model}\n{machine.cpus} CPUs, "
         f"Python {platform.python_version()}",
         fontsize="medium",
     )

@@ -106,14 +106,21 @@ def _run_group(
 ) -> GroupResult | None:
     """Benchmark every backend on one workload and ``num_envs`` (rounds interleaved).
 
-    Returns ``None`` when none of the chosen backends supports the workload.
+    A backend that cannot run ``num_envs`` envs (:meth:`Backend.skip_reason`) is
+    left out with its reason. Returns ``None`` when none of the chosen backends
+    supports the workload or can run.
     """
     tag = f"[{workload.name} n={num_envs}]"
-    backends = [
+    supported = [
         BACKENDS[name]
         for name in settings.backends
         if BACKENDS[name].supports(workload)
     ]
+    reasons = {b.name: b.skip_reason(workload.env_fn, num_envs) for b in supported}
+    skipped = tuple(
+        (name, reason) for name, reason in reasons.items() if reason is not None
+    )
+    backends = [b for b in supported if reasons[b.name] is None]
     if not backends:
         return None
     probe = workload.env_fn()
@@ -155,11 +162,17 @@ def _run_group(
         num_envs,
         cpus,
         tuple(
-            BackendResult(b.name, steps[b.name], tuple(rounds[b.name]))
+            BackendResult(
+                b.name,
+                steps[b.name],
+                tuple(rounds[b.name]),
+                label=b.label(workload.env_fn, num_envs),
+            )
             for b in backends
         ),
         policy_seconds=None if policy is None else policy.seconds,
         policy_waits=policy is not None and policy.waits,
+        skipped=skipped,
     )
 
 
