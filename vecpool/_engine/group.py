@@ -20,6 +20,7 @@ import contextlib
 import functools
 import math
 import multiprocessing
+import os
 import select
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from vecpool._engine.env_errors import raise_env_errors
 from vecpool._engine.guards import HELD
 from vecpool._engine.handle import WorkerHandle
 from vecpool._engine.spinning import SpinPolicy
+from vecpool._wire.bell import WAITING, fence
 from vecpool._wire.spin import spin_until_ready
 from vecpool.errors import OutOfStepError, WorkerCrashedError
 
@@ -315,25 +317,40 @@ class WorkerGroup:
         any_answer: bool,
         deadline: float | None,
     ) -> None:
-        """:meth:`wait`'s loop: read replies until the handles have their answers."""
+        """:meth:`wait`'s loop: read replies until the handles have their answers.
+
+        Workers that answer a rung command on their bell alone
+        (vecpool/_wire/bell.py) write nothing to the pipe: their answers are taken
+        from the bells first, spinning watches the bells, and before blocking the
+        parent raises its ``WAITING`` word so that such a worker wakes it.
+        """
         timeout, name, _ = self.waiting
         spin = self.spin.before_wait()
         while True:
+            bells = [handle for handle in handles if handle.rung]
             # replies already read in bulk come first (no system call)
             events = [
                 (handle.conn.fileno(), select.POLLIN)
                 for handle in handles
-                if handle.channel.buffer and handle.channel.has_message()
-            ] or poller.poll(0)
+                if (handle.channel.buffer and handle.channel.has_message())
+                or (handle.rung and handle.settle())
+            ]
+            if not events and self._finished(handles, any_answer):
+                break
+            events = events or poller.poll(0)
             if not events and spin > 0.0:
-                events = spin_until_ready(poller, spin, self.spin.spin_yield)
-            if not events:
-                if deadline is None:
-                    events = poller.poll()
+                if bells:
+                    events = self._spin_bells(poller, handles, bells, spin, any_answer)
                 else:
-                    remaining = deadline - time.monotonic()
-                    if remaining > 0:
-                        events = poller.poll(max(1, math.ceil(remaining * 1000)))
+                    events = spin_until_ready(poller, spin, self.spin.spin_yield)
+            if not events and bells:
+                if self._finished(handles, any_answer):  # a bell answered
+                    break
+                events = self._block_on_bells(bells, poller, deadline)
+                if events is None:  # a bell answered as the parent was to block
+                    continue
+            elif not events:
+                events = self._block(poller, deadline)
             if not events:
                 msg = f"The call to `{name}` has timed out after {timeout} second(s)."
                 raise multiprocessing.TimeoutError(msg)
@@ -341,16 +358,76 @@ class WorkerGroup:
                 self._read_events(events, poller, watched, what)
             if self.dead:  # on_worker_crash="restart": replace, re-send, go on
                 poller, watched = self._recover(what, handles, any_answer)
-            if any_answer:
-                if any(handle.numbers.answers for handle in handles):
-                    break
-            else:
-                for handle in handles:
-                    if handle.numbers.expected:
-                        break
-                else:
-                    break
+            if self._finished(handles, any_answer):
+                break
         self.spin.after_wait()
+
+    @staticmethod
+    def _block(poller: select.poll, deadline: float | None) -> list[Any]:
+        """Block on the pipes and sentinels until an event or ``deadline``."""
+        if deadline is None:
+            return poller.poll()
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return []
+        return poller.poll(max(1, math.ceil(remaining * 1000)))
+
+    def _block_on_bells(
+        self,
+        bells: list[WorkerHandle],
+        poller: select.poll,
+        deadline: float | None,
+    ) -> list[Any] | None:
+        """Block, with ``WAITING`` raised on the bells of workers still to answer.
+
+        Returns:
+            The events (``[]``: the deadline passed), or ``None`` when a bell
+            answered after ``WAITING`` was raised (nothing to block for).
+        """
+        raised = [handle.bell for handle in bells if handle.rung]
+        for bell in raised:
+            bell[WAITING] = 1
+        fence()  # WAITING before the look at ANSWERED (vecpool/_wire/bell.py)
+        try:
+            for handle in bells:
+                if handle.rung and handle.settle():
+                    return [(handle.conn.fileno(), select.POLLIN)]
+            if any(not handle.rung for handle in bells if handle.bell in raised):
+                return None
+            return self._block(poller, deadline)
+        finally:
+            for bell in raised:
+                bell[WAITING] = 0
+
+    def _spin_bells(
+        self,
+        poller: select.poll,
+        handles: list[WorkerHandle],
+        bells: list[WorkerHandle],
+        seconds: float,
+        any_answer: bool,
+    ) -> list[Any]:
+        """Spin on the bells (and the pipes every few looks) for up to ``seconds``.
+
+        Returns:
+            Events to read, or ``[]`` (the budget ran out, or every answer came).
+        """
+        deadline = time.perf_counter() + seconds
+        give = os.sched_yield if self.spin.spin_yield else None
+        looks = 0
+        while True:
+            for handle in bells:
+                if handle.rung and handle.settle():
+                    return [(handle.conn.fileno(), select.POLLIN)]
+            if self._finished(handles, any_answer):
+                return []
+            looks += 1
+            if not looks & 15:  # the pipes and sentinels: a worker may have died
+                events = poller.poll(0)
+                if events or time.perf_counter() >= deadline:
+                    return events
+            if give is not None:
+                give()
 
     def _run_local(
         self,

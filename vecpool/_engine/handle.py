@@ -36,10 +36,19 @@ from vecpool._wire.bell import (
     COMMAND,
     LISTENING,
     NUMBER_MASK,
+    PIPED,
     fence,
 )
 from vecpool._wire.channel import Channel
-from vecpool._wire.messages import COLUMNS_ONLY, CUT_AGAIN, STEP_SOME, Command, Reply
+from vecpool._wire.messages import (
+    COLUMNS_ONLY,
+    CUT_AGAIN,
+    INFOS_IN_MEMORY,
+    STEP_SOME,
+    WAKE,
+    Command,
+    Reply,
+)
 from vecpool._wire.wide_infos import WideOffer, acceptance, map_offer
 
 __all__ = ["WorkerHandle", "decode_reply", "describe_exit"]
@@ -128,6 +137,7 @@ class WorkerHandle:
         self.tail = self.cut = b""
         # the worker's doorbell (vecpool/_wire/bell.py), where it spins for commands
         self.bell: Any = None
+        self.rung = 0  # the rung command whose answer is not taken yet (0: none)
 
     # -- sending ---------------------------------------------------------------------
 
@@ -167,6 +177,8 @@ class WorkerHandle:
             OSError: If the pipe is broken (the worker died).
         """
         bell, numbers = self.bell, self.numbers
+        if self.rung:
+            self.settle()
         if bell is None or numbers.received != numbers.sent:
             return self.write(message)
         bell[BUFFER] = message[1] if len(message) > 1 else 0
@@ -180,16 +192,36 @@ class WorkerHandle:
                 self.cut_off()
                 raise
         self.last_sent = message
-        return numbers.sent_one()
+        self.rung = number = numbers.sent_one()
+        return number
+
+    def settle(self) -> bool:
+        """Take the rung command's answer if the bell alone gives it.
+
+        A worker answers a rung command with nothing to say on its bell only
+        (vecpool/_wire/bell.py, ``PIPED``): that answer is numbered here, before
+        any reply in the pipe, which can only be a later command's.
+
+        Returns:
+            Whether the rung command's reply waits in the pipe (read it unpolled).
+        """
+        bell = self.bell
+        if bell[ANSWERED] != self.rung & NUMBER_MASK:
+            return False
+        if bell[PIPED] == 1:
+            return True
+        fence()  # the number before the rows it announces
+        numbers = self.numbers
+        # counted once, even when a Ctrl-C cut a look at it short: the count first,
+        # the mark last, so a look again finds it counted (or does it)
+        if numbers.received < self.rung:
+            numbers.absorb(INFOS_IN_MEMORY if bell[PIPED] else b"", decode_reply)
+        self.rung = 0
+        return False
 
     def answered(self) -> bool:
-        """Whether the bell says the awaited reply is in the pipe (read it unpolled)."""
-        bell, expected = self.bell, self.numbers.expected
-        return (
-            bell is not None
-            and bool(expected)
-            and bell[ANSWERED] == expected[0] & NUMBER_MASK
-        )
+        """Whether the awaited reply is in the pipe, unpolled (a bell's answer is taken)."""
+        return bool(self.rung) and self.settle()
 
     def take_wide_offer(self, offer: WideOffer) -> None:
         """Map the wide-info area this worker offers; the next step accepts it.
@@ -312,6 +344,11 @@ class WorkerHandle:
         except KeyboardInterrupt:  # cut off mid-transfer (HELD defers the 1st)
             self.cut_off()
             raise
+        if data == WAKE:  # not a reply (vecpool/_wire/bell.py)
+            return False
+        if self.rung:
+            self.settle()  # an answer on the bell alone comes before this reply
+            self.rung = 0  # else this reply is the rung command's own
         return self.numbers.absorb(data, decode_reply)
 
     def answer(self) -> Reply | None:

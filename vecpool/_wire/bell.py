@@ -13,11 +13,22 @@ The words of a bell (``uint32``; :meth:`SharedBlock.words`):
 
 * :data:`COMMAND`: the number of the last command rung (parent);
 * :data:`BUFFER`: the observation buffer that step writes (parent, before it);
-* :data:`ANSWERED`: the number of the last rung command whose reply is in the pipe
-  (worker);
+* :data:`ANSWERED`: the number of the last rung command the worker answered
+  (worker, after the step's rows are in shared memory);
+* :data:`PIPED`: 1 when that answer also has a reply in the pipe (infos, an error,
+  a pickled leaf); 0 when there is nothing more to say, :data:`COLUMNS` when the
+  step's infos are all in their shared rows (vecpool/_wire/info_columns.py): then
+  nothing is written to the pipe, and the parent takes the answer from the bell
+  alone (worker, before :data:`ANSWERED`);
 * :data:`LISTENING`: 1 from the moment the worker starts watching the bell until
   it gives up spinning (also while it serves what it found: it looks at the bell
   again before it blocks); 0 while it blocks on its pipe (worker).
+
+* :data:`WAITING`: 1 while the parent blocks on the pipes with this worker's rung
+  command unanswered (parent): a worker that answers on the bell alone then also
+  writes a :data:`~vecpool._wire.messages.WAKE` (not a reply) to its pipe. Each
+  side fences between its write and its read of the other's word, so the parent
+  either sees the answer before it blocks or gets the wake.
 
 A blocked worker does not see the bell: the parent rings, then reads
 :data:`LISTENING`, and if it is 0 writes an empty message to the pipe (a *wake*,
@@ -29,7 +40,11 @@ taken is skipped). A blocked worker also looks at its bell every
 :data:`RECHECK_MS`, so even a lost wake costs a delay, never a hang.
 
 The parent rings only a worker that has answered every command sent before
-(nothing is in its pipe), so bell and pipe commands never overtake each other.
+(nothing is in its pipe), so bell and pipe commands never overtake each other; a
+worker serves a rung command before anything in its pipe, so a reply in the pipe
+while a rung command is unanswered on the bell is that command's (its answer was
+piped), and a rung command answered on the bell alone comes before every reply in
+the pipe (vecpool/_engine/handle.py ``WorkerHandle.settle``).
 """
 
 from __future__ import annotations
@@ -45,15 +60,21 @@ from vecpool._wire.channel import Channel
 __all__ = [
     "ANSWERED",
     "BUFFER",
+    "COLUMNS",
     "COMMAND",
     "LISTENING",
+    "PIPED",
     "RECHECK_MS",
+    "WAITING",
     "fence",
     "wait_for_command",
 ]
 
-COMMAND, BUFFER, ANSWERED, LISTENING = 0, 1, 2, 3
+COMMAND, BUFFER, ANSWERED, LISTENING, PIPED, WAITING = 0, 1, 2, 3, 4, 5
 """The words of a bell (see the module docstring)."""
+
+COLUMNS = 2
+""":data:`PIPED`'s value for an answer whose infos are all in shared rows."""
 
 NUMBER_MASK = 0xFFFFFFFF
 """Command numbers as a bell holds them (32 bits; they wrap)."""

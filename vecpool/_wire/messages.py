@@ -40,6 +40,7 @@ __all__ = [
     "CUT_AGAIN",
     "INFOS_IN_MEMORY",
     "KEPT",
+    "WAKE",
     "STEP",
     "STEP_SOME",
     "Command",
@@ -140,6 +141,10 @@ shared memory (a pickled reply starts with ``0x80``)."""
 
 COLUMNS_ONLY = Reply(columns=True)
 """What :data:`INFOS_IN_MEMORY` stands for."""
+
+WAKE = b"!"
+"""Worker -> parent, never a reply (not numbered): the parent blocked on the pipe
+while the worker answered a rung command on its bell alone (vecpool/_wire/bell.py)."""
 
 
 @dataclass

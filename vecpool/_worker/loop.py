@@ -20,9 +20,18 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from vecpool._wire.bell import ANSWERED, BUFFER, COMMAND, wait_for_command
+from vecpool._wire.bell import (
+    ANSWERED,
+    COLUMNS,
+    BUFFER,
+    COMMAND,
+    PIPED,
+    WAITING,
+    fence,
+    wait_for_command,
+)
 from vecpool._wire.channel import Channel
-from vecpool._wire.messages import STEP, WorkerConfig
+from vecpool._wire.messages import INFOS_IN_MEMORY, STEP, WAKE, WorkerConfig
 from vecpool._wire.spin import spin_until_ready
 from vecpool._worker.host import open_host, serve
 
@@ -204,11 +213,26 @@ def run_worker(
                 WAITS.blocking += 1
             waited = None
             reply, running = serve(host, data)
+            if rung and (not reply or reply == INFOS_IN_MEMORY):
+                # nothing to say but "infos in their rows": the bell alone answers
+                bell[PIPED] = COLUMNS if reply else 0
+                fence()  # the step's rows, then the flag, before the number
+                bell[ANSWERED] = seen
+                fence()  # the number before the look at WAITING (bell.py)
+                if bell[WAITING]:  # the parent blocks on the pipe: wake it
+                    try:
+                        channel.send(WAKE)
+                    except OSError:
+                        break
+                continue
+            if rung:
+                bell[PIPED] = 1
             try:
                 channel.send(reply)
             except OSError:
                 break
             if rung:  # its reply is in the pipe: the parent may read it unpolled
+                fence()
                 bell[ANSWERED] = seen
     finally:
         for env in envs:
