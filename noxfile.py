@@ -57,6 +57,26 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs)
 
 
+@nox.session(python=PYTHON)
+def forkserver(session: nox.Session) -> None:
+    """Run the engine behaviours and the differential tests under ``forkserver``.
+
+    Python 3.14 makes ``forkserver`` Linux's default start method: a vector env
+    built without ``context`` then pickles its env fns to the forkserver, which
+    starts each worker from a fresh interpreter. ``VECPOOL_START_METHOD`` makes it
+    the default in tests/conftest.py for the tests marked ``start_methods``: every
+    test over the ``placement`` fixture, and tests/conformance/test_differential.py.
+    """
+    install_project(session, *nox.project.dependency_groups(PYPROJECT, "test"))
+    session.run(
+        "pytest",
+        "-m",
+        "start_methods",
+        *session.posargs,
+        env={"VECPOOL_START_METHOD": "forkserver"},
+    )
+
+
 # torch is pinned (a CPU wheel; torchrl needs a matching torch and tensordict)
 INTEGRATIONS = [
     "torch==2.13.0",

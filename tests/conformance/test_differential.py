@@ -44,8 +44,9 @@ GROUPINGS: list[tuple[int, int | None]] = [
     (3, None),
 ]
 
-# A hung worker must fail fast, not eat the global 120 s timeout.
-pytestmark = pytest.mark.timeout(30)
+# A hung worker must fail fast, not eat the global 120 s timeout; every test here
+# runs under `nox -s forkserver` too (tests/conftest.py, start_methods)
+pytestmark = [pytest.mark.timeout(30), pytest.mark.start_methods]
 
 
 class Case(NamedTuple):

@@ -728,29 +728,42 @@ def test_the_default_pool_holds_every_overlapped_step(tmp_path):
 
 @pytest.mark.parametrize("with_policy", [False, True])
 def test_the_cpu_sharing_advice_only_with_a_policy(monkeypatch, with_policy):
+    # measured while stepping (issue 38): random actions never warn; a policy on
+    # several threads (faked: the parent's CPU clock runs 2.5x the wall's) warns
+    import time
     import warnings
 
+    from vecpool._engine.spinning import ThreadWatch
     from vecpool._util import threads
 
     monkeypatch.setattr(threads, "_warned", False)
     monkeypatch.setattr(
         threads, "parent_pools", lambda: threads.ThreadPools((("openblas", 64),))
     )
+    monkeypatch.setattr(ThreadWatch, "WINDOW", 0.0)  # a window every 64 steps
+    if with_policy:
+        init = ThreadWatch.__init__
+
+        def multi_threaded(self, num_workers, cpus, **_):
+            init(self, num_workers, cpus, cpu_clock=lambda: 2.5 * time.perf_counter())
+
+        monkeypatch.setattr(ThreadWatch, "__init__", multi_threaded)
     policy = (lambda obs: np.zeros(len(obs), np.int64)) if with_policy else None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         collect(
             "CartPole-v1",
             num_envs=2,
-            steps=20,
+            steps=600,  # 300 vector steps: 4 windows
             pool_size=None,
             num_workers=2,
             policy=policy,
             out=None,
         )
     advice = [w for w in caught if w.category is vecpool.VecPoolPerformanceWarning]
-    # random actions: no policy competes with the workers for the cores
     assert len(advice) == (1 if with_policy else 0)
+    if with_policy:
+        assert "2.5 threads on average" in str(advice[0].message)
 
 
 SHORT_RUN = ["collect", "CartPole-v1", "--num-envs", "4", "--steps", "40", "--quiet"]

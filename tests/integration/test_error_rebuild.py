@@ -9,21 +9,12 @@ import numpy as np
 import pytest
 
 import vecpool
-from vecpool.testing import CountingEnv
+from vecpool.testing import CountingEnv, DeliberateErrorWithArgs
 
 pytestmark = [
     pytest.mark.timeout(60),
     pytest.mark.filterwarnings("ignore::UserWarning"),  # Gymnasium's error log lines
 ]
-
-
-class CodedError(RuntimeError):
-    """Needs two arguments: it cannot be rebuilt from its message alone."""
-
-    def __init__(self, code: int, text: str) -> None:
-        super().__init__(f"E{code}: {text}")
-        self.code = code
-        self.text = text
 
 
 class LockedError(Exception):
@@ -42,7 +33,11 @@ class _Raising(CountingEnv):
 
     def step(self, action: Any) -> Any:
         if self.error == "coded":
-            raise CodedError(7, "the simulator diverged")
+            # needs three arguments: it cannot be rebuilt from its message alone (an
+            # importable class: a worker started by forkserver or spawn cannot
+            # pickle a test module's class by reference, nor the parent import it)
+            msg = "the simulator diverged"
+            raise DeliberateErrorWithArgs(msg, 7, "E7")
         import threading
 
         raise LockedError(threading.Lock(), "stuck")
@@ -56,15 +51,16 @@ def test_an_exception_needing_init_arguments_keeps_its_class(placement):
     env = vecpool.AsyncVectorEnv([CountingEnv, _Raising], **placement.kwargs(2))
     try:
         env.reset(seed=0)
-        with pytest.raises(CodedError) as info:
+        with pytest.raises(DeliberateErrorWithArgs) as info:
             env.step(np.zeros(2, np.int64))
         error = info.value
-        assert type(error) is CodedError
-        assert str(error) == "E7: the simulator diverged"
+        assert type(error) is DeliberateErrorWithArgs
+        assert str(error) == "the simulator diverged"
         assert error.code == 7  # its attributes came along
-        assert error.text == "the simulator diverged"
+        assert error.detail == "E7"
         assert "sub-environment 1" in "".join(getattr(error, "__notes__", []))
-        assert "CodedError" in str(error.__cause__)  # the remote traceback
+        # the remote traceback
+        assert "DeliberateErrorWithArgs" in str(error.__cause__)
         # still usable afterwards, as after any env error
         assert env.get_attr("spec")[0] is None
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 
 import gymnasium as gym
@@ -119,7 +120,16 @@ def _loadavg(path, runnable: int) -> None:
     path.write_text(f"0.50 0.40 0.30 {runnable}/321 4567\n")
 
 
-def test_a_crowded_machine_has_nobody_spin_and_a_free_one_spin_again(tmp_path):
+@pytest.fixture
+def two_cpu_host(monkeypatch):
+    """A 2-CPU machine, whatever this one has: the load is judged against the host's
+    CPUs (``os.cpu_count``), and 5 runnable processes are a crowd on 2, not on 16."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+
+
+def test_a_crowded_machine_has_nobody_spin_and_a_free_one_spin_again(
+    tmp_path, two_cpu_host
+):
     # more runnable processes than CPUs: spinners would take the time slices the
     # working processes need, so the workers' hint and the parent's spin go to 0
     path = tmp_path / "loadavg"
@@ -168,8 +178,6 @@ def test_block_and_spin_strategies_never_watch_the_load():
 def test_in_a_container_only_a_machine_wide_crowd_counts(monkeypatch):
     # /proc/loadavg counts the whole machine: with a 2-CPU quota on a 64-CPU host,
     # the host's own load must not stop every spinner for good
-    import os
-
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     policy = SpinPolicy.from_strategy("auto", 1, 2)
     assert policy.crowd is not None
@@ -181,7 +189,7 @@ def test_in_a_container_only_a_machine_wide_crowd_counts(monkeypatch):
     assert SpinPolicy.from_strategy("auto", 3, 2).crowd is None
 
 
-def test_the_load_is_watched_while_the_parent_computes_too(tmp_path):
+def test_the_load_is_watched_while_the_parent_computes_too(tmp_path, two_cpu_host):
     # a long policy between steps already says "block"; the load must still be
     # read, so the verdict is fresh once the policy gets quick again
     path = tmp_path / "loadavg"

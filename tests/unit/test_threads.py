@@ -54,33 +54,34 @@ def test_advice_names_the_pools_the_cpus_and_the_fix():
 
 def test_the_advice_is_a_performance_warning_once_per_process(monkeypatch):
     monkeypatch.setattr(threads, "_warned", False)
-    monkeypatch.setattr(
-        threads, "parent_pools", lambda: ThreadPools((("openblas", 4),))
-    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        threads.warn_once(2, 2)
-        threads.warn_once(2, 2)
+        threads.warn_once("vecpool: advice")
+        threads.warn_once("vecpool: advice")
     advice = [w for w in caught if w.category is vecpool.VecPoolPerformanceWarning]
     assert len(advice) == 1
-    assert "policy_threads='auto'" in str(advice[0].message)
+    assert str(advice[0].message) == "vecpool: advice"
+    assert advice[0].filename == __file__  # the first line outside vecpool
+    assert threads.has_warned()
     assert issubclass(vecpool.VecPoolPerformanceWarning, vecpool.VecPoolWarning)
 
 
-@pytest.mark.parametrize("custom_worker", [False, True])
-def test_the_constructor_gives_the_advice_at_the_users_line(monkeypatch, custom_worker):
-    # the vecpool logger has a NullHandler: a log record would never print
-    from gymnasium.vector.async_vector_env import _async_worker
-
-    monkeypatch.setattr(threads, "_warned", False)
+def test_the_measured_advice_says_what_was_measured_then_the_fix(monkeypatch):
     monkeypatch.setattr(
-        threads, "parent_pools", lambda: ThreadPools((("openblas", 64),))
+        threads, "parent_pools", lambda: ThreadPools((("openblas", 2),))
     )
-    kwargs = {"worker": _async_worker} if custom_worker else {"num_workers": 2}
-    with pytest.warns(vecpool.VecPoolPerformanceWarning, match="policy_threads") as got:
-        env = vecpool.AsyncVectorEnv(_fns(), **kwargs)
-    env.close()
-    assert got[0].filename == __file__  # the line that built the vector env
+    message = threads.measured_advice(1, 2, 2.46, 128)
+    assert message is not None
+    assert message.startswith(
+        "vecpool: over its last 128 steps this process ran on 2.5 threads on "
+        "average (CPU seconds per wall second): a policy on several threads "
+        "between steps. This process's thread pools (openblas: 2 threads) and the "
+        "1 worker process of this AsyncVectorEnv want more CPUs than the 2 available"
+    )
+    assert "policy_threads='auto'" in message
+    assert "OMP_NUM_THREADS=1" in message
+    # several threads, but pools and workers fit the CPUs: nothing to fit
+    assert threads.measured_advice(1, 16, 2.46, 128) is None
 
 
 def test_policy_threads_limits_the_pools_while_open_and_restores_them():
@@ -173,10 +174,13 @@ def test_the_default_constructor_never_lets_threadpoolctl_warn(monkeypatch):
     before = set(multiprocessing.active_children())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        # vecpool's own advice is a warning the user filters (as this suite does)
-        warnings.filterwarnings("ignore", category=vecpool.VecPoolPerformanceWarning)
-        env = vecpool.AsyncVectorEnv(_fns(), num_workers=2)
-        env.close()
+        for policy_threads in (None, "auto"):  # "auto" limits the pools
+            env = vecpool.AsyncVectorEnv(
+                _fns(), num_workers=2, policy_threads=policy_threads
+            )
+            env.close()
+        # the measured advice reads the pools too
+        threads.measured_advice(2, 2, 2.0, 64)
     assert set(multiprocessing.active_children()) == before
 
 

@@ -174,8 +174,13 @@ class Batches:
         Raises:
             ValueError: On bad ids or actions (nothing is sent then).
             WorkerCrashedError: If a worker's pipe is broken.
+            VecPoolPerformanceWarning: Where warnings are errors, the measured
+                advice on ``policy_threads`` (once per process); nothing is sent.
         """
-        self.group.spin.before_send()
+        spin = self.group.spin
+        if spin.advice is not None:  # said before anything is sent
+            spin.advise()
+        spin.before_send()
         run = self._consecutive(env_ids)  # the common case, checked in a few reads
         ids = run[0] if run is not None else self.check_env_ids(env_ids)
         with HELD:

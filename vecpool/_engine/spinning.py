@@ -7,24 +7,31 @@
 time less its waits), and the verdict goes into a byte of the shared block
 (:attr:`SpinPolicy.hint`) that the workers read after each reply. A parent busy
 between steps (a policy) finds them blocked, so spinning never takes a core from it.
+
+Its :class:`ThreadWatch` measures, on the same calls, whether that work runs on
+several threads beside the workers (the advice on ``policy_threads``, issue 38).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from vecpool._util.threads import has_warned, measured_advice, warn_once
 from vecpool._wire.shared_memory import Layout, SharedBlock
 
 __all__ = [
+    "POLICY_THREADS",
     "SPIN_BUDGET",
     "SPIN_MAX_WAIT",
     "WORKER_SPIN_MAX_GAP",
     "CrowdWatch",
     "GapTracker",
     "SpinPolicy",
+    "ThreadWatch",
 ]
 
 SPIN_BUDGET = 0.002
@@ -35,6 +42,9 @@ WORKER_SPIN_MAX_GAP = 0.00025
 """With ``"auto"``, workers spin while the parent sends the next command within this
 (on average) after their reply; a parent that computes longer (a policy) finds them
 blocked, so their spinning never takes its cores."""
+POLICY_THREADS = 1.3
+"""The parent's CPU seconds per wall second above which its work between steps ran
+on several threads for a good part of the loop (a loop without a policy: 1 at most)."""
 
 
 @dataclass
@@ -62,6 +72,10 @@ class SpinPolicy:
             load (:class:`CrowdWatch`).
         cores_free: Whether the parent and every worker have a CPU each: the
             workers may then spin through a policy that runs on one thread.
+        watch: While it measures, the watch on the parent's threads
+            (:class:`ThreadWatch`, set by :meth:`watch_threads`).
+        advice: What the watch found, to say before the next step is sent
+            (:meth:`advise`); ``None`` while there is nothing to say.
     """
 
     worker_spin: float
@@ -73,6 +87,8 @@ class SpinPolicy:
     gaps: GapTracker | None = None
     crowd: CrowdWatch | None = None
     cores_free: bool = False
+    watch: ThreadWatch | None = None
+    advice: str | None = None
 
     def share_hint(self, block: SharedBlock, layout: Layout) -> bool:
         """Start writing the workers' hint into ``block``; whether they should read it.
@@ -103,6 +119,12 @@ class SpinPolicy:
         long one keeps the workers blocked, never spinning on the cores that work
         needs.
         """
+        watch = self.watch
+        if watch is not None:  # every ThreadWatch.EVERY commands, it measures
+            watch.countdown -= 1
+            if not watch.countdown and watch.measured():
+                self.watch = None
+                self.advice = watch.advice
         if self.gaps is not None:
             quick = self.gaps.commanded(time.perf_counter())
             if self.cores_free:
@@ -113,6 +135,29 @@ class SpinPolicy:
             crowd = self.crowd
             crowded = crowd is not None and crowd.crowded()  # counted every step
             self.hint.value = quick and not crowded
+
+    def watch_threads(self, num_workers: int, cpus: int) -> None:
+        """Measure whether a policy on several threads competes with the workers.
+
+        Once per process (the advice is said once), and only beside workers.
+
+        Args:
+            num_workers: The vector env's worker processes.
+            cpus: CPUs this process may run on.
+        """
+        if num_workers and not has_warned():
+            self.watch = ThreadWatch(num_workers, cpus)
+
+    def advise(self) -> None:
+        """Say what the watch found (once per process), before a step is sent.
+
+        Raises:
+            VecPoolPerformanceWarning: Where warnings are errors; nothing was
+                sent then, and the next step goes on (the advice is said once).
+        """
+        message, self.advice = self.advice, None
+        if message is not None:
+            warn_once(message)
 
     @classmethod
     def from_strategy(
@@ -335,3 +380,114 @@ class CrowdWatch:
             return int(field.split(b"/")[0])
         except (OSError, IndexError, ValueError):
             return None
+
+
+class ThreadWatch:
+    """Whether a policy on several threads in the parent competes with the workers.
+
+    Every :data:`EVERY` step commands the parent reads its CPU time (every
+    thread's, ``time.process_time``) and the clock; once a window spans
+    :data:`WINDOW` seconds, its CPU seconds per wall second are the threads the
+    parent ran on. A loop without a policy runs on one thread at most (the parent's
+    own envs, its waits, sampling actions), however many threads numpy's BLAS pool
+    holds idle; a policy on two threads for a third of the loop passes
+    :data:`POLICY_THREADS`, so a short one does not. When :data:`CONFIRM` windows in
+    a row pass it, :func:`vecpool._util.threads.measured_advice` checks that the
+    parent's pools and the workers exceed the CPUs, and :attr:`advice` holds what to
+    say; either way the watch is over.
+
+    Example:
+        >>> wall = cpu = 0.0
+        >>> watch = ThreadWatch(1, 2, clock=lambda: wall, cpu_clock=lambda: cpu)
+        >>> def loop(steps: int, threads: float) -> bool:
+        ...     global wall, cpu
+        ...     for _ in range(steps):
+        ...         wall += 0.01  # a step and 10 ms of policy ...
+        ...         cpu += 0.01 * threads  # ... on this many threads
+        ...         watch.countdown -= 1
+        ...         if not watch.countdown and watch.measured():
+        ...             return True
+        ...     return False
+        >>> loop(2000, threads=1.0)  # the parent alone: never over
+        False
+        >>> round(watch.threads, 2)
+        1.0
+        >>> loop(2000, threads=2.5)  # a policy on several threads: the verdict
+        True
+        >>> round(watch.threads, 2)
+        2.5
+
+    Args:
+        num_workers: The vector env's worker processes.
+        cpus: CPUs this process may run on.
+        clock: Wall seconds (a test passes its own).
+        cpu_clock: This process's CPU seconds, every thread's.
+    """
+
+    EVERY = 64
+    """Step commands between two reads of the clocks."""
+    WINDOW = 0.25
+    """Wall seconds a measurement spans at least."""
+    CONFIRM = 2
+    """Windows in a row above :data:`POLICY_THREADS` before the verdict."""
+
+    __slots__ = (
+        "_cpu",
+        "_steps",
+        "_wall",
+        "above",
+        "advice",
+        "clock",
+        "countdown",
+        "cpu_clock",
+        "cpus",
+        "num_workers",
+        "threads",
+    )
+
+    def __init__(
+        self,
+        num_workers: int,
+        cpus: int,
+        clock: Callable[[], float] = time.perf_counter,
+        cpu_clock: Callable[[], float] = time.process_time,
+    ) -> None:
+        """Start with no window (the first read starts one)."""
+        self.num_workers = num_workers
+        self.cpus = cpus
+        self.clock = clock
+        self.cpu_clock = cpu_clock
+        self.countdown = self.EVERY  # the caller counts it down, once a command
+        self.threads: float | None = None  # the last window's, once measured
+        self.above = 0  # windows in a row above POLICY_THREADS
+        self.advice: str | None = None
+        self._wall: float | None = None
+        self._cpu = 0.0
+        self._steps = 0
+
+    def measured(self) -> bool:
+        """:data:`EVERY` more commands went out: read the clocks, judge a window.
+
+        Returns:
+            Whether the watch is over: :attr:`advice` says what to say, if anything.
+        """
+        self.countdown = self.EVERY
+        wall, cpu = self.clock(), self.cpu_clock()
+        if self._wall is None:
+            self._wall, self._cpu = wall, cpu
+            return False
+        self._steps += self.EVERY
+        elapsed = wall - self._wall
+        if elapsed < self.WINDOW:
+            return False  # the window goes on
+        self.threads = (cpu - self._cpu) / elapsed
+        steps, self._steps = self._steps, 0
+        self._wall, self._cpu = wall, cpu
+        if self.threads <= POLICY_THREADS:
+            self.above = 0
+            return False
+        self.above += 1
+        if self.above < self.CONFIRM:
+            return False
+        self.advice = measured_advice(self.num_workers, self.cpus, self.threads, steps)
+        return True

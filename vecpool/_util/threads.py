@@ -7,14 +7,19 @@ MLP with 2 BLAS threads and 2 workers stepping Pong is slower than the same loop
 on ``SyncVectorEnv`` (docs/performance.md). SB3 users meet it as "SubprocVecEnv
 is slower than DummyVecEnv".
 
-**The trigger** (:func:`oversubscription`): the vector env has worker processes,
-some pool of the parent has more than one thread, and that pool's threads plus
-the workers exceed the CPUs this process may run on. vecpool then says so once per
-process, from the constructor, as a :class:`~vecpool.errors.VecPoolPerformanceWarning`
-pointing at the line that built the vector env. (It was a record of the ``vecpool``
-logger, which never printed: the package gives that logger a ``NullHandler``.) The
-advice depends on the machine, so vecpool's suite ignores the category where it does
-not test it (pyproject.toml), and the peer run never gives it.
+**The trigger** (:func:`measured_advice`), measured, not guessed (issue 38): the
+parent's CPU seconds per wall second over windows of steps
+(:class:`vecpool._engine.spinning.ThreadWatch`) exceed
+:data:`~vecpool._engine.spinning.POLICY_THREADS` (1.3), so work between steps ran
+on several threads at once for a good part of the loop (a BLAS or torch policy),
+and that pool's threads plus the workers exceed the CPUs this process may run on
+(:func:`oversubscription`). A loop without a policy runs on one thread (the
+parent's own envs and waits) and never gives it, though numpy's OpenBLAS starts one
+thread per CPU at import: the constructor used to warn on that alone, on every
+2-CPU machine. vecpool then says once per process, as a
+:class:`~vecpool.errors.VecPoolPerformanceWarning` at the user's line, what it
+measured and the fix, from ``step_async`` (or ``send``) before anything is sent, so
+a warning raised as an error (``-W error``) leaves the vector env as it was.
 
 **The fix** (:class:`PolicyThreads`): ``AsyncVectorEnv(..., policy_threads="auto")``
 limits every pool of the parent to ``max(1, CPUs - workers)`` threads while the
@@ -28,6 +33,7 @@ import sys
 import threading
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import threadpoolctl
@@ -39,12 +45,15 @@ __all__ = [
     "ThreadPools",
     "fit_policy_threads",
     "fitting_threads",
+    "has_warned",
+    "measured_advice",
     "oversubscription",
     "parent_pools",
     "warn_once",
 ]
 
 _warned = False
+_PACKAGE = str(Path(__file__).resolve().parents[1])  # vecpool/, for the user's line
 
 
 @dataclass(frozen=True)
@@ -111,30 +120,66 @@ def oversubscription(num_workers: int, pools: ThreadPools, cpus: int) -> str | N
     )
 
 
-def warn_once(num_workers: int, cpus: int) -> None:
-    """Give :func:`oversubscription`'s advice, the first time it applies.
+def measured_advice(
+    num_workers: int, cpus: int, threads: float, steps: int
+) -> str | None:
+    """The advice, when a measured multi-threaded policy competes with the workers.
 
-    A :class:`~vecpool.errors.VecPoolPerformanceWarning`, so it reaches the user
-    (the ``vecpool`` logger has a ``NullHandler``: a log record would not print),
-    once per process.
+    Args:
+        num_workers: The vector env's worker processes.
+        cpus: CPUs this process may run on.
+        threads: The parent's CPU seconds per wall second over the last steps.
+        steps: How many steps that measurement spans.
+
+    Returns:
+        The message (what was measured, then :func:`oversubscription`'s advice),
+        or ``None`` when the parent's pools and the workers fit the CPUs (the
+        several threads are not a pool's, or there are cores enough).
+    """
+    advice = oversubscription(num_workers, parent_pools(), cpus)
+    if advice is None:
+        return None
+    advice = advice.removeprefix("vecpool: ")
+    return (
+        f"vecpool: over its last {steps} steps this process ran on {threads:.1f} "
+        "threads on average (CPU seconds per wall second): a policy on several "
+        f"threads between steps. {advice[0].upper()}{advice[1:]}"
+    )
+
+
+def has_warned() -> bool:
+    """Whether this process was given the advice already (it is said once)."""
+    return _warned
+
+
+def warn_once(message: str) -> None:
+    """Give ``message`` as a :class:`~vecpool.errors.VecPoolPerformanceWarning`, once.
+
+    A warning, so it reaches the user (the ``vecpool`` logger has a
+    ``NullHandler``: a log record would not print), once per process, at the
+    first line outside vecpool on the stack (the user's ``step`` or their
+    sampler's).
     """
     global _warned  # once per process
     if _warned:
         return
-    message = oversubscription(num_workers, parent_pools(), cpus)
-    if message is not None:
-        _warned = True
-        # from warn_once, fit_policy_threads, the constructor: the user's line
-        warnings.warn(message, VecPoolPerformanceWarning, stacklevel=4)
+    _warned = True
+    frame = sys._getframe()
+    level = 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, VecPoolPerformanceWarning, stacklevel=level)
 
 
 def fit_policy_threads(
     policy_threads: int | str | None, num_workers: int, cpus: int
 ) -> PolicyThreads | None:
-    """Apply ``AsyncVectorEnv(policy_threads=...)``, or give the advice once.
+    """Apply ``AsyncVectorEnv(policy_threads=...)``.
 
     Args:
-        policy_threads: ``None`` (advise only), ``"auto"`` or a number of threads.
+        policy_threads: ``None`` (unchanged; the advice is measured while
+            stepping), ``"auto"`` or a number of threads.
         num_workers: The vector env's worker processes.
         cpus: CPUs this process may run on.
 
@@ -142,7 +187,6 @@ def fit_policy_threads(
         The limits in force (restore them on ``close``), or ``None``.
     """
     if policy_threads is None:
-        warn_once(num_workers, cpus)
         return None
     if policy_threads == "auto":
         # no workers (num_workers=0): nothing to fit beside

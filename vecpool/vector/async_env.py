@@ -230,9 +230,11 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 torch) while the vector env is open, so that a policy computed
                 between steps leaves the workers their CPUs: ``"auto"`` (CPUs
                 minus workers, at least 1) or a number; restored on :meth:`close`.
-                ``None`` (default): unchanged, and if those pools and the workers
-                exceed the CPUs, a :class:`vecpool.VecPoolPerformanceWarning` says
-                so once per process (vecpool/_util/threads.py;
+                ``None`` (default): unchanged; if a policy on several threads
+                between steps is measured (this process's CPU seconds per second)
+                and those pools and the workers exceed the CPUs, a
+                :class:`vecpool.VecPoolPerformanceWarning` says so once per
+                process, before a step is sent (vecpool/_util/threads.py;
                 docs/performance.md).
 
         Raises:
@@ -349,6 +351,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             self._policy_limits = fit_policy_threads(
                 self.policy_threads, self.num_workers, available_cpus()
             )
+            if self.policy_threads is None:  # measured while stepping (issue 38)
+                self._group.spin.watch_threads(self.num_workers, available_cpus())
         except BaseException:
             self.close(terminate=True)
             raise
@@ -563,10 +567,14 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             AlreadyPendingCallError: If another call is pending.
             ValueError: If the actions do not hold one action of the right shape per
                 env; nothing is sent then.
+            VecPoolPerformanceWarning: Where warnings are errors, the measured
+                advice on ``policy_threads`` (once per process); nothing is sent.
         """
         self._assert_is_running()
         self._assert_idle("step_async")
         buffers, group = self._buffers, self._group
+        if group.spin.advice is not None:  # said before anything is sent
+            group.spin.advise()
         with HELD:
             # the shared actions stay unread while a worker whose call gave up
             # may still read them: then everything goes by pipe (one read)

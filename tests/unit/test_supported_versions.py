@@ -1,0 +1,96 @@
+"""The suite passes on any supported Python, CPU count and start method (issue 38).
+
+What a 3.12 run on 16 CPUs found, kept from coming back: ``~`` on a Python bool
+(a ``DeprecationWarning`` from 3.12, an error later, an error under this suite's
+``filterwarnings = error``); the start method Python 3.14 makes Linux's default,
+which ``nox -s forkserver`` runs the engine tests under; and the versions the
+package metadata and the README claim, which must be the ones CI runs.
+(The crowd tests' CPU count is faked in tests/unit/test_gap_tracker.py.)
+"""
+
+from __future__ import annotations
+
+import ast
+import multiprocessing
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from vecpool.testing import CountingEnv
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCES = ("vecpool", "tests", "examples")
+
+
+def _is_python_bool(node: ast.expr) -> bool:
+    """Whether ``node`` is a Python bool whatever its operands (not a numpy mask)."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, bool)
+    if isinstance(node, ast.UnaryOp):
+        return isinstance(node.op, ast.Not)
+    if isinstance(node, ast.IfExp):  # `mask if cond else False`: sometimes a bool
+        return _is_python_bool(node.body) or _is_python_bool(node.orelse)
+    if isinstance(node, ast.Call):
+        return isinstance(node.func, ast.Name) and node.func.id == "bool"
+    return False
+
+
+def bool_inversions(source: str) -> list[int]:
+    """Lines where ``~`` is applied to a Python bool (``-1`` or ``-2``, not ``not``)."""
+    return sorted(
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.Invert)
+        and _is_python_bool(node.operand)
+    )
+
+
+def test_the_bool_inversion_scan_finds_what_it_should():
+    found = bool_inversions(
+        "a = ~True\n"
+        "b = ~(mask if mode else False)\n"
+        "c = ~(not x)\n"
+        "d = ~mask\n"  # a numpy mask: fine
+        "e = ~(x == 1)\n"  # an array comparison: fine
+    )
+    assert found == [1, 2, 3]
+
+
+def test_no_tilde_on_a_python_bool():
+    # tests/integration/test_restart_random_kills.py had one: on 3.12 every run
+    # of it raised the DeprecationWarning as an error
+    found = {
+        str(path.relative_to(REPO)): lines
+        for folder in SOURCES
+        for path in sorted((REPO / folder).rglob("*.py"))
+        if (lines := bool_inversions(path.read_text(encoding="utf-8")))
+    }
+    assert found == {}, f"`~` on a Python bool (use `not`, or a numpy mask): {found}"
+
+
+@pytest.mark.start_methods
+def test_workers_start_with_the_default_start_method(make_async):
+    # `nox -s forkserver` sets VECPOOL_START_METHOD: the workers of a vector env
+    # built without `context` must then really start that way
+    expected = os.environ.get("VECPOOL_START_METHOD") or None
+    envs = make_async([CountingEnv] * 2, num_workers=1, parent_envs=0)
+    started = {process._start_method for process in envs.processes}
+    assert started == {expected or multiprocessing.get_start_method()}
+
+
+def _classifier_versions() -> set[str]:
+    text = (REPO / "pyproject.toml").read_text(encoding="utf-8")  # no tomllib: 3.10
+    return set(re.findall(r'"Programming Language :: Python :: (3\.\d+)"', text))
+
+
+def test_the_classifiers_list_the_versions_the_readme_says_ci_runs():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Supported and tested", 1)[1].split("\n#", 1)[0]
+    section = " ".join(section.split())  # one line: the sentence may wrap anywhere
+    tested = re.search(r"CI runs it on Python ((?:3\.\d+(?:, | and )?)+)", section)
+    assert tested is not None, "README.md: say which Pythons CI runs"
+    assert set(re.findall(r"3\.\d+", tested.group(1))) == _classifier_versions()
+    assert "forkserver" in section  # and which start methods
