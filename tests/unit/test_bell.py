@@ -178,14 +178,14 @@ def test_a_fence_never_waits_for_a_lock_a_fork_left_held():
     # held: fence() must still return
     from vecpool._wire import bell
 
-    bell._FENCE.acquire()
+    bell.FENCE_LOCK.acquire()
     try:
         thread = threading.Thread(target=bell.fence, daemon=True)
         thread.start()
         thread.join(5)
         assert not thread.is_alive()
     finally:
-        bell._FENCE.release()
+        bell.FENCE_LOCK.release()
 
 
 class _SlowPollModule:

@@ -22,6 +22,7 @@ import math
 import multiprocessing
 import os
 import select
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, NoReturn, Protocol
@@ -29,10 +30,21 @@ from typing import Any, NoReturn, Protocol
 from gymnasium import Space
 
 from vecpool._engine.env_errors import raise_env_errors
-from vecpool._engine.guards import HELD
+from vecpool._engine.guards import HELD, HOLD, MAIN, raise_deferred
 from vecpool._engine.handle import WorkerHandle
 from vecpool._engine.spinning import SpinPolicy
-from vecpool._wire.bell import WAITING, fence
+from vecpool._wire.bell import (
+    ANSWERED,
+    BUFFER,
+    COMMAND,
+    FENCE_LOCK,
+    LISTENING,
+    NUMBER_MASK,
+    PIPED,
+    WAITING,
+    fence,
+)
+from vecpool._wire.messages import COLUMNS_ONLY
 from vecpool._wire.spin import spin_until_ready
 from vecpool.errors import OutOfStepError, WorkerCrashedError
 
@@ -217,11 +229,15 @@ class WorkerGroup:
         return self.handles
 
     def send_step(self, message: bytes, per_env: list[Any] | None) -> None:
-        """Send one step command to every worker; each then awaits its reply.
+        """Send one step command to every worker: the one step path's send.
 
-        The one step path: each handle writes ``message`` (its tail, if any, and
-        its slice of ``per_env``, if given, ride along: see
-        :meth:`WorkerHandle.send_step`).
+        A worker with a bell that has answered everything is rung (the command's
+        number and the observation buffer in its bell; vecpool/_wire/bell.py), and
+        the parent's own share is marked to step in the wait
+        (``InProcessHandle.direct``): no message, no system call but a wake for a
+        worker not watching its bell. Anything else (actions by pipe, a tail, a
+        worker a given-up call left busy) goes through
+        :meth:`WorkerHandle.send_step`. The caller holds Ctrl-C back.
 
         Args:
             message: The hot-path step message (``STEP`` and a buffer index).
@@ -231,7 +247,50 @@ class WorkerGroup:
         Raises:
             WorkerCrashedError: If a worker's pipe is broken.
         """
-        for handle in self.handles:  # inside ``with HELD``, as every send
+        buffer = message[1]
+        for handle in self.handles:
+            numbers = handle.numbers
+            if per_env is None and not handle.tail and not handle.rung:
+                bell = handle.bell
+                if bell is not None and numbers.received == numbers.sent:
+                    number = numbers.sent + 1
+                    bell[BUFFER] = buffer
+                    if FENCE_LOCK.acquire(False):  # fence(): actions, buffer, number
+                        FENCE_LOCK.release()
+                    bell[COMMAND] = number & NUMBER_MASK
+                    if FENCE_LOCK.acquire(False):  # the number before LISTENING
+                        FENCE_LOCK.release()
+                    if not bell[LISTENING]:  # it blocks on its pipe: a wake
+                        try:
+                            handle.channel.send(b"")
+                        except OSError:
+                            number = 0
+                        except KeyboardInterrupt:  # a second Ctrl-C, mid-write
+                            handle.cut_off()
+                            raise
+                    if number:
+                        numbers.sent = handle.rung = number
+                        handle.last_sent = message
+                        expected = (
+                            numbers.expected
+                        )  # numbers.expect(number), written out
+                        if expected:
+                            expected.clear()
+                        if numbers.answers:
+                            numbers.answers.clear()
+                        expected.append(number)
+                        continue
+                elif handle.runs_here and not handle.channel.queued:  # type: ignore[attr-defined]
+                    handle.direct = buffer  # type: ignore[attr-defined]
+                    numbers.sent = number = numbers.sent + 1
+                    handle.last_sent = message
+                    expected = numbers.expected  # numbers.expect(number), written out
+                    if expected:
+                        expected.clear()
+                    if numbers.answers:
+                        numbers.answers.clear()
+                    expected.append(number)
+                    continue
             actions = (
                 None
                 if per_env is None
@@ -246,6 +305,67 @@ class WorkerGroup:
                     handle, "step", functools.partial(_send_step, message, actions)
                 )
             handle.numbers.expect(number)
+
+    def wait_step(self) -> None:
+        """Wait for a step sent by :meth:`send_step`: the one step path's wait.
+
+        The parent steps its own share by a direct call (Ctrl-C held back until it
+        completes), then spins on each rung worker's ``ANSWERED`` word and takes a
+        bell's answer there, within the spin budget. Whatever is left (a reply in
+        the pipe, a worker not rung, a spin past its budget, which also checks for
+        dead workers) goes to :meth:`wait`, which blocks, reads the pipes and
+        watches the sentinels.
+
+        Raises:
+            WorkerCrashedError: If a worker died without answering.
+        """
+        started = time.perf_counter()
+        if self.local:
+            main = threading.get_ident() == MAIN
+            if main:
+                HOLD["depth"] += 1
+            try:
+                for handle in self.local:
+                    if handle.direct is not None:  # type: ignore[attr-defined]
+                        handle.step_here()  # type: ignore[attr-defined]
+            finally:
+                if main:
+                    HOLD["depth"] -= 1
+            if main and HOLD["pending"] and not HOLD["depth"]:
+                raise_deferred()  # the share is stepped and answered: consistent
+        spin = self.spin
+        now = time.perf_counter()
+        spin.waited(now - started)  # stepping envs is not the parent's own work
+        deadline = now + spin.before_wait()
+        for handle in self.remote:
+            rung = handle.rung
+            if not rung:
+                continue
+            bell, word = handle.bell, rung & NUMBER_MASK
+            looks = 0
+            while bell[ANSWERED] != word:
+                looks += 1
+                if not looks & 255 and time.perf_counter() >= deadline:
+                    break
+            else:
+                piped = bell[PIPED]
+                if piped == 1:  # a reply in the pipe: read by the wait below
+                    continue
+                if FENCE_LOCK.acquire(False):  # fence(): the number before the rows
+                    FENCE_LOCK.release()
+                numbers = handle.numbers
+                if numbers.received < rung:  # as WorkerHandle.settle
+                    numbers.received = rung
+                    expected = numbers.expected
+                    if expected and expected[0] == rung:
+                        expected.popleft()
+                        numbers.answers.append((rung, COLUMNS_ONLY if piped else None))
+                handle.rung = 0
+        for handle in self.handles:
+            if handle.numbers.expected:
+                self.wait("step", None, label="step_wait")
+                return
+        spin.after_wait()
 
     def wait(
         self,
@@ -346,9 +466,10 @@ class WorkerGroup:
             if not events and bells:
                 if self._finished(handles, any_answer):  # a bell answered
                     break
-                events = self._block_on_bells(bells, poller, deadline)
-                if events is None:  # a bell answered as the parent was to block
+                blocked = self._block_on_bells(bells, poller, deadline)
+                if blocked is None:  # a bell answered as the parent was to block
                     continue
+                events = blocked
             elif not events:
                 events = self._block(poller, deadline)
             if not events:
@@ -413,7 +534,7 @@ class WorkerGroup:
             Events to read, or ``[]`` (the budget ran out, or every answer came).
         """
         deadline = time.perf_counter() + seconds
-        give = os.sched_yield if self.spin.spin_yield else None
+        give = getattr(os, "sched_yield", _sleep_zero) if self.spin.spin_yield else None
         looks = 0
         while True:
             for handle in bells:
@@ -689,6 +810,10 @@ class WorkerGroup:
         except Exception:  # noqa: BLE001 - the caller terminates the workers
             return False
         return True
+
+
+def _sleep_zero() -> None:
+    time.sleep(0)  # macOS has no sched_yield: a zero sleep yields the CPU there
 
 
 def _send_step(message: bytes, actions: list[Any] | None, handle: WorkerHandle) -> int:

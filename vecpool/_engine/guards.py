@@ -32,7 +32,15 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from vecpool.errors import ConcurrentUseError, ForcedInterrupt
 
-__all__ = ["HELD", "exclusive", "install", "uninstall"]
+__all__ = [
+    "HELD",
+    "HOLD",
+    "MAIN",
+    "exclusive",
+    "install",
+    "raise_deferred",
+    "uninstall",
+]
 
 _MAIN = threading.main_thread().ident
 _state = {"depth": 0, "pending": 0, "users": 0}
@@ -106,6 +114,25 @@ class _Held:
 
 HELD = _Held()
 """The held section: ``with HELD:`` a Ctrl-C waits until the section ends."""
+
+HOLD = _state
+""":data:`HELD`'s counters, for the one step path, which holds Ctrl-C back without
+a call: in the main thread (:data:`MAIN`), ``HOLD["depth"] += 1`` opens a section,
+``HOLD["depth"] -= 1`` closes it, and then, if ``HOLD["pending"]`` and no section
+is open, :func:`raise_deferred` raises the Ctrl-C that came inside."""
+
+MAIN = _MAIN
+"""The main thread's ident: only there are sections counted."""
+
+
+def raise_deferred() -> None:
+    """Raise the Ctrl-C deferred by a section that :data:`HOLD` opened.
+
+    Raises:
+        KeyboardInterrupt: Always.
+    """
+    _state["pending"] = 0
+    raise KeyboardInterrupt
 
 
 _P = ParamSpec("_P")

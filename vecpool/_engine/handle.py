@@ -220,7 +220,7 @@ class WorkerHandle:
         return False
 
     def answered(self) -> bool:
-        """Whether the awaited reply is in the pipe, unpolled (a bell's answer is taken)."""
+        """Whether the awaited reply is in the pipe (a bell's answer is taken here)."""
         return bool(self.rung) and self.settle()
 
     def take_wide_offer(self, offer: WideOffer) -> None:

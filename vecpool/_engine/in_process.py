@@ -20,9 +20,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from vecpool._engine.handle import WorkerHandle
+from vecpool._engine.handle import WorkerHandle, decode_reply
 from vecpool._util.closing import close_all_within
-from vecpool._wire.messages import KEPT, Reply, WorkerConfig
+from vecpool._wire.messages import KEPT, STEP, Reply, WorkerConfig, encode
+from vecpool._wire.remote_errors import pack_error
 from vecpool._worker.host import open_host, serve
 
 __all__ = ["InProcessHandle"]
@@ -211,9 +212,46 @@ class InProcessHandle(WorkerHandle):
 
     runs_here = True
 
+    direct: int | None = None
+    """The observation buffer of a plain step sent and not run yet (the one step
+    path: :meth:`WorkerGroup.send_step` sets it instead of queueing a message, and
+    :meth:`step_here` runs it), or ``None``."""
+
     def poll(self) -> bool:
         """Whether an answer is queued."""
         return self.channel.has_message()
+
+    def step_here(self) -> None:
+        """Run the plain step sent (:attr:`direct`) and take its answer at once.
+
+        The host's step called directly: no message, queue or reply object. The
+        caller holds Ctrl-C back around it (the share completes first).
+
+        Raises:
+            BaseException: What stopped the step half-way (not an env's
+                exception: that is answered); the envs are then lost.
+        """
+        buffer, self.direct = self.direct, None
+        channel = self.local_channel
+        host = channel.host
+        try:
+            reply: bytes | Reply = host.step(None, None, buffer)
+        except Exception as exc:  # noqa: BLE001 - as serve(): answered
+            reply = encode(Reply(errors=[pack_error(host.start, exc)]))
+        except BaseException as exc:  # a worker's death, in this process
+            channel.broken_by = type(exc).__name__
+            channel.stop()
+            raise
+        if reply == KEPT:
+            reply, host.kept = host.kept, None
+        self.numbers.absorb(reply, decode_reply)
+
+    def write(self, data: bytes) -> int:
+        """Queue a command, after the plain step sent before it (if not run yet)."""
+        if self.direct is not None:
+            self.local_channel.queued.append(STEP + bytes((self.direct,)))
+            self.direct = None
+        return super().write(data)
 
     def run_queued(self) -> None:
         """Run the commands sent since the last wait (the group's wait calls it).
@@ -222,10 +260,13 @@ class InProcessHandle(WorkerHandle):
             BaseException: What stopped a command half-way (not an env's
                 exception: that is answered); the envs are then lost.
         """
+        if self.direct is not None:
+            self.step_here()
         self.local_channel.run_queued()
 
     def forget_queued(self) -> None:
         """Drop the commands not run yet (``close(terminate=True)``)."""
+        self.direct = None
         self.local_channel.queued.clear()
 
     def send_close(self, timeout: float | None = None) -> int:

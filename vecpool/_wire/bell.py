@@ -62,6 +62,7 @@ __all__ = [
     "BUFFER",
     "COLUMNS",
     "COMMAND",
+    "FENCE_LOCK",
     "LISTENING",
     "PIPED",
     "RECHECK_MS",
@@ -85,7 +86,8 @@ RECHECK_MS = 50
 POLL_EVERY = 16
 """A spinning worker polls its pipe (a system call) once per this many looks."""
 
-_FENCE = threading.Lock()
+FENCE_LOCK = threading.Lock()
+"""The lock :func:`fence` tries; the one step path tries it inline (no call)."""
 
 
 def fence() -> None:
@@ -98,8 +100,8 @@ def fence() -> None:
     It never waits: a lock that a forked child inherited held (another thread of
     the parent was inside :func:`fence` at the fork) is only tried.
     """
-    if _FENCE.acquire(False):
-        _FENCE.release()
+    if FENCE_LOCK.acquire(False):
+        FENCE_LOCK.release()
 
 
 def _sleep_zero() -> None:

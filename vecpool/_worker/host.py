@@ -20,7 +20,13 @@ import numpy as np
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 
-from vecpool._util.spaces import leaves, make_extractor, make_reader, make_writer
+from vecpool._util.spaces import (
+    is_foreign,
+    leaves,
+    make_extractor,
+    make_reader,
+    make_writer,
+)
 from vecpool._wire.info_columns import (
     INFO_ROW_BYTES,
     InfoSchema,
@@ -70,6 +76,7 @@ class Host:
             else None
         )
         self.write_obs: Callable[[int, Any], None] | None = None
+        self.obs_arrays: list[Any] = []  # per buffer, where the space is one array
         self.obs_writers: list[Callable[[int, Any], None]] = []
         transport = config.obs_transport
         if transport in (ObsTransport.NATIVE, ObsTransport.HYBRID):
@@ -83,6 +90,10 @@ class Host:
                 for start in range(0, len(fields), per_buffer)
             ]
             self.write_obs = self.obs_writers[0]
+            if per_buffer == 1 and not is_foreign(config.observation_space):
+                # one array leaf (a Box): the step writes it inline when the env
+                # returns an array of exactly its row's shape and dtype
+                self.obs_arrays = [block.view(field) for field in fields]
         # what every reply carries of each env's observation: all of it (PIPE), the
         # leaves that are not arrays (HYBRID), or nothing
         self.by_pipe = transport in (ObsTransport.PIPE, ObsTransport.HYBRID)
@@ -151,6 +162,8 @@ class Host:
         errors: list[ErrorRecord] = []
         read_action = self.read_action
         write_obs = self.obs_writers[buffer] if self.obs_writers else self.write_obs
+        array: Any = self.obs_arrays[buffer] if self.obs_arrays else None
+        row = (array.shape[1:], array.dtype) if array is not None else None
         rewards, terminations, truncations = (
             self.rewards,
             self.terminations,
@@ -164,7 +177,9 @@ class Host:
         ids_now = self.info_ids_now
         columns = False
         cuts = self.cuts  # None but in a replacement worker
-        self._acquire()
+        permits = self.permits
+        if permits is not None:  # max_concurrency
+            permits.acquire(self.config.index)
         envs = self.envs
         try:
             for position, local in enumerate(
@@ -180,9 +195,11 @@ class Host:
                         )
                         marked = True  # pickled: the parent looks at this info
                     elif mode is AutoresetMode.NEXT_STEP and self.autoreset[local]:
+                        seed = None
                         if cuts is not None:
                             cuts.open[local] = False
-                        obs, info = env.reset(seed=self._take_seed(local))
+                            seed = cuts.take_seed(local)
+                        obs, info = env.reset(seed=seed)
                         reward, terminated, truncated = 0.0, False, False
                     else:
                         if cuts is not None:
@@ -201,7 +218,14 @@ class Host:
                             obs = reset_obs
                     if mode is AutoresetMode.NEXT_STEP:
                         self.autoreset[local] = bool(terminated or truncated)
-                    if write_obs is not None:
+                    if (
+                        row is not None
+                        and type(obs) is np.ndarray
+                        and obs.shape == row[0]
+                        and obs.dtype is row[1]
+                    ):
+                        array[index] = obs  # write_obs's check passed, written out
+                    elif write_obs is not None:
                         write_obs(index, obs)
                     self.last_obs[local] = obs  # a reference: no copy
                     rewards[index] = reward
@@ -222,7 +246,10 @@ class Host:
                 if ids_now[local] != schema_id:
                     info_ids[index] = ids_now[local] = schema_id
         finally:
-            self._release()
+            if permits is not None:
+                permits.release()
+        if not infos and not errors and not self.by_pipe:  # _reply's hot path
+            return INFOS_IN_MEMORY if columns else b""
         if infos and subset is None:  # pickled anyway: a wide area to offer?
             return self._reply(infos, errors, columns, self.wide.offer())
         return self._reply(infos, errors, columns)

@@ -22,8 +22,8 @@ from typing import Any
 
 from vecpool._wire.bell import (
     ANSWERED,
-    COLUMNS,
     BUFFER,
+    COLUMNS,
     COMMAND,
     PIPED,
     WAITING,

@@ -32,7 +32,7 @@ from vecpool._engine.buffers import StepBuffers
 from vecpool._engine.env_errors import raise_env_errors
 from vecpool._engine.env_states import EnvStates
 from vecpool._engine.group import WorkerGroup
-from vecpool._engine.guards import HELD, exclusive
+from vecpool._engine.guards import HELD, HOLD, MAIN, exclusive, raise_deferred
 from vecpool._engine.lifecycle import LIVE_ENVS, kill_groups, reap, shutdown
 from vecpool._engine.restart import LastObservations, Restarter, RestartPolicy
 from vecpool._engine.spinning import SpinPolicy
@@ -570,19 +570,30 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             VecPoolPerformanceWarning: Where warnings are errors, the measured
                 advice on ``policy_threads`` (once per process); nothing is sent.
         """
-        self._assert_is_running()
-        self._assert_idle("step_async")
-        buffers, group = self._buffers, self._group
+        group = self._group
+        if self.closed or group.broken is not None or group.gave_up:
+            self._assert_is_running()  # raises, or checks the pipes
+        if self._state is not AsyncState.DEFAULT or self._batches is not None:
+            self._assert_idle("step_async")
         if group.spin.advice is not None:  # said before anything is sent
             group.spin.advise()
-        with HELD:
-            # the shared actions stay unread while a worker whose call gave up
-            # may still read them: then everything goes by pipe (one read)
-            shared = not (group.gave_up and group.any_abandoned())
-            per_env = buffers.actions.place(actions, shared=shared)
+        buffers = self._buffers
+        # the shared actions stay unread while a worker whose call gave up may
+        # still read them: then everything goes by pipe (one read)
+        shared = not (group.gave_up and group.any_abandoned())
+        per_env = buffers.actions.place(actions, shared=shared)
+        main = threading.get_ident() == MAIN
+        if main:  # Ctrl-C held back: the send and the state go together
+            HOLD["depth"] += 1
+        try:
             group.send_step(buffers.obs.step_messages[buffers.obs.choose()], per_env)
             self._state = AsyncState.WAITING_STEP
             self._step_interrupted = False
+        finally:
+            if main:
+                HOLD["depth"] -= 1
+        if main and HOLD["pending"] and not HOLD["depth"]:
+            raise_deferred()
         # after the send, off the workers' path: whether they spin for the next
         # command (they read it after this one's reply) only if we are quick
         group.spin.before_send()
@@ -603,17 +614,40 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             multiprocessing.TimeoutError: If the timeout expired.
             WorkerCrashedError: If a worker died.
         """
-        self._assert_is_running()
-        if self._state != AsyncState.WAITING_STEP:
+        group = self._group
+        if self.closed or group.broken is not None or group.gave_up:
+            self._assert_is_running()
+        if self._state is not AsyncState.WAITING_STEP:
             msg = "Calling `step_wait` without any prior call to `step_async`."
             raise NoAsyncCallError(msg, AsyncState.WAITING_STEP.value)
-        replies = self._wait_all("step", timeout, "step_wait")
+        if timeout is None and self._restarter is None:  # the one step path
+            try:
+                group.wait_step()
+            except BaseException:
+                self._state = AsyncState.DEFAULT
+                group.drop_pending()
+                raise
+            replies: list[Reply | None] = []
+            columns = False
+            for handle in group.handles:
+                answers = handle.numbers.answers
+                reply = answers[0][1] if answers else None
+                replies.append(reply)
+                if reply is not None:  # infos (in shared rows, or pickled), errors
+                    columns = True
+        else:
+            replies = self._wait_all("step", timeout, "step_wait")
+            columns = True
         # No Ctrl-C section needed from here: every answer is stored, so a call
         # interrupted below can be waited for again and returns the same results.
         buffers = self._buffers
         self._state = AsyncState.DEFAULT
-        infos = buffers.merge_replies(
-            self._group.handles, replies, type(self).__name__, step=True
+        infos = (
+            buffers.merge_replies(
+                group.handles, replies, type(self).__name__, step=True
+            )
+            if columns
+            else {}
         )
         observations = buffers.obs.read()
         if self._restarter is not None:  # the rows that mark a cut are returned
