@@ -26,7 +26,8 @@ from gymnasium.vector import AutoresetMode
 
 import vecpool
 import vecpool.errors
-from vecpool._util.validation import available_cpus
+from vecpool._util.placement import plan
+from vecpool._util.topology import physical_cores
 from vecpool.testing import (
     CountingEnv,
     DeliberateError,
@@ -128,14 +129,17 @@ def test_num_workers_groups_envs_into_contiguous_slices(
 )
 def test_default_num_workers(num_envs, max_concurrency, make_async):
     env = make_async(make_env_fns(num_envs), max_concurrency=max_concurrency)
-    cpus = available_cpus()
-    if max_concurrency is None and min(cpus, num_envs) >= 2 and cpus <= 2:
-        # parent_envs="auto": the parent and one worker per other CPU share them
-        runners = min(cpus, num_envs)
-        workers, share = runners - 1, num_envs // runners
-    else:
-        workers, share = min(num_envs, cpus, max_concurrency or num_envs), 0
+    # the cost model's choice (its own unit tests: tests/unit/test_placement.py);
+    # max_concurrency asks for every env in a worker
+    placed = plan(
+        num_envs,
+        physical_cores(),
+        share=max_concurrency is None,
+        max_workers=max_concurrency,
+    )
+    workers, share = placed.num_workers, placed.parent_envs
     assert (len(env.processes), env.parent_envs) == (workers, share)
+    assert workers + (1 if share else 0) <= max(2, physical_cores())  # spinners
     pids = env.call("get_pid")
     assert len(set(pids)) == workers + (1 if share else 0)
     if share:  # the last envs step in this process

@@ -21,6 +21,7 @@ import pytest
 from gymnasium import spaces
 
 from vecpool import bench, cli
+from vecpool._util.topology import physical_cores
 from vecpool.bench import (
     ActionPlan,
     BackendResult,
@@ -33,7 +34,6 @@ from vecpool.bench import (
     physical_limit,
 )
 from vecpool.bench.backends import default_num_workers, fitting_workers
-from vecpool.bench.topology import physical_cores
 from vecpool.bench.tune import autotune, candidate_worker_counts
 from vecpool.testing import CountingEnv
 
@@ -577,17 +577,3 @@ def test_bench_help_shows_one_way_to_pick_tune_or_pool(capsys):
     assert "[tune | pool]" in text
     assert "--tune" not in text
     assert "--pool" not in text
-
-
-def test_auto_share_gives_every_runner_about_the_same_envs():
-    from vecpool._util.validation import auto_share
-
-    assert auto_share(8, 2) == (1, 4)  # 4 in the parent, one worker with 4
-    assert auto_share(32, 2) == (1, 16)
-    assert auto_share(3, 2) == (1, 1)
-    assert auto_share(8, 1) == (1, 0)  # one CPU: nothing to overlap, all in a worker
-    assert auto_share(1, 2) == (1, 0)
-    # more CPUs: the parent serves every worker and is the slowest runner already
-    assert auto_share(8, 4) == (4, 0)
-    assert auto_share(64, 16) == (16, 0)
-    assert auto_share(3, 4) == (3, 0)  # no more workers than envs

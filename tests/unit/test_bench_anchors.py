@@ -9,8 +9,8 @@ import re
 import pytest
 
 from vecpool import AsyncVectorEnv, bench
+from vecpool._util import topology
 from vecpool.bench import backends as backends_module
-from vecpool.bench import topology
 from vecpool.bench.backends import (
     BACKENDS,
     EnvPoolBackend,
@@ -110,10 +110,10 @@ def test_default_num_workers_is_what_vecpool_starts(num_envs):
 
 
 def test_default_num_workers_follows_vecpool_on_more_cpus(monkeypatch):
-    validation = importlib.import_module("vecpool._util.validation")
-    monkeypatch.setattr(validation, "available_cpus", lambda: 16)
-    # whatever vecpool's placement does on 16 CPUs, its own check says it
-    checked = importlib.import_module("vecpool.vector.arguments").check_arguments(
+    arguments = importlib.import_module("vecpool.vector.arguments")
+    monkeypatch.setattr(arguments, "physical_cores", lambda: 16)
+    # whatever vecpool's placement does on 16 cores, its own check says it
+    checked = arguments.check_arguments(
         [_env_fn] * 32,
         "auto",
         None,

@@ -413,8 +413,8 @@ def resolve_num_workers(
     num_workers: object,
     num_envs: int,
     worker: Callable[..., None] | None,
-    max_concurrency: int | None,
-    parent_envs: int = 0,
+    parent_envs: int,
+    default_workers: int,
 ) -> int:
     """The number of worker processes for ``num_workers`` (``None``: the default).
 
@@ -422,8 +422,8 @@ def resolve_num_workers(
         num_workers: As given.
         num_envs: Number of sub-environments.
         worker: The ``worker=`` argument.
-        max_concurrency: As checked.
         parent_envs: The envs the parent steps itself (the workers host the rest).
+        default_workers: The default placement's (vecpool/_util/placement.py).
 
     Raises:
         ValueError: If it is out of range, or set with a custom ``worker``.
@@ -439,11 +439,7 @@ def resolve_num_workers(
         return num_envs
     hosted = num_envs - parent_envs  # the envs the workers host
     if num_workers is None:
-        if not hosted:
-            return 0
-        # the parent steps its share on a CPU of its own: one worker per other CPU
-        cpus = available_cpus() - (1 if parent_envs else 0)
-        return max(1, min(hosted, cpus, max_concurrency or hosted))
+        return default_workers
     if parent_envs and num_workers == 0:
         return 0  # every env in this process
     if parent_envs:
@@ -474,14 +470,16 @@ def resolve_parent_envs(
     *,
     batch_size: object = None,
     max_concurrency: object = None,
+    default_share: int = 0,
 ) -> int:
     """How many envs the parent steps itself (``parent_envs``; see the class docs).
 
     ``num_workers=0`` puts every env in the parent (``parent_envs`` is then
     ``num_envs``); a share of them needs vecpool's own workers for the rest, and
     keeps them out of worker isolation, so a custom ``worker`` and
-    ``on_worker_crash="restart"`` refuse one. ``"auto"`` is :func:`auto_share`
-    when nothing asks for isolation or a fixed placement, else 0: with
+    ``on_worker_crash="restart"`` refuse one. ``"auto"`` is ``default_share`` (the
+    default placement's: vecpool/_util/placement.py) when nothing asks for
+    isolation or a fixed placement, else 0: with
     ``num_workers`` given, a custom ``worker``, ``on_worker_crash="restart"``,
     ``batch_size`` (``send``/``recv``: the workers' replies come in any order; the
     parent's share would step only when ``recv`` waits) or ``max_concurrency`` (the
@@ -501,7 +499,7 @@ def resolve_parent_envs(
             or max_concurrency is not None
         ):
             return 0  # a placement chosen, or isolation asked for: all in workers
-        return auto_share(num_envs, available_cpus())[1]
+        return default_share
     share = check_int(
         "parent_envs",
         parent_envs,
@@ -540,36 +538,6 @@ def resolve_parent_envs(
         )
         raise ValueError(msg)
     return share
-
-
-AUTO_SHARE_MAX_CPUS = 2
-"""``parent_envs="auto"`` takes a share on 2 to this many CPUs (:func:`auto_share`)."""
-
-
-def auto_share(num_envs: int, cpus: int) -> tuple[int, int]:
-    """``(num_workers, parent_envs)`` of ``parent_envs="auto"`` on ``cpus`` CPUs.
-
-    On 2 CPUs (up to :data:`AUTO_SHARE_MAX_CPUS`) the parent and ``cpus - 1``
-    workers each step about ``num_envs / cpus`` envs, so all finish together and
-    no core idles (2 CPUs, 8 envs: 4 in the parent, one worker with 4): measured
-    1.3x the throughput of every env in workers, where the parent's wait makes a
-    third runnable process on two cores. With one CPU or one env there is nothing
-    to overlap; on more CPUs that third process matters less, and the parent, which
-    serves every worker, becomes the slowest runner (measured on 16 CPUs: CartPole
-    with 16 and 32 envs ran 0.8-0.9x as fast with a share; 3 and 4 CPUs by the cost
-    model of docs/performance.md, not measured): every env stays in a worker
-    (``parent_envs=0``), as before ``"auto"``.
-
-    Example:
-        >>> auto_share(8, 2), auto_share(32, 2), auto_share(8, 1), auto_share(1, 2)
-        ((1, 4), (1, 16), (1, 0), (1, 0))
-        >>> auto_share(8, 4), auto_share(64, 16)
-        ((4, 0), (16, 0))
-    """
-    runners = min(cpus, num_envs)
-    if runners < 2 or cpus > AUTO_SHARE_MAX_CPUS:
-        return runners, 0
-    return runners - 1, num_envs // runners
 
 
 def check_batch_size(

@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from vecpool._util.topology import physical_cores
 from vecpool._util.validation import available_cpus
-from vecpool.bench.topology import physical_cores
 from vecpool.bench.workloads import MIN_STEPS, ActionPlan, EnvFn, Workload
 from vecpool.vector.arguments import check_arguments
 from vecpool.vector.async_env import AsyncVectorEnv

@@ -857,6 +857,9 @@ def collect(
             where += f" and this process ({share} env{'' if share == 1 else 's'} here)"
         elif share:
             where = "in this process"
+        placement = getattr(envs.env, "placement", None)
+        if placement is not None:  # the cost model's choice, in its own words
+            where += f" [{placement.describe(num_envs)}]"
         try:
             say(
                 f"collecting {env_id}: {planned * num_envs:,} env steps = {planned:,} "

@@ -14,6 +14,8 @@ from typing import Any
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
+from vecpool._util.placement import Placement, plan
+from vecpool._util.topology import physical_cores
 from vecpool._util.validation import (
     check_batch_size,
     check_custom_worker,
@@ -45,6 +47,7 @@ class Arguments:
         on_worker_crash: ``"raise"`` or ``"restart"``.
         max_restarts: Restarts allowed per worker, or ``None``.
         policy_threads: ``None``, ``"auto"`` or a number of threads.
+        cores: The cores the placement was chosen for (physical where known).
     """
 
     num_envs: int
@@ -56,6 +59,7 @@ class Arguments:
     on_worker_crash: str
     max_restarts: int | None
     policy_threads: int | str | None
+    cores: int = 1
 
     def set_options(self, env: Any) -> None:
         """Set vecpool's keyword-only options, as checked, on the vector env."""
@@ -69,6 +73,7 @@ class Arguments:
             "policy_threads",
         ):
             setattr(env, name, getattr(self, name))
+        env.placement = Placement(self.num_workers, self.parent_envs, self.cores)
 
 
 def check_arguments(
@@ -106,6 +111,8 @@ def check_arguments(
     if num_envs == 0:
         msg = "`env_fns` is empty: pass at least one function that creates an env."
         raise ValueError(msg)
+    cores = physical_cores()
+    default = plan(num_envs, cores, max_workers=concurrency)
     share = resolve_parent_envs(
         parent_envs,
         num_workers,
@@ -114,8 +121,22 @@ def check_arguments(
         on_worker_crash,
         batch_size=batch_size,
         max_concurrency=max_concurrency,
+        default_share=default.parent_envs,
     )
-    workers = resolve_num_workers(num_workers, num_envs, worker, concurrency, share)
+    if share != default.parent_envs:  # the workers host the others, on the rest
+        default = (
+            plan(
+                num_envs - share,
+                cores - (1 if share else 0),
+                share=False,
+                max_workers=concurrency,
+            )
+            if share < num_envs
+            else Placement(0, share, cores)
+        )
+    workers = resolve_num_workers(
+        num_workers, num_envs, worker, share, default.num_workers
+    )
     return Arguments(
         num_envs=num_envs,
         max_concurrency=concurrency,
@@ -126,6 +147,7 @@ def check_arguments(
         max_restarts=check_restart(on_worker_crash, max_restarts, worker, workers),
         on_worker_crash=str(on_worker_crash),
         policy_threads=check_policy_threads(policy_threads),
+        cores=cores,
     )
 
 

@@ -38,6 +38,7 @@ from vecpool._engine.restart import LastObservations, Restarter, RestartPolicy
 from vecpool._engine.spinning import SpinPolicy
 from vecpool._engine.startup import Starter, StartSpec
 from vecpool._util.closing import close_within
+from vecpool._util.placement import Placement
 from vecpool._util.threads import PolicyThreads, fit_policy_threads
 from vecpool._util.validation import available_cpus, check_reset_mask
 from vecpool._wire.messages import ObsTransport, Reply
@@ -120,6 +121,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     on_worker_crash: str
     max_restarts: int | None
     policy_threads: int | str | None
+    placement: Placement
+    """Where the envs step: ``num_workers``, ``parent_envs`` and the cores the
+    default was chosen for (vecpool/_util/placement.py); shown by ``repr``."""
     num_envs: int
     metadata: dict[str, Any]
     render_mode: str | None
@@ -390,6 +394,18 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._group.check_spaces(
             self.observation_mode, self.single_action_space, type(self).__name__
         )
+
+    def __repr__(self) -> str:
+        """Gymnasium's representation, plus where the envs step.
+
+        E.g. ``AsyncVectorEnv(CartPole-v1, num_envs=8, 1 worker x 4 envs + 4 in
+        this process (2 cores))``.
+        """
+        base = super().__repr__()
+        placement: Placement | None = getattr(self, "placement", None)
+        if placement is None:  # a failed construction
+            return base
+        return f"{base[:-1]}, {placement.describe(self.num_envs)})"
 
     # -- seeding -----------------------------------------------------------------------
 

@@ -69,8 +69,10 @@ def make_vec(
         >>> envs = vecpool.make_vec(
         ...     "CartPole-v1", num_envs=4, vector_kwargs={"num_workers": 2}
         ... )
-        >>> envs
-        AsyncVectorEnv(CartPole-v1, num_envs=4)
+        >>> envs.spec.id, envs.num_envs, envs.num_workers
+        ('CartPole-v1', 4, 2)
+        >>> envs  # doctest: +ELLIPSIS
+        AsyncVectorEnv(CartPole-v1, num_envs=4, 2 workers x 2 envs (... cores))
         >>> envs.close()
 
     Args:

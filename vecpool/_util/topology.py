@@ -1,10 +1,11 @@
-"""The CPU topology the bench's anchors are sized by: physical cores, not logical CPUs.
+"""The CPU topology: physical cores, not logical CPUs.
 
-PufferLib runs "1 process per hardware core" (``pufferlib.vector.Multiprocessing``
-refuses more workers than physical cores unless told to overwork); the bench's
-``pufferlib-cores`` backend gives it exactly that, counted the way Linux exposes it:
-distinct ``(physical_package_id, core_id)`` pairs in
-``/sys/devices/system/cpu/cpu*/topology/``, over the CPUs this process may run on.
+Two hyperthreads of one core share its execution units, so two spinning processes
+on them slow each other: vecpool's default placement (vecpool/_util/placement.py)
+counts physical cores, and so does the bench's ``pufferlib-cores`` anchor (PufferLib
+runs one process per hardware core). Counted the way Linux exposes them: distinct
+``(physical_package_id, core_id)`` pairs in ``/sys/devices/system/cpu/cpu*/topology/``,
+over the CPUs this process may run on.
 """
 
 from __future__ import annotations
