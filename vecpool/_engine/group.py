@@ -24,6 +24,7 @@ import os
 import select
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, NoReturn, Protocol
 
@@ -85,6 +86,23 @@ class Restarting(Protocol):
         ...
 
 
+def _weakly(method: Callable[[], None]) -> Callable[[], None]:
+    """Call ``method`` without holding its object (a handle's back-pointer).
+
+    A handle that held its group strongly would make a reference cycle, keeping
+    every pipe and mapping of a closed vector env until the garbage collector
+    runs (issue 38).
+    """
+    ref = weakref.WeakMethod(method)
+
+    def call() -> None:
+        bound = ref()
+        if bound is not None:
+            bound()
+
+    return call
+
+
 class WorkerGroup:
     """All the worker handles of one vector env, and the one wait loop over them.
 
@@ -120,7 +138,7 @@ class WorkerGroup:
 
     def put(self, handle: WorkerHandle) -> None:
         """Put a replacement's handle in the place of the worker it replaces."""
-        handle.on_cut = self.note_give_up
+        handle.on_cut = _weakly(self.note_give_up)  # no cycle (issue 38)
         old = self.handles[handle.index]
         self.handles[handle.index] = handle
         for kind in (self.local, self.remote):
@@ -130,7 +148,7 @@ class WorkerGroup:
 
     def add(self, handle: WorkerHandle) -> None:
         """Add the handle of a started worker."""
-        handle.on_cut = self.note_give_up
+        handle.on_cut = _weakly(self.note_give_up)  # no cycle (issue 38)
         self.handles.append(handle)
         (self.local if handle.runs_here else self.remote).append(handle)
         for env_index in handle.env_indices:
@@ -763,11 +781,11 @@ class WorkerGroup:
                 "put the code that creates the vector env under "
                 '`if __name__ == "__main__":`.'
             )
-        error = WorkerCrashedError(
-            msg, handle.index, tuple(envs), handle.process.exitcode
-        )
-        self.broken = error
-        raise error
+        exitcode = handle.process.exitcode
+        # the group keeps a twin: the raised error's traceback holds this call's
+        # frames, a cycle that kept the shared block mapped after close (issue 38)
+        self.broken = WorkerCrashedError(msg, handle.index, tuple(envs), exitcode)
+        raise WorkerCrashedError(msg, handle.index, tuple(envs), exitcode)
 
     def note_give_up(self) -> None:
         """A call gave up (or a transfer was cut): check the handles from now on."""

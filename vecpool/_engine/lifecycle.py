@@ -13,7 +13,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-__all__ = ["LIVE_ENVS", "kill_groups", "reap", "shutdown"]
+__all__ = ["LIVE_ENVS", "kill_groups", "reap", "release", "shutdown"]
 
 LIVE_ENVS: weakref.WeakSet[Any] = weakref.WeakSet()
 """Every vecpool.AsyncVectorEnv not yet closed."""
@@ -104,9 +104,30 @@ def shutdown(
             if process.is_alive():
                 process.kill()
                 process.join(1.0)
+        release(process)
     for conn in conns:
         with contextlib.suppress(Exception):
             conn.close()
+
+
+def release(process: BaseProcess) -> None:
+    """Close the descriptors ``multiprocessing`` keeps for a reaped process.
+
+    Its ``Popen`` holds the pipe behind ``process.sentinel`` until the process
+    object is garbage-collected; ``Process.close()`` would close it too, but
+    would also make ``is_alive()`` and ``exitcode`` raise, which callers of
+    ``close()`` still read (Gymnasium's ``processes``). The exit code stays
+    readable: it is known once the process is reaped (issue 38). A process
+    still running keeps its descriptors.
+
+    Args:
+        process: A worker process (or a stand-in without a ``Popen``).
+    """
+    popen = getattr(process, "_popen", None)
+    if popen is None or getattr(popen, "returncode", None) is None:
+        return
+    with contextlib.suppress(Exception):
+        popen.close()
 
 
 def reap(processes: list[BaseProcess], deadline: float) -> None:

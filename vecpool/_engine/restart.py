@@ -42,6 +42,7 @@ from vecpool._engine.env_errors import raise_env_errors
 from vecpool._engine.group import WorkerGroup
 from vecpool._engine.guards import HELD
 from vecpool._engine.handle import WorkerHandle
+from vecpool._engine.lifecycle import release
 from vecpool._engine.numbering import PinnedNumbers
 from vecpool._engine.startup import Starter
 from vecpool._util.seeding import derive_seed
@@ -451,4 +452,5 @@ def _bury(handle: WorkerHandle) -> int | None:
         os.killpg(process.pid, signal.SIGKILL)  # type: ignore[arg-type]
     with contextlib.suppress(OSError):
         handle.conn.close()
+    release(process)  # its sentinel's pipe
     return process.exitcode

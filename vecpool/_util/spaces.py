@@ -378,52 +378,62 @@ def make_writer(
     Returns:
         ``write(i, value)``.
     """
-    iterator = iter(arrays)
+    # the recursion is a module-level function: a closure that calls itself is a
+    # reference cycle, which would keep the arrays (and the shared block under
+    # them) mapped until the garbage collector runs (issue 38)
+    return _build_writer(space, iter(arrays), store)
 
-    def build(sub: spaces.Space[Any]) -> Writer:
-        if isinstance(sub, spaces.Dict):
-            items = [(key, build(value)) for key, value in sub.spaces.items()]
 
-            def write_dict(index: int, value: Any) -> None:
-                for key, writer in items:
-                    writer(index, value[key])
+def _build_writer(
+    sub: spaces.Space[Any],
+    arrays: Iterator[np.ndarray[Any, Any]],
+    store: Callable[[np.ndarray[Any, Any], int, Any, str], None] | None,
+) -> Writer:
+    """:func:`make_writer` for ``sub``, taking its leaf arrays from ``arrays``."""
+    if isinstance(sub, spaces.Dict):
+        items = [
+            (key, _build_writer(value, arrays, store))
+            for key, value in sub.spaces.items()
+        ]
 
-            return write_dict
-        if isinstance(sub, spaces.Tuple):
-            writers = [build(value) for value in sub.spaces]
+        def write_dict(index: int, value: Any) -> None:
+            for key, writer in items:
+                writer(index, value[key])
 
-            def write_tuple(index: int, value: Any) -> None:
-                for writer, item in zip(writers, value, strict=True):
-                    writer(index, item)
+        return write_dict
+    if isinstance(sub, spaces.Tuple):
+        writers = [_build_writer(value, arrays, store) for value in sub.spaces]
 
-            return write_tuple
-        if is_foreign(sub):
-            if store is None:  # a hybrid space's other leaf: travels pickled
-                return _write_nothing
-            stored, put = next(iterator), store  # a storage_leaves array
+        def write_tuple(index: int, value: Any) -> None:
+            for writer, item in zip(writers, value, strict=True):
+                writer(index, item)
 
-            def write_other(index: int, value: Any) -> None:
-                put(stored, index, value, "obs")
+        return write_tuple
+    if is_foreign(sub):
+        if store is None:  # a hybrid space's other leaf: travels pickled
+            return _write_nothing
+        stored, put = next(arrays), store  # a storage_leaves array
 
-            return write_other
-        array = next(iterator)
-        shape, dtype = array.shape[1:], array.dtype
+        def write_other(index: int, value: Any) -> None:
+            put(stored, index, value, "obs")
 
-        def write_leaf(index: int, value: Any) -> None:
-            # an array of the right shape passes on one attribute read; anything
-            # else (a scalar, None, a list) must have the shape too, or numpy would
-            # broadcast it silently where Gymnasium raises
-            if getattr(value, "shape", None) != shape:
-                _check_shape(value, shape)
-            # and of a kind the leaf's dtype holds: 3.7 in an integer leaf raises,
-            # as SyncVectorEnv's concatenate does, instead of being stored as 3
-            if getattr(value, "dtype", None) is not dtype:
-                _check_kind(value, dtype)
-            array[index] = value
+        return write_other
+    array = next(arrays)
+    shape, dtype = array.shape[1:], array.dtype
 
-        return write_leaf
+    def write_leaf(index: int, value: Any) -> None:
+        # an array of the right shape passes on one attribute read; anything
+        # else (a scalar, None, a list) must have the shape too, or numpy would
+        # broadcast it silently where Gymnasium raises
+        if getattr(value, "shape", None) != shape:
+            _check_shape(value, shape)
+        # and of a kind the leaf's dtype holds: 3.7 in an integer leaf raises,
+        # as SyncVectorEnv's concatenate does, instead of being stored as 3
+        if getattr(value, "dtype", None) is not dtype:
+            _check_kind(value, dtype)
+        array[index] = value
 
-    return build(space)
+    return write_leaf
 
 
 _SAME_KIND = {int: "iu", bool: "biu", float: "f"}
@@ -482,21 +492,25 @@ def make_reader(space: spaces.Space[Any], arrays: list[np.ndarray[Any, Any]]) ->
     Returns:
         ``read(i)``.
     """
-    iterator = iter(arrays)
+    return _build_reader(space, iter(arrays))  # module-level: see make_writer
 
-    def build(sub: spaces.Space[Any]) -> Reader:
-        if isinstance(sub, spaces.Dict):
-            items = [(key, build(value)) for key, value in sub.spaces.items()]
-            return lambda index: {key: reader(index) for key, reader in items}
-        if isinstance(sub, spaces.Tuple):
-            readers = [build(value) for value in sub.spaces]
-            return lambda index: tuple(reader(index) for reader in readers)
-        array = next(iterator)
-        if array.ndim == 1:
-            return array.__getitem__
-        return lambda index: array[index].copy()
 
-    return build(space)
+def _build_reader(
+    sub: spaces.Space[Any], arrays: Iterator[np.ndarray[Any, Any]]
+) -> Reader:
+    """:func:`make_reader` for ``sub``, taking its leaf arrays from ``arrays``."""
+    if isinstance(sub, spaces.Dict):
+        items = [
+            (key, _build_reader(value, arrays)) for key, value in sub.spaces.items()
+        ]
+        return lambda index: {key: reader(index) for key, reader in items}
+    if isinstance(sub, spaces.Tuple):
+        readers = [_build_reader(value, arrays) for value in sub.spaces]
+        return lambda index: tuple(reader(index) for reader in readers)
+    array = next(arrays)
+    if array.ndim == 1:
+        return array.__getitem__
+    return lambda index: array[index].copy()
 
 
 Foreign = Callable[[spaces.Space[Any], Any, str, int], Any]
