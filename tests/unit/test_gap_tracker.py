@@ -202,7 +202,7 @@ def test_the_load_is_watched_while_the_parent_computes_too(tmp_path, two_cpu_hos
     policy.share_hint(block, Layout.build(2, None, None))
 
     class Busy(GapTracker):
-        def commanded(self, now: float) -> bool:
+        def commanded(self, now: float, weight: float = 0.125) -> bool:
             return False  # a parent that computes long between steps
 
     policy.gaps = Busy(MAX_GAP)

@@ -352,22 +352,22 @@ class WorkerGroup:
             if main and HOLD["pending"] and not HOLD["depth"]:
                 raise_deferred()  # the share is stepped and answered: consistent
         spin = self.spin
-        now = time.perf_counter()
-        spin.waited(now - started)  # stepping envs is not the parent's own work
-        deadline = now + spin.before_wait()
-        for handle in self.remote:
-            rung = handle.rung
-            if not rung:
-                continue
-            bell, word = handle.bell, rung & NUMBER_MASK
-            looks = 0
-            while bell[ANSWERED] != word:
-                looks += 1
-                if not looks & 255 and time.perf_counter() >= deadline:
-                    break
-            else:
+        shared = time.perf_counter()
+        budget = spin.spin  # what the last sample decided
+        deadline = shared + budget
+        looks = 0
+        while True:
+            waiting = False
+            for handle in self.remote:
+                rung = handle.rung
+                if not rung:
+                    continue
+                bell = handle.bell
+                if bell[ANSWERED] != rung & NUMBER_MASK:
+                    waiting = True
+                    continue
                 piped = bell[PIPED]
-                if piped == 1:  # a reply in the pipe: read by the wait below
+                if piped == 1:  # its reply is in the pipe: read by the wait below
                     continue
                 if FENCE_LOCK.acquire(False):  # fence(): the number before the rows
                     FENCE_LOCK.release()
@@ -379,11 +379,64 @@ class WorkerGroup:
                         expected.popleft()
                         numbers.answers.append((rung, COLUMNS_ONLY if piped else None))
                 handle.rung = 0
+            if not waiting:
+                break
+            looks += 1
+            if (not budget or not looks & 63) and (
+                not budget or time.perf_counter() >= deadline
+            ):
+                budget = 0.0  # spun out: block until each answers
+                if not self._block_step():
+                    break  # a pipe or a sentinel: the general wait below
         for handle in self.handles:
             if handle.numbers.expected:
                 self.wait("step", None, label="step_wait")
-                return
-        spin.after_wait()
+                break
+        if spin.measuring:  # one step in SpinPolicy.EVERY (SpinPolicy.sample)
+            now = time.perf_counter()
+            spin.wait_ema += 0.1 * (now - shared - spin.wait_ema)
+            spin.waited(now - started)  # stepping envs is not the parent's work
+
+    def _block_step(self) -> bool:
+        """Block the one step path until a rung worker answers on its bell.
+
+        ``WAITING`` goes up on every unanswered bell (a worker that answers on its
+        bell alone then writes a wake: vecpool/_wire/bell.py), and the parent
+        blocks on the pipes and sentinels; wakes are read off (a piped reply is
+        taken as its handle takes it).
+
+        Returns:
+            ``True`` to look at the bells again; ``False`` when a sentinel fired or
+            a pipe broke (the general :meth:`wait` judges it).
+        """
+        raised = []
+        for handle in self.remote:
+            if handle.rung:
+                handle.bell[WAITING] = 1
+                raised.append(handle)
+        fence()  # WAITING before the look at ANSWERED
+        try:
+            for handle in raised:
+                if handle.bell[ANSWERED] == handle.rung & NUMBER_MASK:
+                    return True
+            poller, watched = self._all_poll()
+            events = poller.poll()
+        finally:
+            for handle in raised:
+                handle.bell[WAITING] = 0
+        for fd, _ in events:
+            entry = watched.get(fd)
+            if entry is None or entry[1]:  # a sentinel: a death, judged below
+                return False
+            handle = entry[0]
+            try:
+                with HELD:  # the read and its count go together
+                    handle.receive()
+                    while handle.channel.has_message():
+                        handle.receive()
+            except (EOFError, OSError):
+                return False
+        return True
 
     def wait(
         self,

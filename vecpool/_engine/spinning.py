@@ -25,6 +25,7 @@ from vecpool._wire.shared_memory import Layout, SharedBlock
 
 __all__ = [
     "POLICY_THREADS",
+    "SAMPLE_WEIGHT",
     "SPIN_BUDGET",
     "SPIN_MAX_WAIT",
     "WORKER_SPIN_MAX_GAP",
@@ -42,6 +43,10 @@ WORKER_SPIN_MAX_GAP = 0.00025
 """With ``"auto"``, workers spin while the parent sends the next command within this
 (on average) after their reply; a parent that computes longer (a policy) finds them
 blocked, so their spinning never takes its cores."""
+SAMPLE_WEIGHT = 0.5
+"""The share of one sampled gap in the averages (the one step path measures one step
+in ``SpinPolicy.EVERY``): a policy between steps blocks the workers from the first
+sample on, as 3 quick samples let them spin again."""
 POLICY_THREADS = 1.3
 """The parent's CPU seconds per wall second above which its work between steps ran
 on several threads for a good part of the loop (a loop without a policy: 1 at most)."""
@@ -89,6 +94,12 @@ class SpinPolicy:
     cores_free: bool = False
     watch: ThreadWatch | None = None
     advice: str | None = None
+    parent_spins: bool = True
+    countdown: int = 16
+    measuring: bool = False
+
+    EVERY = 16
+    """The one step path decides every this many step commands (:meth:`sample`)."""
 
     def share_hint(self, block: SharedBlock, layout: Layout) -> bool:
         """Start writing the workers' hint into ``block``; whether they should read it.
@@ -112,12 +123,13 @@ class SpinPolicy:
         self.hint = None
         self.gaps = None
 
-    def before_send(self) -> None:
+    def before_send(self, steps: int = 1) -> None:
         """A step command goes out: tell the workers whether to spin after it.
 
         The parent's own work since the last step command (a policy) decides: a
         long one keeps the workers blocked, never spinning on the cores that work
-        needs.
+        needs. ``send`` batches call it for each command; the one step path, for
+        one command in :data:`EVERY` (:meth:`sample`, ``steps`` commands counted).
         """
         watch = self.watch
         if watch is not None:  # every ThreadWatch.EVERY commands, it measures
@@ -126,14 +138,17 @@ class SpinPolicy:
                 self.watch = None
                 self.advice = watch.advice
         if self.gaps is not None:
-            quick = self.gaps.commanded(time.perf_counter())
+            # a sampled gap stands for its steps: a larger share of the averages
+            quick = self.gaps.commanded(
+                time.perf_counter(), 0.125 if steps == 1 else SAMPLE_WEIGHT
+            )
             if self.cores_free:
                 # a policy of one thread leaves the workers their cores: they may
                 # spin through it, if it is shorter than their spin budget
                 one = self.gaps.one_thread(time.process_time(), SPIN_BUDGET)
                 quick = quick or one
             crowd = self.crowd
-            crowded = crowd is not None and crowd.crowded()  # counted every step
+            crowded = crowd is not None and crowd.crowded(steps)
             self.hint.value = quick and not crowded
 
     def watch_threads(self, num_workers: int, cpus: int) -> None:
@@ -159,18 +174,66 @@ class SpinPolicy:
         if message is not None:
             warn_once(message)
 
+    def sample(self) -> None:
+        """The one step path's decisions, every :data:`EVERY` step commands.
+
+        The step path counts :attr:`countdown` down itself (no call) and calls this
+        at 1 and at 0: at 1 the next step is measured (its gap starts, and its wait
+        counts: :attr:`measuring`); at 0 its gap is complete, and the decisions of
+        :meth:`before_send` are made on it (the workers' hint, the one-thread
+        rule, the crowd, the thread watch) and those of :meth:`before_wait` (the
+        parent's spin budget). Between samples nothing is timed or decided.
+        """
+        if self.countdown == 1:
+            if self.gaps is not None:
+                self.gaps.start(time.perf_counter(), time.process_time())
+            self.measuring = True
+            return
+        self.countdown = self.EVERY
+        self.measuring = False
+        watch = self.watch
+        if watch is not None:  # it reads its clocks every ThreadWatch.EVERY steps
+            watch.countdown -= self.EVERY - 1
+            if watch.countdown <= 1:
+                watch.countdown = 1
+        self.before_send(steps=self.EVERY)
+        if self.adaptive and self.worker_spin:
+            crowd = self.crowd
+            crowded = crowd is not None and crowd.is_crowded
+            slow = self.wait_ema > SPIN_MAX_WAIT
+            self.spin = 0.0 if slow or crowded or not self.parent_spins else SPIN_BUDGET
+
     @classmethod
     def from_strategy(
-        cls, wait_strategy: str, num_workers: int, cpus: int
+        cls, wait_strategy: str, num_workers: int, cpus: int, *, share: bool = False
     ) -> SpinPolicy:
-        """The policy for ``wait_strategy`` with ``num_workers`` on ``cpus`` CPUs."""
+        """The policy for ``wait_strategy`` with ``num_workers`` on ``cpus`` cores.
+
+        Nobody spins where the spinners would outnumber the cores: the workers
+        spin while each has a core, and the parent too while it has one besides
+        (or steps a share, which is placed so: vecpool/_util/placement.py);
+        a spinner with a core of its own never yields it between looks (only
+        ``wait_strategy="spin"`` with more spinners than cores does).
+
+        Args:
+            wait_strategy: ``"auto"``, ``"spin"`` or ``"block"``.
+            num_workers: Worker processes.
+            cpus: Cores (physical where known: vecpool/_util/topology.py).
+            share: Whether the parent steps a share of the envs.
+        """
         spins = wait_strategy == "spin" or (
             wait_strategy == "auto" and num_workers <= cpus
         )
         budget = SPIN_BUDGET if spins else 0.0
         adaptive = wait_strategy == "auto"
-        policy = cls(budget, budget, True, adaptive)
-        policy.cores_free = num_workers + 1 <= cpus
+        cores_free = num_workers + 1 <= cpus
+        parent_spins = share or cores_free or wait_strategy == "spin"
+        spinners = num_workers + (1 if parent_spins else 0)
+        policy = cls(budget, budget, spinners > cpus, adaptive)
+        policy.cores_free = cores_free
+        policy.parent_spins = parent_spins
+        if adaptive and not parent_spins:
+            policy.spin = 0.0
         if adaptive and spins:
             # this process and its spinning workers are runnable by design; the
             # load counts the whole machine's runnable processes: where this process
@@ -186,7 +249,7 @@ class SpinPolicy:
             slow = self.wait_ema > SPIN_MAX_WAIT
             crowd = self.crowd
             crowded = crowd is not None and crowd.is_crowded
-            self.spin = 0.0 if slow or crowded else SPIN_BUDGET
+            self.spin = 0.0 if slow or crowded or not self.parent_spins else SPIN_BUDGET
             self._started = time.perf_counter()
         return self.spin
 
@@ -272,19 +335,32 @@ class GapTracker:
         """The parent waited ``seconds`` for replies (not its own work)."""
         self._waited += seconds
 
-    def commanded(self, now: float) -> bool:
+    def start(self, now: float, cpu: float) -> None:
+        """A step command goes out at ``now`` whose gap alone the next one closes.
+
+        The one step path measures one step's gap in every few
+        (``SpinPolicy.sample``): this starts it (``cpu``: this process's CPU
+        seconds then, for :meth:`one_thread`), :meth:`commanded` closes it.
+        """
+        self._last = now
+        self._waited = 0.0
+        self._cpu = cpu
+
+    def commanded(self, now: float, weight: float = 0.125) -> bool:
         """A step command goes out at ``now``: fold the work since the last one in.
 
         A single long stretch of work (an evaluation, a checkpoint) is clipped to
         four times ``max_gap``, so spinning resumes within a few dozen quick steps.
+        ``weight``: the new gap's share of the averages (the one step path, which
+        measures one step in 16, gives each a larger one).
 
         Returns:
             Whether the workers should spin for the command after this one.
         """
         if self._last is not None:
             work = max(now - self._last - self._waited, 0.0)
-            self.average += 0.125 * (min(work, 4.0 * self.max_gap) - self.average)
-            self.long_average += 0.125 * (min(work, 0.01) - self.long_average)
+            self.average += weight * (min(work, 4.0 * self.max_gap) - self.average)
+            self.long_average += weight * (min(work, 0.01) - self.long_average)
             self._wall = now - self._last
         self._last = now
         self._waited = 0.0
@@ -358,9 +434,9 @@ class CrowdWatch:
         self.average = 0.0
         self.is_crowded = False
 
-    def crowded(self) -> bool:
-        """Count one step command; every :data:`EVERY`, read and judge the load."""
-        self.count += 1
+    def crowded(self, steps: int = 1) -> bool:
+        """Count ``steps`` step commands; every :data:`EVERY`, judge the load."""
+        self.count += steps
         if self.count >= self.EVERY:
             self.count = 0
             runnable = self.runnable()

@@ -858,8 +858,8 @@ def collect(
         elif share:
             where = "in this process"
         placement = getattr(envs.env, "placement", None)
-        if placement is not None:  # the cost model's choice, in its own words
-            where += f" [{placement.describe(num_envs)}]"
+        # the cost model's choice, in its own words (vecpool/_util/placement.py)
+        placed = "" if placement is None else f"; {placement.describe(num_envs)}"
         try:
             say(
                 f"collecting {env_id}: {planned * num_envs:,} env steps = {planned:,} "
@@ -868,7 +868,7 @@ def collect(
                 f"{_describe_policy(policy)}{halves}, "
                 f"{'unseeded' if seed is None else f'seed {seed}'}; pool of "
                 f"{num_envs * pool.capacity:,} transitions "
-                f"({num_envs} sub-pools x {pool.capacity:,})"
+                f"({num_envs} sub-pools x {pool.capacity:,}){placed}"
             )
             display = _CollectProgress(stream, planned, num_envs)
             run = _overlap if overlap else _step

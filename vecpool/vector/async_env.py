@@ -285,7 +285,10 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._group = WorkerGroup(
             SpinPolicy.from_strategy(
-                self.wait_strategy, self.num_workers, available_cpus()
+                self.wait_strategy,
+                self.num_workers,
+                self.placement.cores,
+                share=bool(self.parent_envs) and bool(self.num_workers),
             )
         )
 
@@ -610,9 +613,13 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 HOLD["depth"] -= 1
         if main and HOLD["pending"] and not HOLD["depth"]:
             raise_deferred()
-        # after the send, off the workers' path: whether they spin for the next
-        # command (they read it after this one's reply) only if we are quick
-        group.spin.before_send()
+        # after the send, off the workers' path, one step in SpinPolicy.EVERY:
+        # whether they spin for the next command (they read it after this one's
+        # reply) only if we are quick; how long the parent spins
+        spin = group.spin
+        spin.countdown -= 1
+        if spin.countdown <= 1:
+            spin.sample()
 
     @exclusive
     def step_wait(self, timeout: float | None = None) -> StepResult:
