@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
+import vecpool
 from vecpool import bench, cli
 from vecpool._util.topology import physical_cores
 from vecpool.bench import (
@@ -33,6 +34,7 @@ from vecpool.bench import (
     median,
     physical_limit,
 )
+from vecpool.bench import tune as tune_module
 from vecpool.bench.backends import default_num_workers, fitting_workers
 from vecpool.bench.tune import autotune, candidate_worker_counts
 from vecpool.testing import CountingEnv
@@ -413,7 +415,7 @@ def test_big_obs_env():
 
 
 def test_candidate_worker_counts():
-    assert candidate_worker_counts(32, cpus=4) == (0, 1, 2, 4, 8)
+    assert candidate_worker_counts(32, cpus=4) == (0, 1, 2, 3, 4, 8)
     assert candidate_worker_counts(3, cpus=8) == (0, 1, 2, 3)
     assert candidate_worker_counts(1, cpus=2) == (0, 1)
 
@@ -461,6 +463,31 @@ def test_autotune_tries_in_process_once_and_can_recommend_it(capsys):
     assert in_process.recommendation.startswith(
         "vecpool.AsyncVectorEnv(env_fns, num_workers=0)  # in this process"
     )
+
+
+def test_autotune_measures_the_defaults_beside_the_candidates(monkeypatch, capsys):
+    monkeypatch.setattr(tune_module, "candidate_worker_counts", lambda n: (2,))
+    result = autotune(CountingEnv, 4, wait_strategies=["block"], seconds=0.02, rounds=1)
+    default = vecpool.AsyncVectorEnv([CountingEnv] * 4)
+    placed = (default.num_workers, default.parent_envs)
+    default.close()
+    first, second = result.measurements
+    assert first.is_default
+    assert (first.num_workers, first.parent_envs, first.wait_strategy) == (
+        *placed,
+        "auto",
+    )
+    assert (second.num_workers, second.wait_strategy, second.is_default) == (
+        2,
+        "block",
+        False,
+    )
+    assert result.default is first
+    assert result.default_num_workers == placed[0]
+    out = capsys.readouterr().out
+    assert "(defaults)" in out
+    if result.best is first:
+        assert result.recommendation.startswith("vecpool.AsyncVectorEnv(env_fns)  #")
 
 
 @pytest.mark.parametrize(

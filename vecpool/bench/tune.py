@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vecpool._util.progress import Progress
-from vecpool._util.validation import WAIT_STRATEGIES, available_cpus
+from vecpool._util.topology import physical_cores
+from vecpool._util.validation import WAIT_STRATEGIES
 from vecpool.bench.agent import Policy, agent_runner, obs_size
 from vecpool.bench.backends import run_vector
 from vecpool.bench.report import median
@@ -43,6 +44,16 @@ class TuneMeasurement:
     wait_strategy: str
     steps_per_second: float
     rounds: tuple[float, ...]
+    parent_envs: int = 0
+    is_default: bool = False
+
+    @property
+    def setting(self) -> str:
+        """The setting in words: ``"2"``, or ``"1 + 4 here (defaults)"``."""
+        text = str(self.num_workers)
+        if self.parent_envs and self.num_workers:
+            text += f" + {self.parent_envs} here"
+        return text + (" (defaults)" if self.is_default else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +81,12 @@ class TuneResult:
     @property
     def recommendation(self) -> str:
         """The recommended constructor call, as code."""
+        best = self.best
+        if best is not None and best.is_default:
+            return (
+                "vecpool.AsyncVectorEnv(env_fns)  # the defaults: "
+                f"num_workers={best.num_workers}, parent_envs={best.parent_envs}"
+            )
         if self.num_workers == 0:
             return (
                 "vecpool.AsyncVectorEnv(env_fns, num_workers=0)  # in this process: "
@@ -81,8 +98,22 @@ class TuneResult:
         )
 
     @property
+    def best(self) -> TuneMeasurement | None:
+        """The fastest measurement (the one :attr:`recommendation` names)."""
+        for measurement in self.measurements:
+            if measurement.steps_per_second == self.steps_per_second and (
+                measurement.num_workers,
+                measurement.wait_strategy,
+            ) == (self.num_workers, self.wait_strategy):
+                return measurement
+        return None
+
+    @property
     def default(self) -> TuneMeasurement | None:
         """The measurement of vecpool's default settings, if it was a candidate."""
+        for measurement in self.measurements:
+            if measurement.is_default:
+                return measurement
         for measurement in self.measurements:
             if (
                 measurement.num_workers == self.default_num_workers
@@ -108,20 +139,16 @@ class TuneResult:
             "-" * len(header),
         ]
         default = self.default
-        best = None
+        best = self.best
         for measurement in self.measurements:
             notes = []
             if measurement is default:
                 notes.append("default")
-            if (
-                measurement.num_workers == self.num_workers
-                and measurement.wait_strategy == self.wait_strategy
-            ):
+            if measurement is best:
                 notes.append("best")
-                best = measurement
             ratio = measurement.steps_per_second / self.steps_per_second
             lines.append(
-                f"{measurement.num_workers:>11}  {measurement.wait_strategy:<14}"
+                f"{measurement.setting:>11}  {measurement.wait_strategy:<14}"
                 f"{measurement.steps_per_second:>12,.0f}{ratio:>8.2f}x"
                 + (f"  ({', '.join(notes)})" if notes else "")
             )
@@ -149,6 +176,8 @@ class TuneResult:
             "measurements": [
                 {
                     "num_workers": m.num_workers,
+                    "parent_envs": m.parent_envs,
+                    "defaults": m.is_default,
                     "wait_strategy": m.wait_strategy,
                     "steps_per_second": m.steps_per_second,
                     "rounds": list(m.rounds),
@@ -161,24 +190,26 @@ class TuneResult:
 def candidate_worker_counts(num_envs: int, cpus: int | None = None) -> tuple[int, ...]:
     """The worker counts :func:`autotune` tries by default.
 
-    0 (every env in this process), 1, 2, the CPU count, twice the CPU count (capped
-    at ``num_envs``), and ``num_envs`` itself (one env per process) when it is small.
+    0 (every env in this process), 1, 2, one per core less the parent's, one per
+    core, twice the core count (capped at ``num_envs``), and ``num_envs`` itself
+    (one env per process) when it is small. (:func:`autotune` also measures the
+    defaults, the cost model's placement, beside them.)
 
     Args:
         num_envs: Number of sub-environments.
-        cpus: Available CPUs; default: this process's.
+        cpus: Cores; default: this process's physical cores.
 
     Returns:
         Sorted distinct counts between 0 and ``num_envs``.
 
     Example:
         >>> candidate_worker_counts(32, cpus=4)
-        (0, 1, 2, 4, 8)
+        (0, 1, 2, 3, 4, 8)
         >>> candidate_worker_counts(6, cpus=2)
         (0, 1, 2, 4, 6)
     """
-    cpus = available_cpus() if cpus is None else cpus
-    counts = {0, 1, 2, cpus, min(2 * cpus, num_envs)}
+    cpus = physical_cores() if cpus is None else cpus
+    counts = {0, 1, 2, max(1, cpus - 1), cpus, min(2 * cpus, num_envs)}
     if num_envs <= max(8, 2 * cpus):
         counts.add(num_envs)
     return tuple(sorted(count for count in counts if 0 <= count <= num_envs))
@@ -273,6 +304,8 @@ def autotune(
         if worker_counts is None
         else tuple(dict.fromkeys(int(n) for n in worker_counts))
     )
+    # the defaults (the cost model's placement) beside the candidates, unless the
+    # caller names the counts to try
     strategies = tuple(dict.fromkeys(wait_strategies))
     _check_arguments(num_envs, counts, strategies, seconds, rounds)
     result = _measure(
@@ -285,6 +318,7 @@ def autotune(
         seed,
         Progress(enabled=verbose),
         agent_ms,
+        with_defaults=worker_counts is None,
     )
     if verbose:
         sys.stdout.write("\n".join(result.format_table()) + "\n")
@@ -301,6 +335,8 @@ def _measure(
     seed: int,
     progress: Progress,
     agent_ms: float | None = None,
+    *,
+    with_defaults: bool = False,
 ) -> TuneResult:
     """Run the measurements (validated arguments) and pick the fastest setting."""
     probe = env_fn()
@@ -314,17 +350,30 @@ def _measure(
         if agent_ms is None
         else agent_runner(Policy(obs_size(observation_space), num_envs, agent_ms, seed))
     )
-    for workers in worker_counts:
+    default = AsyncVectorEnv([env_fn] * num_envs)  # its placement: no env stepped
+    placed = (default.num_workers, default.parent_envs)
+    default.close()
+    settings: list[int | None] = [None] if with_defaults else []
+    for workers in (*settings, *worker_counts):
         envs: dict[str, AsyncVectorEnv] = {}
-        # in-process, no one waits: one strategy stands for all
-        tried = wait_strategies[:1] if workers == 0 else wait_strategies
+        # in-process, no one waits: one strategy stands for all (defaults: auto)
+        if workers is None:
+            tried: Sequence[str] = ("auto",)
+        else:
+            tried = wait_strategies[:1] if workers == 0 else wait_strategies
         try:
             for strategy in tried:
                 progress.update(
-                    f"[autotune n={num_envs}] starting {workers} workers, {strategy}"
+                    f"[autotune n={num_envs}] starting "
+                    f"{'the defaults' if workers is None else workers} workers, "
+                    f"{strategy}"
                 )
-                env = AsyncVectorEnv(
-                    [env_fn] * num_envs, num_workers=workers, wait_strategy=strategy
+                env = (
+                    AsyncVectorEnv([env_fn] * num_envs)
+                    if workers is None
+                    else AsyncVectorEnv(
+                        [env_fn] * num_envs, num_workers=workers, wait_strategy=strategy
+                    )
                 )
                 envs[strategy] = env
                 env.reset(seed=seed)
@@ -344,9 +393,16 @@ def _measure(
                 env.close()
         for strategy in tried:
             rates = tuple(m.steps_per_second for m in runs[strategy])
-            measurements.append(
-                TuneMeasurement(workers, strategy, median(rates), rates)
-            )
+            if workers is None:
+                measurements.append(
+                    TuneMeasurement(
+                        placed[0], strategy, median(rates), rates, placed[1], True
+                    )
+                )
+            else:
+                measurements.append(
+                    TuneMeasurement(workers, strategy, median(rates), rates)
+                )
     progress.clear()
     best = max(measurements, key=lambda m: m.steps_per_second)
     return TuneResult(
@@ -356,5 +412,5 @@ def _measure(
         wait_strategy=best.wait_strategy,
         steps_per_second=best.steps_per_second,
         measurements=tuple(measurements),
-        default_num_workers=max(1, min(num_envs, available_cpus())),
+        default_num_workers=placed[0],
     )
