@@ -192,20 +192,22 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             max_concurrency: At most this many sub-environments execute ``reset`` or
                 ``step`` at once; ``None`` for no limit.
             num_workers: Number of worker processes; the envs are split into that many
-                contiguous slices. Default: ``min(num_envs, available CPUs,
-                max_concurrency or num_envs)`` (of the envs not in this process, and
-                less this process's own CPU when it steps a share).
+                contiguous slices. Default: a cost model's choice for this machine
+                (vecpool/_util/placement.py): the workers and the waiting parent
+                never outnumber the physical cores, a worker hosts several cheap
+                envs where that saves a hand-off (16 envs on 16 cores: 8 x 2), at
+                most ``max_concurrency``; :attr:`placement` and ``repr`` show it.
                 ``0``: every env in this process (same results; no isolation;
                 see docs/performance.md).
             parent_envs: How many envs this process steps itself (the last ones),
                 while the workers step the others: ``*_async`` sends the workers'
                 commands and ``*_wait`` steps this share, then collects the
                 replies, so no core idles while the parent waits. ``"auto"``
-                (default): with ``num_workers`` left unset on 2 CPUs, the parent
+                (default): with ``num_workers`` left unset on 2 cores, the parent
                 and one worker each step half the envs (8 envs: 4 here, one worker
                 with 4); with ``num_workers`` given, a custom ``worker``,
                 ``on_worker_crash="restart"``, ``batch_size`` or
-                ``max_concurrency``, or on 1 or more than 2 CPUs (where it does not
+                ``max_concurrency``, or on 1 or more than 2 cores (where it does not
                 pay: docs/performance.md), 0. ``0`` keeps every env in a
                 worker process (the earlier default). The envs of this share are
                 not isolated: an env that crashes the interpreter (a segfault)
