@@ -414,28 +414,38 @@ class WorkerGroup:
             if handle.rung:
                 handle.bell[WAITING] = 1
                 raised.append(handle)
-        fence()  # WAITING before the look at ANSWERED
+        if FENCE_LOCK.acquire(False):  # fence(): WAITING before the look at ANSWERED
+            FENCE_LOCK.release()
         try:
             for handle in raised:
                 if handle.bell[ANSWERED] == handle.rung & NUMBER_MASK:
                     return True
-            poller, watched = self._all_poll()
+            if not self._poll_all_built:
+                self._all_poll()
+            poller, watched = self._poll_all
             events = poller.poll()
         finally:
             for handle in raised:
                 handle.bell[WAITING] = 0
+        main = threading.get_ident() == MAIN
         for fd, _ in events:
             entry = watched.get(fd)
             if entry is None or entry[1]:  # a sentinel: a death, judged below
                 return False
             handle = entry[0]
+            if main:  # Ctrl-C held back: the read and its count go together
+                HOLD["depth"] += 1
             try:
-                with HELD:  # the read and its count go together
+                handle.receive()
+                while handle.channel.buffer and handle.channel.has_message():
                     handle.receive()
-                    while handle.channel.has_message():
-                        handle.receive()
             except (EOFError, OSError):
                 return False
+            finally:
+                if main:
+                    HOLD["depth"] -= 1
+            if main and HOLD["pending"] and not HOLD["depth"]:
+                raise_deferred()
         return True
 
     def wait(

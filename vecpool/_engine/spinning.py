@@ -95,7 +95,7 @@ class SpinPolicy:
     watch: ThreadWatch | None = None
     advice: str | None = None
     parent_spins: bool = True
-    countdown: int = 16
+    countdown: int = 2  # the first decision on the second step, then every EVERY
     measuring: bool = False
 
     EVERY = 16
