@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import multiprocessing
 import os
 import select
 import threading
@@ -12,13 +13,17 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from vecpool._engine.handle import WorkerHandle
 from vecpool._wire.bell import (
     ANSWERED,
+    COLUMNS,
     COMMAND,
     LISTENING,
+    PIPED,
     wait_for_command,
 )
 from vecpool._wire.channel import Channel
+from vecpool._wire.messages import COLUMNS_ONLY, WAKE
 from vecpool.testing import assert_same_data
 
 
@@ -227,3 +232,101 @@ def test_a_step_rung_right_after_start_up_is_served(make_async, monkeypatch):
     envs.step_async(np.ones(2, dtype=np.int64))
     obs, *_ = envs.step_wait(timeout=10)  # a skipped ring would time out here
     assert obs.tolist() == [[1.0, 1.0], [1.0, 1.0]]
+
+
+# ------------------------------------------------ answers on the bell alone (issue 37)
+
+
+class _FakeProcess:
+    """What a handle reads of its process (nothing runs)."""
+
+    sentinel = -1
+    exitcode = None
+
+
+def _handle(pipe_ends):
+    """A handle whose "worker" is this test: its bell, and the pipe's far end."""
+    parent_end, worker_end = pipe_ends
+    handle = WorkerHandle(0, range(2), _FakeProcess(), parent_end)  # type: ignore[arg-type]
+    handle.bell = _bell()
+    handle.bell[LISTENING] = 1  # it spins: the ring needs no wake
+    return handle, Channel(worker_end.fileno())
+
+
+@pytest.fixture
+def connection():
+    parent_end, worker_end = multiprocessing.Pipe()
+    yield parent_end, worker_end
+    parent_end.close()
+    worker_end.close()
+
+
+def _answer_on_the_bell(handle, number, piped=0):
+    handle.bell[PIPED] = piped
+    handle.bell[ANSWERED] = number
+
+
+def test_an_answer_on_the_bell_alone_is_counted_without_the_pipe(connection):
+    handle, _ = _handle(connection)
+    number = handle.post_step(b"s\x00")
+    handle.numbers.expect(number)
+    assert handle.bell[COMMAND] == number == handle.rung
+    assert not handle.settle()  # not answered yet: nothing taken
+    assert handle.numbers.received == 0
+    _answer_on_the_bell(handle, number, COLUMNS)
+    assert not handle.settle()  # taken from the bell: nothing to read
+    assert handle.rung == 0
+    assert handle.numbers.received == number
+    assert handle.answer() is COLUMNS_ONLY  # "infos in their rows"
+    assert not handle.channel.buffer
+    assert not handle.conn.poll()
+    handle.rung = number  # as if a Ctrl-C cut the first look after its count
+    assert not handle.settle()  # a second look counts nothing more
+    assert handle.numbers.received == number
+    assert handle.rung == 0
+
+
+def test_a_given_up_answer_on_the_bell_comes_before_the_next_pipe_reply(connection):
+    handle, worker = _handle(connection)
+    first = handle.post_step(b"s\x00")
+    handle.numbers.expect(first)
+    handle.numbers.give_up()  # e.g. a Ctrl-C: the call gave up on it
+    # the next command goes by pipe: the worker may still be busy with the first
+    second = handle.post_step(b"s\x01")
+    handle.numbers.expect(second)
+    assert second == first + 1
+    assert worker.recv() == b"s\x01"  # by pipe, not rung
+    # the worker answers the first on its bell alone, then the second by pipe
+    _answer_on_the_bell(handle, first)
+    worker.send(b"")
+    assert handle.receive() is True  # the pipe's reply is the second's
+    assert handle.numbers.received == second
+    assert handle.numbers.answers[0][0] == second
+    assert handle.rung == 0
+
+
+def test_a_wake_left_in_the_pipe_is_never_taken_for_a_reply(connection):
+    handle, worker = _handle(connection)
+    number = handle.post_step(b"s\x00")
+    handle.numbers.expect(number)
+    worker.send(WAKE)  # an earlier answer's wake, read late
+    assert handle.receive() is False
+    assert handle.rung == number  # still awaited, on the bell
+    assert handle.numbers.received == 0
+    _answer_on_the_bell(handle, number)
+    assert not handle.settle()
+    assert handle.numbers.received == number
+    assert handle.answer() is None
+
+
+def test_a_piped_answer_to_a_rung_command_is_read_from_the_pipe(connection):
+    handle, worker = _handle(connection)
+    number = handle.post_step(b"s\x00")
+    handle.numbers.expect(number)
+    worker.send(b"")  # its reply, in the pipe ...
+    _answer_on_the_bell(handle, number, piped=1)  # ... and so the bell says
+    assert handle.answered() is True  # read it: nothing taken from the bell
+    assert handle.numbers.received == 0
+    assert handle.receive() is True
+    assert handle.numbers.received == number
+    assert handle.rung == 0
