@@ -109,8 +109,8 @@ def _slow_rebuild_env(make_async, tmp_path, slow):
     return env
 
 
-def _make(make_async, mode=AutoresetMode.NEXT_STEP, fast=0.0, **kwargs):
-    """Envs 0, 1 (worker 0) take 0.6 s a step and a reset; envs 2, 3 ``fast`` s.
+def _make(make_async, mode=AutoresetMode.NEXT_STEP, fast=0.0, slow=0.6, **kwargs):
+    """Envs 0, 1 (worker 0) take ``slow`` s a step and a reset; envs 2, 3 ``fast`` s.
 
     So a ``*_wait(timeout=0.3)`` gives up while worker 1 is restarted.
     """
@@ -118,8 +118,8 @@ def _make(make_async, mode=AutoresetMode.NEXT_STEP, fast=0.0, **kwargs):
         functools.partial(
             BuildGate,
             index=i,
-            step_delay=0.6 if i < 2 else fast,
-            reset_delay=0.6 if i < 2 else fast,
+            step_delay=slow if i < 2 else fast,
+            reset_delay=slow if i < 2 else fast,
             min_len=50,
             max_len=50,
         )
@@ -331,14 +331,18 @@ def test_a_kill_after_a_step_timeout_cuts_from_the_last_returned_obs(make_async)
 
 
 def _timed_out_restart(make_async, mode):
-    """Kill worker 1 in a step whose step_wait(timeout) then times out."""
-    env = _make(make_async, mode, fast=0.1)
+    """Kill worker 1 in a step whose step_wait(timeout) then times out.
+
+    The replacement (a fresh interpreter, from the fork server) starts within
+    that call: worker 0's step outlasts it by far.
+    """
+    env = _make(make_async, mode, fast=0.1, slow=1.5)
     last, _ = env.reset(seed=0)
     env.step_async(np.zeros(4, np.int64))
     kill_worker(env, 1)  # in its 0.1 s step
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", vecpool.VecPoolWarning)
-        _give_up(lambda: env.step_wait(timeout=0.3))  # worker 0 is slow
+        _give_up(lambda: env.step_wait(timeout=1.0))  # worker 0 is slower
     assert env.restarts == (0, 1)
     time.sleep(0.5)
     return env, last

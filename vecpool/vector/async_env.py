@@ -386,6 +386,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 observation_space=self.single_observation_space,
                 action_space=self.single_action_space,
                 max_concurrency=self.max_concurrency,
+                restart=self._restarter is not None,
             ),
             ctx,
             self.processes,
