@@ -185,7 +185,9 @@ def make_placed(
 def _pickle_test_modules_by_value(items: list[pytest.Item]) -> None:
     """Let a worker started from a fresh interpreter unpickle what a test defines.
 
-    Under ``forkserver`` or ``spawn`` the env fns are pickled, and cloudpickle
+    Under ``forkserver`` or ``spawn``, and for every restart's replacement
+    (``on_worker_crash="restart"`` starts them through the forkserver whatever the
+    start method), the env fns are pickled, and cloudpickle
     pickles a function or class of an importable module by reference; a test
     module is importable only in this process (``--import-mode=importlib``), so a
     worker would fail with ``No module named 'tests'``. By value, as cloudpickle
@@ -198,8 +200,7 @@ def _pickle_test_modules_by_value(items: list[pytest.Item]) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    if DEFAULT_START_METHOD in ("forkserver", "spawn"):
-        _pickle_test_modules_by_value(items)
+    _pickle_test_modules_by_value(items)  # restarts pickle them under fork too
     for item in items:
         if "placement" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.start_methods)

@@ -120,7 +120,9 @@ def test_is_a_vecpool_and_a_gymnasium_async_vector_env(leak_checker):
         assert isinstance(env, vecpool.AsyncVectorEnv)
         assert gym.vector.AsyncVectorEnv in type(env).__mro__  # Gymnasium's machinery
         assert type(env).__name__ == "AsyncVectorEnv"
-        assert repr(env) == "AsyncVectorEnv(num_envs=2)"
+        # one process per env (Gymnasium's protocol), said as vecpool says it
+        assert repr(env) == f"AsyncVectorEnv(num_envs=2, {env.placement.describe(2)})"
+        assert "2 workers x 1 env" in repr(env)
         assert env.worker is _async_worker
         assert env.num_workers == 2
         assert env.batch_size is None

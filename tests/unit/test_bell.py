@@ -178,19 +178,25 @@ def test_a_ring_comes_before_what_the_pipe_holds(pipe, spin):
     assert bytes(channel.recv()) == b"the next command"  # served next
 
 
-def test_a_fence_never_waits_for_a_lock_a_fork_left_held():
-    # a child forked while another thread was inside fence() inherits the lock
-    # held: fence() must still return
+def test_a_fence_leaves_nothing_held_for_a_cut_or_a_fork_to_keep():
+    # a fence takes a fresh lock each time: a Ctrl-C right after a take, or a
+    # child forked while another thread was inside a fence, leaves no lock held
+    # that would make a later fence block, or no barrier at all (a shared lock
+    # left held turned every later fence into a no-op)
     from vecpool._wire import bell
 
-    bell.FENCE_LOCK.acquire()
-    try:
-        thread = threading.Thread(target=bell.fence, daemon=True)
-        thread.start()
-        thread.join(5)
-        assert not thread.is_alive()
-    finally:
-        bell.FENCE_LOCK.release()
+    taken = bell.FRESH_LOCK()
+    assert taken.acquire(False)  # "cut" right after a take: never released
+    assert bell.FRESH_LOCK() is not taken
+    assert bell.FRESH_LOCK().acquire(False)  # the next fence still takes its lock
+    done = []
+    thread = threading.Thread(target=lambda: done.append(bell.fence()), daemon=True)
+    thread.start()
+    thread.join(5)
+    assert done == [None]
+    assert not any(
+        isinstance(value, type(threading.Lock())) for value in vars(bell).values()
+    )
 
 
 class _SlowPollModule:

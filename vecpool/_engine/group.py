@@ -38,7 +38,7 @@ from vecpool._wire.bell import (
     ANSWERED,
     BUFFER,
     COMMAND,
-    FENCE_LOCK,
+    FRESH_LOCK,
     LISTENING,
     NUMBER_MASK,
     PIPED,
@@ -273,11 +273,9 @@ class WorkerGroup:
                 if bell is not None and numbers.received == numbers.sent:
                     number = numbers.sent + 1
                     bell[BUFFER] = buffer
-                    if FENCE_LOCK.acquire(False):  # fence(): actions, buffer, number
-                        FENCE_LOCK.release()
+                    FRESH_LOCK().acquire(False)  # fence(): actions, buffer, number
                     bell[COMMAND] = number & NUMBER_MASK
-                    if FENCE_LOCK.acquire(False):  # the number before LISTENING
-                        FENCE_LOCK.release()
+                    FRESH_LOCK().acquire(False)  # the number before LISTENING
                     if not bell[LISTENING]:  # it blocks on its pipe: a wake
                         try:
                             handle.channel.send(b"")
@@ -369,8 +367,7 @@ class WorkerGroup:
                 piped = bell[PIPED]
                 if piped == 1:  # its reply is in the pipe: read by the wait below
                     continue
-                if FENCE_LOCK.acquire(False):  # fence(): the number before the rows
-                    FENCE_LOCK.release()
+                FRESH_LOCK().acquire(False)  # fence(): the number before the rows
                 numbers = handle.numbers
                 if numbers.received < rung:  # as WorkerHandle.settle
                     numbers.received = rung
@@ -414,8 +411,7 @@ class WorkerGroup:
             if handle.rung:
                 handle.bell[WAITING] = 1
                 raised.append(handle)
-        if FENCE_LOCK.acquire(False):  # fence(): WAITING before the look at ANSWERED
-            FENCE_LOCK.release()
+        FRESH_LOCK().acquire(False)  # fence(): WAITING before the look at ANSWERED
         try:
             for handle in raised:
                 if handle.bell[ANSWERED] == handle.rung & NUMBER_MASK:

@@ -49,9 +49,9 @@ the pipe (vecpool/_engine/handle.py ``WorkerHandle.settle``).
 
 from __future__ import annotations
 
+import _thread
 import os
 import select
-import threading
 import time
 from typing import Any
 
@@ -62,7 +62,7 @@ __all__ = [
     "BUFFER",
     "COLUMNS",
     "COMMAND",
-    "FENCE_LOCK",
+    "FRESH_LOCK",
     "LISTENING",
     "PIPED",
     "RECHECK_MS",
@@ -86,22 +86,23 @@ RECHECK_MS = 50
 POLL_EVERY = 16
 """A spinning worker polls its pipe (a system call) once per this many looks."""
 
-FENCE_LOCK = threading.Lock()
-"""The lock :func:`fence` tries; the one step path tries it inline (no call)."""
+FRESH_LOCK = _thread.allocate_lock
+"""Makes the lock each :func:`fence` tries once; the step path calls
+``FRESH_LOCK().acquire(False)`` inline (no Python call)."""
 
 
 def fence() -> None:
-    """A full memory barrier: an atomic read-modify-write of a lock.
+    """A full memory barrier: an atomic read-modify-write of a fresh lock.
 
     Trying to take a lock is an atomic compare-and-swap, which orders every load and
     store around it on x86 (a ``lock``-prefixed instruction); on weaker memory
     models (ARM) it is at least an acquire, and a store it lets pass costs a delay
     (a blocked worker looks at its bell every :data:`RECHECK_MS`), never a hang.
-    It never waits: a lock that a forked child inherited held (another thread of
-    the parent was inside :func:`fence` at the fork) is only tried.
+    The lock is new each time and never released, so nothing is left held: not by
+    a Ctrl-C between a take and its release (which would turn every later fence
+    into no barrier at all), nor in a child forked while another thread was inside.
     """
-    if FENCE_LOCK.acquire(False):
-        FENCE_LOCK.release()
+    FRESH_LOCK().acquire(False)
 
 
 def _sleep_zero() -> None:
