@@ -268,6 +268,7 @@ class WorkerGroup:
         buffer = message[1]
         for handle in self.handles:
             numbers = handle.numbers
+            number = 0
             if per_env is None and not handle.tail and not handle.rung:
                 bell = handle.bell
                 if bell is not None and numbers.received == numbers.sent:
@@ -280,33 +281,24 @@ class WorkerGroup:
                         try:
                             handle.channel.send(b"")
                         except OSError:
-                            number = 0
+                            number = 0  # gone: send_step below says so
                         except KeyboardInterrupt:  # a second Ctrl-C, mid-write
                             handle.cut_off()
                             raise
-                    if number:
-                        numbers.sent = handle.rung = number
-                        handle.last_sent = message
-                        expected = (
-                            numbers.expected
-                        )  # numbers.expect(number), written out
-                        if expected:
-                            expected.clear()
-                        if numbers.answers:
-                            numbers.answers.clear()
-                        expected.append(number)
-                        continue
+                    handle.rung = number
                 elif handle.runs_here and not handle.channel.queued:  # type: ignore[attr-defined]
                     handle.direct = buffer  # type: ignore[attr-defined]
-                    numbers.sent = number = numbers.sent + 1
-                    handle.last_sent = message
-                    expected = numbers.expected  # numbers.expect(number), written out
-                    if expected:
-                        expected.clear()
-                    if numbers.answers:
-                        numbers.answers.clear()
-                    expected.append(number)
-                    continue
+                    number = numbers.sent + 1
+            if number:  # sent: numbers.sent_one() and numbers.expect(), written out
+                numbers.sent = number
+                handle.last_sent = message
+                expected = numbers.expected
+                if expected:
+                    expected.clear()
+                if numbers.answers:
+                    numbers.answers.clear()
+                expected.append(number)
+                continue
             actions = (
                 None
                 if per_env is None
