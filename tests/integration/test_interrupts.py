@@ -675,3 +675,41 @@ def test_a_second_ctrl_c_inside_a_chunk_reports_what_the_pool_holds(tmp_path, mo
     assert result.transitions <= result.env_steps
     assert result.episodes == result.pool.episode_stats.count
     assert sum(result.episode_lengths) <= result.transitions
+
+
+@pytest.mark.parametrize("where", ["send", "share"])
+def test_an_error_inside_the_step_paths_held_section_leaves_no_ctrl_c_pending(
+    monkeypatch, where
+):
+    # the one step path holds Ctrl-C back with an inline depth counter; a Ctrl-C
+    # deferred inside a section that an exception leaves must go with it, not
+    # come out of a later, unrelated call (it once escaped a test run this way)
+    from vecpool._engine import guards, in_process
+
+    envs = vecpool.AsyncVectorEnv(
+        [functools.partial(ActionEchoEnv, 0.0, False)] * NUM_ENVS,
+        num_workers=1,
+        parent_envs=1,
+    )
+    try:
+        envs.reset(seed=0)
+
+        def boom(*args: Any, **kwargs: Any) -> None:
+            guards.HOLD["pending"] = 1  # a Ctrl-C came inside the section ...
+            raise RuntimeError("boom")  # ... which an error then left
+
+        if where == "send":
+            monkeypatch.setattr(envs._group, "send_step", boom)
+            with pytest.raises(RuntimeError, match="boom"):
+                envs.step_async(np.zeros(NUM_ENVS))
+        else:
+            monkeypatch.setattr(in_process.InProcessHandle, "step_here", boom)
+            envs.step_async(np.zeros(NUM_ENVS))
+            with pytest.raises(RuntimeError, match="boom"):
+                envs.step_wait()
+        assert guards.HOLD["depth"] == 0
+        assert guards.HOLD["pending"] == 0
+    finally:
+        guards.HOLD["pending"] = 0
+        monkeypatch.undo()
+        _close_promptly(envs)

@@ -31,7 +31,7 @@ from typing import Any, NoReturn, Protocol
 from gymnasium import Space
 
 from vecpool._engine.env_errors import raise_env_errors
-from vecpool._engine.guards import HELD, HOLD, MAIN, raise_deferred
+from vecpool._engine.guards import HELD, HOLD, MAIN, drop_held, raise_deferred
 from vecpool._engine.handle import WorkerHandle
 from vecpool._engine.spinning import SpinPolicy
 from vecpool._wire.bell import (
@@ -336,11 +336,14 @@ class WorkerGroup:
                 for handle in self.local:
                     if handle.direct is not None:  # type: ignore[attr-defined]
                         handle.step_here()  # type: ignore[attr-defined]
-            finally:
+            except BaseException:
                 if main:
-                    HOLD["depth"] -= 1
-            if main and HOLD["pending"] and not HOLD["depth"]:
-                raise_deferred()  # the share is stepped and answered: consistent
+                    drop_held()
+                raise
+            if main:
+                HOLD["depth"] -= 1
+                if HOLD["pending"] and not HOLD["depth"]:
+                    raise_deferred()  # the share is stepped and answered
         spin = self.spin
         shared = time.perf_counter()
         budget = spin.spin  # what the last sample decided
@@ -415,25 +418,18 @@ class WorkerGroup:
         finally:
             for handle in raised:
                 handle.bell[WAITING] = 0
-        main = threading.get_ident() == MAIN
         for fd, _ in events:
             entry = watched.get(fd)
             if entry is None or entry[1]:  # a sentinel: a death, judged below
                 return False
             handle = entry[0]
-            if main:  # Ctrl-C held back: the read and its count go together
-                HOLD["depth"] += 1
             try:
-                handle.receive()
-                while handle.channel.buffer and handle.channel.has_message():
+                with HELD:  # the read and its count go together
                     handle.receive()
+                    while handle.channel.buffer and handle.channel.has_message():
+                        handle.receive()
             except (EOFError, OSError):
                 return False
-            finally:
-                if main:
-                    HOLD["depth"] -= 1
-            if main and HOLD["pending"] and not HOLD["depth"]:
-                raise_deferred()
         return True
 
     def wait(

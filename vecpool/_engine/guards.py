@@ -36,6 +36,7 @@ __all__ = [
     "HELD",
     "HOLD",
     "MAIN",
+    "drop_held",
     "exclusive",
     "install",
     "raise_deferred",
@@ -119,10 +120,22 @@ HOLD = _state
 """:data:`HELD`'s counters, for the one step path, which holds Ctrl-C back without
 a call: in the main thread (:data:`MAIN`), ``HOLD["depth"] += 1`` opens a section,
 ``HOLD["depth"] -= 1`` closes it, and then, if ``HOLD["pending"]`` and no section
-is open, :func:`raise_deferred` raises the Ctrl-C that came inside."""
+is open, :func:`raise_deferred` raises the Ctrl-C that came inside; an exception
+leaving the section closes it with :func:`drop_held` instead."""
 
 MAIN = _MAIN
 """The main thread's ident: only there are sections counted."""
+
+
+def drop_held() -> None:
+    """Close a section opened by ``HOLD["depth"] += 1`` as an exception leaves it.
+
+    A Ctrl-C deferred inside is dropped when the outermost section closes (the
+    exception on its way out stands for it), as :data:`HELD` does.
+    """
+    _state["depth"] -= 1
+    if not _state["depth"]:
+        _state["pending"] = 0
 
 
 def raise_deferred() -> None:

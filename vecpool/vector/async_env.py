@@ -32,7 +32,14 @@ from vecpool._engine.buffers import StepBuffers
 from vecpool._engine.env_errors import raise_env_errors
 from vecpool._engine.env_states import EnvStates
 from vecpool._engine.group import WorkerGroup
-from vecpool._engine.guards import HELD, HOLD, MAIN, exclusive, raise_deferred
+from vecpool._engine.guards import (
+    HELD,
+    HOLD,
+    MAIN,
+    drop_held,
+    exclusive,
+    raise_deferred,
+)
 from vecpool._engine.lifecycle import LIVE_ENVS, kill_groups, reap, shutdown
 from vecpool._engine.restart import LastObservations, Restarter, RestartPolicy
 from vecpool._engine.spinning import SpinPolicy
@@ -611,11 +618,14 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             group.send_step(buffers.obs.step_messages[buffers.obs.choose()], per_env)
             self._state = AsyncState.WAITING_STEP
             self._step_interrupted = False
-        finally:
+        except BaseException:
             if main:
-                HOLD["depth"] -= 1
-        if main and HOLD["pending"] and not HOLD["depth"]:
-            raise_deferred()
+                drop_held()
+            raise
+        if main:
+            HOLD["depth"] -= 1
+            if HOLD["pending"] and not HOLD["depth"]:
+                raise_deferred()
         # after the send, off the workers' path, one step in SpinPolicy.EVERY:
         # whether they spin for the next command (they read it after this one's
         # reply) only if we are quick; how long the parent spins
