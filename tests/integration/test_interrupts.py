@@ -696,7 +696,8 @@ def test_an_error_inside_the_step_paths_held_section_leaves_no_ctrl_c_pending(
 
         def boom(*args: Any, **kwargs: Any) -> None:
             guards.HOLD["pending"] = 1  # a Ctrl-C came inside the section ...
-            raise RuntimeError("boom")  # ... which an error then left
+            msg = "boom"
+            raise RuntimeError(msg)  # ... which an error then left
 
         if where == "send":
             monkeypatch.setattr(envs._group, "send_step", boom)
