@@ -189,11 +189,16 @@ def test_a_fence_leaves_nothing_held_for_a_cut_or_a_fork_to_keep():
     assert taken.acquire(False)  # "cut" right after a take: never released
     assert bell.FRESH_LOCK() is not taken
     assert bell.FRESH_LOCK().acquire(False)  # the next fence still takes its lock
-    done = []
-    thread = threading.Thread(target=lambda: done.append(bell.fence()), daemon=True)
+    done: list[bool] = []
+
+    def fence_then_say() -> None:
+        bell.fence()
+        done.append(True)
+
+    thread = threading.Thread(target=fence_then_say, daemon=True)
     thread.start()
     thread.join(5)
-    assert done == [None]
+    assert done == [True]
     assert not any(
         isinstance(value, type(threading.Lock())) for value in vars(bell).values()
     )

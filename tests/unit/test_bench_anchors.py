@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.util
+import os
 import re
 
 import pytest
@@ -59,7 +61,7 @@ def test_same_core_id_on_two_packages_is_two_cores(tmp_path):
 def test_only_the_cpus_in_the_affinity_mask_count(tmp_path, monkeypatch):
     root = _fake_sysfs(tmp_path, {cpu: (0, cpu % 4) for cpu in range(8)})
     # cpus 1 and 5 are the two threads of core 1; cpu 2 is core 2
-    monkeypatch.setattr(topology.os, "sched_getaffinity", lambda pid: {1, 5, 2})
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1, 5, 2})
     assert topology.allowed_cpus() == [1, 2, 5]
     assert topology.physical_cores(root=root, limit=8) == 2
 
