@@ -407,8 +407,8 @@ def test_close_after_a_sigint_is_prompt_and_leaves_no_child(arm, context):
         envs = _echo_envs(0.3, context=context)
         try:
             envs.reset(seed=0)
-            arm(delay)
             with pytest.raises(KeyboardInterrupt):
+                arm(delay)  # armed inside: a 0.1 ms SIGINT lands in the block
                 _step_for_3_s(envs, rng)
         finally:
             arm(0)
