@@ -393,6 +393,16 @@ def _step_for_3_s(envs: vecpool.AsyncVectorEnv, rng: random.Random) -> None:
         envs.step(np.full(NUM_ENVS, rng.random()))
 
 
+def _arm_then_step_for_3_s(
+    arm: Callable[[float], None],
+    delay: float,
+    envs: vecpool.AsyncVectorEnv,
+    rng: random.Random,
+) -> None:
+    arm(delay)
+    _step_for_3_s(envs, rng)
+
+
 @pytest.mark.parametrize(
     ("arm", "context"),
     [
@@ -407,9 +417,8 @@ def test_close_after_a_sigint_is_prompt_and_leaves_no_child(arm, context):
         envs = _echo_envs(0.3, context=context)
         try:
             envs.reset(seed=0)
-            with pytest.raises(KeyboardInterrupt):
-                arm(delay)  # armed inside: a 0.1 ms SIGINT lands in the block
-                _step_for_3_s(envs, rng)
+            with pytest.raises(KeyboardInterrupt):  # armed inside: 0.1 ms lands here
+                _arm_then_step_for_3_s(arm, delay, envs, rng)
         finally:
             arm(0)
             _close_promptly(envs)
