@@ -45,7 +45,7 @@ from vecpool._wire.bell import (
     WAITING,
     fence,
 )
-from vecpool._wire.messages import COLUMNS_ONLY
+from vecpool._wire.messages import COLUMNS_ONLY, WAKE
 from vecpool._wire.spin import spin_until_ready
 from vecpool.errors import OutOfStepError, WorkerCrashedError
 
@@ -278,8 +278,8 @@ class WorkerGroup:
                     bell[COMMAND] = number & NUMBER_MASK
                     FRESH_LOCK().acquire(False)  # the number before LISTENING
                     if not bell[LISTENING]:  # it blocks on its pipe: a wake
-                        try:
-                            handle.channel.send(b"")
+                        try:  # an empty message (Channel.send's framing), inline
+                            os.write(handle.channel.fd, _EMPTY_MESSAGE)
                         except OSError:
                             number = 0  # gone: send_step below says so
                         except KeyboardInterrupt:  # a second Ctrl-C, mid-write
@@ -423,12 +423,34 @@ class WorkerGroup:
             if entry is None or entry[1]:  # a sentinel: a death, judged below
                 return False
             handle = entry[0]
+            channel = handle.channel
+            # a read and its count go together: Ctrl-C held back, inline (HOLD)
+            main = threading.get_ident() == MAIN
+            if main:
+                HOLD["depth"] += 1
             try:
-                with HELD:  # the read and its count go together
-                    handle.receive()
-                    while handle.channel.buffer and handle.channel.has_message():
+                chunk = os.read(fd, 1 << 16)
+                if chunk != _WAKE_MESSAGE or channel.buffer:  # a reply, not a wake
+                    channel.buffer += chunk
+                    while channel.has_message():
                         handle.receive()
-            except (EOFError, OSError):
+                # a wake alone: the answer is on the bell (vecpool/_wire/bell.py)
+            except (EOFError, OSError):  # a broken pipe: the general wait judges it
+                chunk = b""
+            except KeyboardInterrupt:  # a second Ctrl-C: the read may be lost
+                if main:
+                    drop_held()
+                handle.cut_off()
+                raise
+            except BaseException:
+                if main:
+                    drop_held()
+                raise
+            if main:
+                HOLD["depth"] -= 1
+                if HOLD["pending"] and not HOLD["depth"]:
+                    raise_deferred()
+            if not chunk:  # its end, or a broken pipe: the general wait judges it
                 return False
         return True
 
@@ -875,6 +897,13 @@ class WorkerGroup:
         except Exception:  # noqa: BLE001 - the caller terminates the workers
             return False
         return True
+
+
+_EMPTY_MESSAGE = bytes(4)
+"""An empty message as :class:`~vecpool._wire.channel.Channel` frames it: a wake."""
+
+_WAKE_MESSAGE = len(WAKE).to_bytes(4, "big") + WAKE
+"""A worker's :data:`~vecpool._wire.messages.WAKE` as it comes through the pipe."""
 
 
 def _sleep_zero() -> None:
