@@ -13,7 +13,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from vecpool._engine.group import WorkerGroup
 from vecpool._engine.handle import WorkerHandle
+from vecpool._engine.spinning import SpinPolicy
 from vecpool._wire.bell import (
     ANSWERED,
     COLUMNS,
@@ -272,6 +274,15 @@ def connection():
     worker_end.close()
 
 
+def _ring(handle, message):
+    """Send a step the way the one step path does (it rings when it can)."""
+    group = WorkerGroup(SpinPolicy(worker_spin=1e-3, spin=0.0))
+    group.handles.append(handle)  # as WorkerGroup.add, without its env map
+    group.remote.append(handle)
+    group.send_step(message, None)
+    return handle.numbers.expected[-1]
+
+
 def _answer_on_the_bell(handle, number, piped=0):
     handle.bell[PIPED] = piped
     handle.bell[ANSWERED] = number
@@ -279,7 +290,7 @@ def _answer_on_the_bell(handle, number, piped=0):
 
 def test_an_answer_on_the_bell_alone_is_counted_without_the_pipe(connection):
     handle, _ = _handle(connection)
-    number = handle.post_step(b"s\x00")
+    number = _ring(handle, b"s\x00")
     handle.numbers.expect(number)
     assert handle.bell[COMMAND] == number == handle.rung
     assert not handle.settle()  # not answered yet: nothing taken
@@ -299,11 +310,11 @@ def test_an_answer_on_the_bell_alone_is_counted_without_the_pipe(connection):
 
 def test_a_given_up_answer_on_the_bell_comes_before_the_next_pipe_reply(connection):
     handle, worker = _handle(connection)
-    first = handle.post_step(b"s\x00")
+    first = _ring(handle, b"s\x00")
     handle.numbers.expect(first)
     handle.numbers.give_up()  # e.g. a Ctrl-C: the call gave up on it
     # the next command goes by pipe: the worker may still be busy with the first
-    second = handle.post_step(b"s\x01")
+    second = _ring(handle, b"s\x01")
     handle.numbers.expect(second)
     assert second == first + 1
     assert worker.recv() == b"s\x01"  # by pipe, not rung
@@ -318,7 +329,7 @@ def test_a_given_up_answer_on_the_bell_comes_before_the_next_pipe_reply(connecti
 
 def test_a_wake_left_in_the_pipe_is_never_taken_for_a_reply(connection):
     handle, worker = _handle(connection)
-    number = handle.post_step(b"s\x00")
+    number = _ring(handle, b"s\x00")
     handle.numbers.expect(number)
     worker.send(WAKE)  # an earlier answer's wake, read late
     assert handle.receive() is False
@@ -332,7 +343,7 @@ def test_a_wake_left_in_the_pipe_is_never_taken_for_a_reply(connection):
 
 def test_a_piped_answer_to_a_rung_command_is_read_from_the_pipe(connection):
     handle, worker = _handle(connection)
-    number = handle.post_step(b"s\x00")
+    number = _ring(handle, b"s\x00")
     handle.numbers.expect(number)
     worker.send(b"")  # its reply, in the pipe ...
     _answer_on_the_bell(handle, number, piped=1)  # ... and so the bell says

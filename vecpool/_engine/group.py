@@ -43,7 +43,6 @@ from vecpool._wire.bell import (
     NUMBER_MASK,
     PIPED,
     WAITING,
-    fence,
 )
 from vecpool._wire.messages import COLUMNS_ONLY, WAKE
 from vecpool._wire.spin import spin_until_ready
@@ -346,12 +345,49 @@ class WorkerGroup:
                     raise_deferred()  # the share is stepped and answered
         spin = self.spin
         shared = time.perf_counter()
-        budget = spin.spin  # what the last sample decided
-        deadline = shared + budget
+        if self.remote:
+            if not self._poll_all_built:
+                self._all_poll()
+            self._wait_bells(self.remote, spin.spin, None, self._poll_all)
+        for handle in self.handles:
+            if handle.numbers.expected:
+                self.wait("step", None, label="step_wait")
+                break
+        if spin.measuring:  # one step in SpinPolicy.EVERY (SpinPolicy.sample)
+            now = time.perf_counter()
+            spin.wait_ema += 0.1 * (now - shared - spin.wait_ema)
+            spin.waited(now - started)  # stepping envs is not the parent's work
+
+    def _wait_bells(
+        self,
+        handles: list[WorkerHandle],
+        budget: float,
+        deadline: float | None,
+        polled: tuple[select.poll, dict[int, tuple[WorkerHandle, bool]]],
+    ) -> bool:
+        """Wait until every rung worker among ``handles`` answers on its bell.
+
+        The one wait on the bells (vecpool/_wire/bell.py), for every call: it spins
+        on each rung worker's ``ANSWERED`` word for up to ``budget`` seconds and
+        takes an answer given on the bell alone there, then blocks
+        (:meth:`_block_step`). A rung worker whose answer is piped is left for the
+        pipe reading that follows.
+
+        Args:
+            handles: The workers to look at (those not rung are skipped).
+            budget: Seconds to spin before blocking (0: block at once).
+            deadline: The ``time.monotonic()`` deadline of the blocking wait.
+            polled: The poll set (and its fd map) of the pipes and sentinels.
+
+        Returns:
+            ``True`` once every rung worker answered; ``False`` when a sentinel or
+            a pipe has something for the caller to judge, or the deadline passed.
+        """
+        until = time.perf_counter() + budget
         looks = 0
         while True:
             waiting = False
-            for handle in self.remote:
+            for handle in handles:
                 rung = handle.rung
                 if not rung:
                     continue
@@ -360,7 +396,7 @@ class WorkerGroup:
                     waiting = True
                     continue
                 piped = bell[PIPED]
-                if piped == 1:  # its reply is in the pipe: read by the wait below
+                if piped == 1:  # its reply is in the pipe: read by the caller
                     continue
                 FRESH_LOCK().acquire(False)  # fence(): the number before the rows
                 numbers = handle.numbers
@@ -372,25 +408,22 @@ class WorkerGroup:
                         numbers.answers.append((rung, COLUMNS_ONLY if piped else None))
                 handle.rung = 0
             if not waiting:
-                break
+                return True
             looks += 1
             if (not budget or not looks & 63) and (
-                not budget or time.perf_counter() >= deadline
+                not budget or time.perf_counter() >= until
             ):
                 budget = 0.0  # spun out: block until each answers
-                if not self._block_step():
-                    break  # a pipe or a sentinel: the general wait below
-        for handle in self.handles:
-            if handle.numbers.expected:
-                self.wait("step", None, label="step_wait")
-                break
-        if spin.measuring:  # one step in SpinPolicy.EVERY (SpinPolicy.sample)
-            now = time.perf_counter()
-            spin.wait_ema += 0.1 * (now - shared - spin.wait_ema)
-            spin.waited(now - started)  # stepping envs is not the parent's work
+                if not self._block_step(handles, deadline, polled):
+                    return False
 
-    def _block_step(self) -> bool:
-        """Block the one step path until a rung worker answers on its bell.
+    def _block_step(
+        self,
+        handles: list[WorkerHandle],
+        deadline: float | None,
+        polled: tuple[select.poll, dict[int, tuple[WorkerHandle, bool]]],
+    ) -> bool:
+        """Block until a rung worker among ``handles`` answers on its bell.
 
         ``WAITING`` goes up on every unanswered bell (a worker that answers on its
         bell alone then writes a wake: vecpool/_wire/bell.py), and the parent
@@ -398,26 +431,31 @@ class WorkerGroup:
         taken as its handle takes it).
 
         Returns:
-            ``True`` to look at the bells again; ``False`` when a sentinel fired or
-            a pipe broke (the general :meth:`wait` judges it).
+            ``True`` to look at the bells again; ``False`` when a sentinel fired,
+            a pipe broke (the general :meth:`wait` judges it) or the deadline
+            passed.
         """
-        raised = []
-        for handle in self.remote:
-            if handle.rung:
+        raised = []  # the workers still to answer (not those whose reply is piped)
+        for handle in handles:
+            if handle.rung and handle.bell[ANSWERED] != handle.rung & NUMBER_MASK:
                 handle.bell[WAITING] = 1
                 raised.append(handle)
+        if not raised:  # each answered since the last look: look again
+            return True
         FRESH_LOCK().acquire(False)  # fence(): WAITING before the look at ANSWERED
         try:
             for handle in raised:
                 if handle.bell[ANSWERED] == handle.rung & NUMBER_MASK:
                     return True
-            if not self._poll_all_built:
-                self._all_poll()
-            poller, watched = self._poll_all
-            events = poller.poll()
+            poller, watched = polled
+            events = (
+                poller.poll() if deadline is None else self._block(poller, deadline)
+            )
         finally:
             for handle in raised:
                 handle.bell[WAITING] = 0
+        if not events:  # the deadline passed
+            return False
         for fd, _ in events:
             entry = watched.get(fd)
             if entry is None or entry[1]:  # a sentinel: a death, judged below
@@ -432,7 +470,8 @@ class WorkerGroup:
                 chunk = os.read(fd, 1 << 16)
                 if chunk != _WAKE_MESSAGE or channel.buffer:  # a reply, not a wake
                     channel.buffer += chunk
-                    while channel.has_message():
+                    handle.receive()  # the whole reply (its worker is writing it)
+                    while channel.buffer and channel.has_message():
                         handle.receive()
                 # a wake alone: the answer is on the bell (vecpool/_wire/bell.py)
             except (EOFError, OSError):  # a broken pipe: the general wait judges it
@@ -534,7 +573,6 @@ class WorkerGroup:
         timeout, name, _ = self.waiting
         spin = self.spin.before_wait()
         while True:
-            bells = [handle for handle in handles if handle.rung]
             # replies already read in bulk come first (no system call)
             events = [
                 (handle.conn.fileno(), select.POLLIN)
@@ -545,20 +583,18 @@ class WorkerGroup:
             if not events and self._finished(handles, any_answer):
                 break
             events = events or poller.poll(0)
-            if not events and spin > 0.0:
-                if bells:
-                    events = self._spin_bells(poller, handles, bells, spin, any_answer)
-                else:
-                    events = spin_until_ready(poller, spin, self.spin.spin_yield)
-            if not events and bells:
-                if self._finished(handles, any_answer):  # a bell answered
-                    break
-                blocked = self._block_on_bells(bells, poller, deadline)
-                if blocked is None:  # a bell answered as the parent was to block
+            if not events and not any_answer and any(h.rung for h in handles):
+                # a rung command's answer may come on its bell alone: watch them
+                if self._wait_bells(handles, spin, deadline, (poller, watched)):
                     continue
-                events = blocked
+                events = poller.poll(0)  # what stopped it, if not the deadline
+                if not events and (deadline is None or time.monotonic() < deadline):
+                    continue
             elif not events:
-                events = self._block(poller, deadline)
+                if spin > 0.0:
+                    events = spin_until_ready(poller, spin, self.spin.spin_yield)
+                if not events:
+                    events = self._block(poller, deadline)
             if not events:
                 msg = f"The call to `{name}` has timed out after {timeout} second(s)."
                 raise multiprocessing.TimeoutError(msg)
@@ -579,63 +615,6 @@ class WorkerGroup:
         if remaining <= 0:
             return []
         return poller.poll(max(1, math.ceil(remaining * 1000)))
-
-    def _block_on_bells(
-        self,
-        bells: list[WorkerHandle],
-        poller: select.poll,
-        deadline: float | None,
-    ) -> list[Any] | None:
-        """Block, with ``WAITING`` raised on the bells of workers still to answer.
-
-        Returns:
-            The events (``[]``: the deadline passed), or ``None`` when a bell
-            answered after ``WAITING`` was raised (nothing to block for).
-        """
-        raised = [handle.bell for handle in bells if handle.rung]
-        for bell in raised:
-            bell[WAITING] = 1
-        fence()  # WAITING before the look at ANSWERED (vecpool/_wire/bell.py)
-        try:
-            for handle in bells:
-                if handle.rung and handle.settle():
-                    return [(handle.conn.fileno(), select.POLLIN)]
-            if any(not handle.rung for handle in bells if handle.bell in raised):
-                return None
-            return self._block(poller, deadline)
-        finally:
-            for bell in raised:
-                bell[WAITING] = 0
-
-    def _spin_bells(
-        self,
-        poller: select.poll,
-        handles: list[WorkerHandle],
-        bells: list[WorkerHandle],
-        seconds: float,
-        any_answer: bool,
-    ) -> list[Any]:
-        """Spin on the bells (and the pipes every few looks) for up to ``seconds``.
-
-        Returns:
-            Events to read, or ``[]`` (the budget ran out, or every answer came).
-        """
-        deadline = time.perf_counter() + seconds
-        give = getattr(os, "sched_yield", _sleep_zero) if self.spin.spin_yield else None
-        looks = 0
-        while True:
-            for handle in bells:
-                if handle.rung and handle.settle():
-                    return [(handle.conn.fileno(), select.POLLIN)]
-            if self._finished(handles, any_answer):
-                return []
-            looks += 1
-            if not looks & 15:  # the pipes and sentinels: a worker may have died
-                events = poller.poll(0)
-                if events or time.perf_counter() >= deadline:
-                    return events
-            if give is not None:
-                give()
 
     def _run_local(
         self,

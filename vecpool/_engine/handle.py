@@ -32,9 +32,6 @@ import numpy.typing as npt
 from vecpool._engine.numbering import ReplyNumbers
 from vecpool._wire.bell import (
     ANSWERED,
-    BUFFER,
-    COMMAND,
-    LISTENING,
     NUMBER_MASK,
     PIPED,
     fence,
@@ -153,47 +150,14 @@ class WorkerHandle:
             The command's number.
         """
         tail = self.tail
-        if actions is None and not tail:  # the hot path: a 2-byte message
-            return self.post_step(message)
+        if actions is None and not tail:  # a 2-byte message (WorkerGroup rings)
+            return self.write(message)
         if self.wide_offer is not None:  # the tail carries its acceptance
             self.info_wide, self.wide_offer = self.wide_offer[1], None
             self.tail = self.cut
         if actions is None:
             return self.write(message + tail)
         return self.send(Command.STEP, (actions, None, message[-1], tail))
-
-    def post_step(self, message: bytes) -> int:
-        """Send the hot path's step message (:meth:`send_step`'s): rung if it can be.
-
-        The bell (vecpool/_wire/bell.py) carries it when this worker has one and
-        has answered every earlier command (nothing of it is in the pipe); a worker
-        that is not watching its bell then gets a wake through the pipe. Else the
-        message is written to the pipe.
-
-        Returns:
-            The command's number.
-
-        Raises:
-            OSError: If the pipe is broken (the worker died).
-        """
-        bell, numbers = self.bell, self.numbers
-        if self.rung:
-            self.settle()
-        if bell is None or numbers.received != numbers.sent:
-            return self.write(message)
-        bell[BUFFER] = message[1] if len(message) > 1 else 0
-        fence()  # the actions and the buffer before the number
-        bell[COMMAND] = (numbers.sent + 1) & NUMBER_MASK
-        fence()  # the number before the look at LISTENING (bell.py)
-        if not bell[LISTENING]:
-            try:
-                self.channel.send(b"")  # a wake, not a command
-            except KeyboardInterrupt:  # cut off mid-transfer (HELD defers the 1st)
-                self.cut_off()
-                raise
-        self.last_sent = message
-        self.rung = number = numbers.sent_one()
-        return number
 
     def settle(self) -> bool:
         """Take the rung command's answer if the bell alone gives it.

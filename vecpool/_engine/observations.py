@@ -173,7 +173,10 @@ class ObservationBuffers:
             return self.observations
         index = self.obs_index
         if len(self._obs_owners) == 1:  # one buffer: its standing views, copied
-            return copy_tree(self.observations)
+            observations = self.observations
+            if type(observations) is np.ndarray:  # one array: copied inline
+                return observations.copy()
+            return copy_tree(observations)
         tree = make_views(
             self.observation_space,
             cut(self._obs_owners[index], self._obs_fields[index]),
