@@ -275,7 +275,7 @@ def _pickled_format_file(pool: vecpool.ReplayPool, path: Path) -> Path:
     """A file as vecpool 0.1 wrote it: format 2, spaces and generator pickled."""
     config = {"format": "vecpool.ReplayPool/2", **_old_arguments(pool)}
     blob = pickle.dumps(
-        (pool.observation_space, pool.action_space, pool._rng.bit_generator.state)
+        (pool.observation_space, pool.action_space, pool.generator_state)
     )
     members = {
         "config": np.frombuffer(json.dumps(config).encode(), np.uint8),

@@ -19,6 +19,8 @@ import pytest
 from gymnasium import spaces
 
 from vecpool import ReplayPool, ReplaySample, Sequences, Transitions
+from vecpool.replay.readers import NStep
+from vecpool.replay.samplers import PrioritizedSampler
 
 
 @dataclass
@@ -285,20 +287,20 @@ def test_save_and_load_keep_windows(settings: dict[str, Any], tmp_path: Any) -> 
     offset = np.concatenate(offsets)
     for one, other in ((pool, loaded), (loaded, pool)):
         assert one.lengths.tolist() == other.lengths.tolist()
-    rows = pool._row_of(env, offset), loaded._row_of(env, offset)
+    rows = pool._ring.row_of(env, offset), loaded._ring.row_of(env, offset)
+    window = NStep(3, 0.8)
     for mine, theirs in zip(
-        pool._n_step(env, offset, rows[0], 3, 0.8),
-        loaded._n_step(env, offset, rows[1], 3, 0.8),
+        window.window(pool._stored, env, offset, rows[0]),
+        window.window(loaded._stored, env, offset, rows[1]),
         strict=True,
     ):
         np.testing.assert_array_equal(mine, theirs)
     if "alpha" in settings:
-        assert pool._tree is not None
-        assert loaded._tree is not None
-        np.testing.assert_array_equal(
-            pool._tree.get(rows[0]), loaded._tree.get(rows[1])
-        )
-        assert loaded._tree.total == pytest.approx(pool._tree.total)
+        assert isinstance(pool._sampler, PrioritizedSampler)
+        assert isinstance(loaded._sampler, PrioritizedSampler)
+        trees = pool._sampler.tree, loaded._sampler.tree
+        np.testing.assert_array_equal(trees[0].get(rows[0]), trees[1].get(rows[1]))
+        assert trees[1].total == pytest.approx(trees[0].total)
     if "alpha" not in settings:  # the same generator state, the same draws
         s, t = pool.sample_sequences(50, 5), loaded.sample_sequences(50, 5)
         np.testing.assert_array_equal(s.mask, t.mask)
@@ -361,8 +363,8 @@ def test_adds_past_the_ring_between_reads_mixing_the_aligned_and_masked_paths() 
     assert fast.lengths.tolist() == slow.lengths.tolist()
     a, b = fast.get_pool(), slow.get_pool()
     np.testing.assert_array_equal(a.obs, b.obs)
-    fast_marks = fast._starts[fast._row_of(*_held(fast))]
-    slow_marks = slow._starts[slow._row_of(*_held(slow))]
+    fast_marks = fast._ring.starts[fast._ring.row_of(*_held(fast))]
+    slow_marks = slow._ring.starts[slow._ring.row_of(*_held(slow))]
     np.testing.assert_array_equal(fast_marks, slow_marks)
 
 

@@ -22,6 +22,7 @@ import pytest
 from gymnasium import spaces
 
 from vecpool import ReplayPool
+from vecpool.replay.frames import FrameLayout
 
 # -- helpers ---------------------------------------------------------------------------
 
@@ -675,8 +676,9 @@ def test_frame_store_does_not_leak_across_save_and_load(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
 
     def leaked(pool: ReplayPool) -> int:
-        store = pool._frames
-        assert store is not None
+        layout = pool._stored.layout
+        assert isinstance(layout, FrameLayout)
+        store = layout.store
         owned = np.concatenate([store.own_obs, store.own_next_whole])
         used = np.unique(owned[owned >= 0]).size
         return int(store.wholes.items.shape[0] - len(store.wholes.free) - used)

@@ -33,8 +33,9 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from gymnasium import spaces
 
-__all__ = ["FrameStore"]
+__all__ = ["FrameLayout", "FrameStore"]
 
 
 class _Store:
@@ -373,3 +374,128 @@ class FrameStore:
         if targets is not None:
             self.has_last[empty] = False
             self.has_tail[empty] = False
+
+
+class FrameLayout:
+    """The frame store as a pool's storage kind (vecpool/replay/layouts.py).
+
+    Args:
+        num_envs: Number of sub-pools.
+        slots: Slots per sub-pool (the pool's capacity plus ``stack``).
+        stack: ``K``, frames per observation.
+        frame_shape: The shape of one frame.
+        dtype: The observation's dtype.
+    """
+
+    hot = True
+
+    def __init__(
+        self,
+        num_envs: int,
+        slots: int,
+        stack: int,
+        frame_shape: tuple[int, ...],
+        dtype: np.dtype[Any],
+    ) -> None:
+        """An empty frame store."""
+        self.store = FrameStore(num_envs, slots, stack, frame_shape, dtype)
+        self._envs = np.arange(num_envs, dtype=np.int64)
+
+    @classmethod
+    def of_space(
+        cls, space: spaces.Space[Any], stack: int, num_envs: int, slots: int
+    ) -> FrameLayout:
+        """The layout for observations of ``space``, stacks of ``stack`` frames.
+
+        Raises:
+            ValueError: If ``space`` is no Box of ``stack`` frames along axis 0.
+        """
+        shape = space.shape if isinstance(space, spaces.Box) else None
+        if shape is None or len(shape) == 0 or shape[0] != stack:
+            msg = (
+                f"`frame_stack={stack}` needs a Box observation space whose first "
+                f"axis holds the {stack} frames (what `gymnasium.wrappers."
+                f"FrameStackObservation(env, {stack})` makes), got {space}. For Dict "
+                "observations, store the stacked leaf in a pool of its own, or drop "
+                "`frame_stack`."
+            )
+            raise ValueError(msg)
+        return cls(num_envs, slots, stack, tuple(shape[1:]), np.dtype(space.dtype))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes allocated."""
+        return self.store.nbytes
+
+    def write_rows(
+        self,
+        row: npt.NDArray[np.intp],
+        obs: list[npt.NDArray[Any]],
+        next_obs: list[npt.NDArray[Any]],
+        valid: npt.NDArray[np.bool_] | None,
+    ) -> None:
+        """The rows kept only: a row not ``valid`` would move the chains on."""
+        if valid is None:
+            self.store.write(
+                self._envs, row.astype(np.int64), obs[0], next_obs[0], every=True
+            )
+        elif np.count_nonzero(valid):
+            self.store.write(
+                self._envs[valid], row[valid].astype(np.int64), obs[0][valid],
+                next_obs[0][valid],
+            )  # fmt: skip
+
+    def write_block(self, block: slice, first: int, obs: Any, next_obs: Any) -> None:
+        """One slot of every sub-pool."""
+        self.store.write(
+            self._envs, self._envs + first, obs, next_obs, every=True, block=block
+        )
+
+    def append(
+        self,
+        ring: Any,  # noqa: ARG002 - the protocol's signature
+        env: npt.NDArray[np.int64],
+        row: npt.NDArray[np.int64],
+        obs: list[npt.NDArray[Any]],
+        next_obs: list[npt.NDArray[Any]],
+    ) -> None:
+        """A row for each of the distinct sub-pools ``env``."""
+        self.store.write(env, row, obs[0], next_obs[0])
+
+    def dropped(self, rows: npt.NDArray[np.int64]) -> None:
+        """Nothing yet: a dropped row may still anchor the oldest.
+
+        Its items are freed when the row is written over.
+        """
+
+    def read(
+        self,
+        env: npt.NDArray[np.int64],
+        row: npt.NDArray[np.int64],
+        next_row: npt.NDArray[np.int64],
+        newest: npt.NDArray[np.bool_],
+    ) -> tuple[list[npt.NDArray[Any]], list[npt.NDArray[Any]]]:
+        """The stacks rebuilt (a shared gather when both are of the same rows)."""
+        if next_row is row:
+            stacks, next_stacks = self.store.pair(row, env, newest)
+        else:
+            stacks = self.store.obs(row)
+            next_stacks = self.store.next_obs(next_row, env, newest)
+        return [stacks], [next_stacks]
+
+    def state(self, ring: Any) -> dict[str, npt.NDArray[Any]]:
+        """The store's arrays, each sub-pool's oldest stack made whole first.
+
+        A file holds no row before each sub-pool's oldest.
+        """
+        self.store.anchor(ring.oldest_rows())
+        return self.store.state()
+
+    def load(
+        self,
+        state: dict[str, npt.NDArray[Any]],
+        targets: npt.NDArray[np.int64] | None,
+        empty_pools: npt.NDArray[np.bool_],
+    ) -> None:
+        """Take the arrays of :meth:`state`."""
+        self.store.load(state, targets, empty_pools)

@@ -1,11 +1,21 @@
 """The replay pool: preallocated per-env sub-pools of transitions (pure numpy).
 
-Semantics: docs/replay-pool.md. Each of ``num_envs`` sub-pools is a ring of
-``capacity = ceil(pool_size / num_envs)`` transitions (plus one spare slot, so a
-sub-pool can hold the appended transition before the overflow rule trims it; with
-``frame_stack=K``, ``K`` spare slots, vecpool/replay/frames.py). Every field is one
-array per leaf of its space, one row per slot of every sub-pool; adding a vector
-step is a handful of slice or fancy-indexed writes, whatever the number of envs.
+Semantics: docs/replay-pool.md. :class:`ReplayPool` is a facade over parts that
+are read and tested alone, each saving and loading its own state (as TorchRL's
+``ReplayBuffer`` is a storage, a sampler and a writer):
+
+* the ring of per-env sub-pools: slots, windows, clearing, where episodes
+  continue (vecpool/replay/ring.py);
+* the storage kind, chosen once at construction: arrays, next observations kept
+  apart, frames stored once (vecpool/replay/layouts.py,
+  vecpool/replay/frames.py), and the columns every kind shares;
+* the writers: the hot (aligned) path and the routed path
+  (vecpool/replay/writers.py), behind the checks of what is added
+  (vecpool/replay/inputs.py);
+* the index samplers, uniform and prioritized (vecpool/replay/samplers.py), and
+  the readers, one step, n-step and sequences (vecpool/replay/readers.py): any
+  reader reads any sampler's draw; all draw from the pool's one generator;
+* the episode log (vecpool/replay/episode_log.py).
 """
 
 from __future__ import annotations
@@ -17,35 +27,30 @@ import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
 
-from vecpool._util.spaces import NATIVE_LEAVES, is_native, leaves, make_views
+from vecpool._util.spaces import is_native
 from vecpool._util.validation import check_int
 from vecpool.replay import files as pool_files
 from vecpool.replay.batches import EpisodeStats, ReplaySample, Sequences, Transitions
-from vecpool.replay.files import COUNTERS, per_row
-from vecpool.replay.frames import FrameStore
+from vecpool.replay.episode_log import EpisodeLog
+from vecpool.replay.inputs import AddChecks, check_scalars, split_leaves
+from vecpool.replay.layouts import Columns, make_layout
 from vecpool.replay.minari import to_minari
-from vecpool.replay.portable import leaf_paths
+from vecpool.replay.readers import NStep, SequenceReader, Stored, read_rows
+from vecpool.replay.ring import SubPoolRing
+from vecpool.replay.samplers import NOT_PRIORITIZED, SAMPLERS, sampler_name
 from vecpool.replay.settings import (
     RECENT_EPISODES,
     PoolSettings,
     renamed_clearing_size,
 )
-from vecpool.replay.storage import (
-    check_strings,
-    flatten_stored,
-    fresh_objects,
-    integer_bounds,
-    is_storable,
-    same_value,
-    storage_leaves,
-)
-from vecpool.replay.sumtree import SumTree
+from vecpool.replay.storage import is_storable
+from vecpool.replay.writers import HotWriter, RoutedWriter, rounds
 
 __all__ = [
     "RECENT_EPISODES",
@@ -55,8 +60,6 @@ __all__ = [
     "Sequences",
     "Transitions",
 ]
-
-_SMALL_BATCH = 64  # action batches up to this size are range-checked as lists
 
 
 class ReplayPool:
@@ -160,127 +163,39 @@ class ReplayPool:
         )
         self.alpha = settings.alpha
         self.frame_stack = settings.frame_stack
-        if not is_storable(observation_space):
-            msg = (
-                f"`observation_space` {observation_space} cannot be stored: an "
-                "array space of its leaves has no fixed shape or dtype."
-            )
-            raise ValueError(msg)
-        if not is_native(action_space):
-            msg = (
-                f"`action_space` {action_space} cannot be stored: a ReplayPool "
-                "stores Box, Discrete, MultiDiscrete and MultiBinary actions and "
-                "Dict/Tuple nests of them."
-            )
-            raise ValueError(msg)
+        _check_spaces(observation_space, action_space)
         self.observation_space = observation_space
         self.action_space = action_space
         self._rng = np.random.default_rng(seed)
-        # Slot k of sub-pool j is row k * num_envs + j of every array: sub-pools fill
-        # at about the same pace, so one vector step writes neighbouring rows (cache
-        # friendly), and a row is one flat index, the cheapest fancy index there is.
         # a frame-stacked ring keeps K - 1 more slots: the rows the oldest row's
         # stack is rebuilt from (vecpool/replay/frames.py)
-        self._slots = self.capacity + (self.frame_stack or 1)
-        rows = self.num_envs * self._slots
-        self._base = np.arange(self.num_envs, dtype=np.int64)
-        # every leaf of the observations: arrays, and Text as fixed-width unicode,
-        # other leaves (Graph, Sequence, custom) as objects (storage_leaves)
-        obs_leaves = storage_leaves(observation_space)
-        self._frames = _frame_store(
-            observation_space, self.frame_stack, self.num_envs, self._slots
+        ring = SubPoolRing(
+            self.num_envs,
+            self.capacity,
+            self.frame_stack or 1,
+            self.window_size,
+            self.clearing_freq,
+            self.clearing_size,
         )
-        self._obs_shapes = [shape for _, shape in obs_leaves]
-        self._action_shapes = [shape for _, shape in leaves(action_space)]
-        if self._frames is not None:
-            obs_leaves = []  # the frame store holds the observations
-        self._obs = [_empty((rows, *s), d) for d, s in obs_leaves]
-        # Text leaves: what is added must fit their width (never stored cut short)
-        paths = leaf_paths(observation_space)
-        self._text_leaves = [
-            (k, paths[k]) for k, (d, _) in enumerate(obs_leaves) if d.kind == "U"
-        ]
-        self._action = [np.zeros((rows, *s), d) for d, s in leaves(action_space)]
-        self._reward = np.zeros(rows, np.float64)
-        self._terminated = np.zeros(rows, np.bool_)
-        self._truncated = np.zeros(rows, np.bool_)
-        # `_starts[row]`: the row is not its env's episode's next step after the
-        # sub-pool's previous row (an episode start, a reset, an abort, a restart):
-        # what n-step windows and sequences stop at. `_fresh[env]`: the env's next
-        # row will be one. Hot-path adds set both late, in `_settle`.
-        self._starts = np.ones(rows, np.bool_)
-        self._fresh = np.ones(self.num_envs, np.bool_)
-        # priorities ** alpha, a leaf per row: 0 for every row not held
-        self._tree = None if self.alpha is None else SumTree(rows)
-        self._max_priority = 1.0
-        if self.store_next_obs:
-            self._next_obs = [_empty(array.shape, array.dtype) for array in self._obs]
-        else:
-            # next_obs of the newest row of each sub-pool, and of rows whose next
-            # observation is not the following row's (kept in a growable store)
-            self._tail = [_empty((self.num_envs, *s), d) for d, s in obs_leaves]
-            self._own_next = np.full(rows, -1, np.int64)
-            self._extra = [_empty((0, *s), d) for d, s in obs_leaves]
-            self._free: list[int] = []
-        # each sub-pool's rows are [end - length, end) modulo slots
-        self._end = np.zeros(self.num_envs, np.int64)
-        self._length = np.zeros(self.num_envs, np.int64)
-        self._envs = np.arange(self.num_envs, dtype=np.int64)
-        # The hot path writes at `_row` (= base + end), steps it with one lookup in
-        # `_next_row`, and defers the counters: `_pending` adds await `_sync()`.
-        self._row: npt.NDArray[Any] = self._base.copy()
-        index = np.arange(rows, dtype=np.int64)
-        following = (
-            index % self.num_envs
-            + ((index // self.num_envs + 1) % self._slots) * self.num_envs
+        layout = make_layout(
+            observation_space, ring, self.store_next_obs, self.frame_stack
         )
-        self._next_row = following.astype(np.int32 if rows < 2**31 else np.int64)
-        self._pending = 0
-        self._pending_env = np.zeros(self.num_envs, np.int64)  # masked hot-path adds
-        self._masked = False
-        # hot-path adds since the last `_sync`: settled before a row could be
-        # written twice (the ring's slots minus one)
-        self._unsettled = 0
-        self._settle_limit = max(1, self._slots - 1)
-        self._ones = np.ones(self.num_envs, np.int64)
-        # the flat hot path applies (plain layout, no clearing, env i -> sub-pool i)
-        self._hot = (
-            self.store_next_obs and self.clearing_freq is None and not self.random
+        columns = Columns(action_space, ring.rows)
+        self._ring, self._log = ring, EpisodeLog(self.num_envs)
+        self._stored = Stored(ring, layout, columns, observation_space, action_space)
+        self._sampler = SAMPLERS[sampler_name(settings)](ring, self._rng, settings)
+        # sequences start at rows drawn uniformly, whatever the pool's sampler
+        self._sequence_starts = (
+            self._sampler
+            if sampler_name(settings) == "uniform"
+            else SAMPLERS["uniform"](ring, self._rng, settings)
         )
-        # While every sub-pool's free slot is the same (`_slot`), one vector step is
-        # a contiguous block of rows: the aligned path writes slices, and `_row`
-        # is only brought up to date by `_sync` or when the alignment is left.
-        self._aligned = self._hot
-        self._slot = 0
-        self._even = True  # every sub-pool holds as many rows (read while aligned)
-        self._plain_shapes = (
-            (
-                (self.num_envs, *observation_space.shape),
-                (self.num_envs, *action_space.shape),
-                (self.num_envs,),
-            )
-            if isinstance(observation_space, NATIVE_LEAVES)
-            and isinstance(action_space, NATIVE_LEAVES)
-            and observation_space.shape is not None
-            and action_space.shape is not None
-            else None
+        self._checks = AddChecks(observation_space, action_space, self.num_envs)
+        hot = layout.hot and self.clearing_freq is None and not self.random
+        self._hot = HotWriter(ring, layout, columns, self._log, self._sampler, hot)
+        self._routed = RoutedWriter(
+            ring, layout, columns, self._sampler, self._rng, self.random
         )
-        self._action_bounds = integer_bounds(action_space)
-        # a Discrete action space's bounds, checked inline on the aligned path
-        self._discrete_bounds = (
-            self._action_bounds[0]
-            if isinstance(action_space, spaces.Discrete)
-            and self.num_envs <= _SMALL_BATCH
-            else None
-        )
-        self._received = np.zeros(self.num_envs, np.int64)
-        self._episode_return = np.zeros(self.num_envs, np.float64)
-        self._episode_length = np.zeros(self.num_envs, np.int64)
-        self._episodes = np.zeros(3, np.float64)  # count, sum of returns, of lengths
-        # the return and length of the last RECENT_EPISODES episodes that ended (a
-        # ring, oldest overwritten), and how many were ever put in it
-        self._recent = np.zeros((RECENT_EPISODES, 2), np.float64)
-        self._recent_count = np.zeros(1, np.int64)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -298,8 +213,8 @@ class ReplayPool:
     @property
     def lengths(self) -> npt.NDArray[np.int64]:
         """Number of transitions in each sub-pool (a copy)."""
-        self._sync()
-        return self._length.copy()
+        self._hot.sync()
+        return self._ring.length.copy()
 
     @classmethod
     def from_settings(
@@ -327,168 +242,20 @@ class ReplayPool:
     @property
     def received(self) -> npt.NDArray[np.int64]:
         """Transitions each sub-pool has received so far, kept or not (a copy)."""
-        self._sync()
-        return self._received.copy()
+        self._hot.sync()
+        return self._ring.received.copy()
 
     def __len__(self) -> int:
         """Total number of stored transitions."""
-        self._sync()
-        return int(self._length.sum())
-
-    def _sync(self) -> None:
-        """Apply what the hot path deferred: counters, marks, episodes, priorities."""
-        adds: Any = self._pending
-        if self._masked:
-            adds = adds + self._pending_env
-            self._pending_env[:] = 0
-            self._masked = False
-        elif not adds:
-            return
-        self._pending = 0
-        self._unsettled = 0
-        if self._aligned:
-            self._row = self._base + self._slot * self.num_envs
-        end, length = self._end, self._length
-        per_env = np.broadcast_to(np.asarray(adds, np.int64), (self.num_envs,))
-        self._settle(self._envs, end, per_env)
-        self._end = (self._row - self._base) // self.num_envs
-        self._received += adds
-        total = self._length + adds
-        if self.window_size is None:
-            self._length = np.minimum(total, self.capacity)
-        else:
-            # past capacity a sub-pool cycles through window_size..capacity
-            period = self.capacity + 1 - self.window_size
-            wrapped = self.window_size + (total - self.capacity - 1) % period
-            self._length = np.where(total > self.capacity, wrapped, total)
-        if self._tree is not None:
-            self._reprioritize(self._envs, end, length, per_env, self._length)
-        if self._hot:
-            self._slot = int(self._end[0])
-            self._aligned = bool(np.all(self._end == self._slot))
-            self._even = bool(np.all(self._length == self._length[0]))
-
-    def _settle(
-        self,
-        env_ids: npt.NDArray[np.int64],
-        end: npt.NDArray[np.int64],
-        adds: npt.NDArray[np.int64],
-    ) -> None:
-        """Mark and count the ``adds[i]`` rows the hot path wrote for ``env_ids[i]``.
-
-        They lie at slots ``end[i], end[i] + 1, ...`` of their sub-pool (``end``:
-        the free slot before them). Sets their ``_starts`` and the envs' ``_fresh``
-        marks, and closes the episodes that ended in them (their returns and
-        lengths, as :meth:`_record_episodes` does one step at a time).
-        """
-        total = int(adds.sum())
-        if total == 0:
-            return
-        counts = adds
-        env = np.repeat(env_ids, counts)
-        block = np.cumsum(counts) - counts  # where each env's rows start
-        first = np.repeat(block, counts)
-        step = np.arange(total, dtype=np.int64) - first
-        row = self._base[env] + (end[env] + step) % self._slots * self.num_envs
-        done = self._terminated[row] | self._truncated[row]
-        reward = self._reward[row]
-        starts = np.empty(total, np.bool_)
-        starts[1:] = done[:-1]
-        has = counts > 0
-        starts[block[has]] = self._fresh[env_ids[has]]
-        self._starts[row] = starts
-        last = (block + counts - 1)[has]
-        self._fresh[env_ids[has]] = done[last]
-        returns, lengths = self._episode_return, self._episode_length
-        ends = np.flatnonzero(done)
-        if ends.size == 0:
-            np.add.at(returns, env, reward)
-            np.add.at(lengths, env_ids, counts)
-            return
-        # each env's rows split at its episode ends: one sum a stretch (never a
-        # difference of sums, which would mix envs' rewards: an inf, or 1e17 + 1)
-        stop = block + counts
-        position = np.searchsorted(env_ids, env[ends])  # each end's env, as index
-        cut = ends + 1
-        cut = cut[cut < stop[position]]
-        begins = np.union1d(block[has], cut)
-        sums = np.add.reduceat(reward, begins)
-        stretch = np.searchsorted(begins, ends, side="right") - 1
-        end_env = env[ends]
-        again = np.zeros(ends.size, np.bool_)  # not the env's first end here
-        again[1:] = end_env[1:] == end_env[:-1]
-        carry = np.where(again, 0.0, returns[end_env])
-        carried = np.where(again, 0, lengths[end_env])
-        episode_returns = carry + sums[stretch]
-        episode_lengths = carried + (ends + 1 - begins[stretch])
-        self._episodes += (ends.size, episode_returns.sum(), episode_lengths.sum())
-        order = np.lexsort((end_env, step[ends]))  # by row, then env
-        self._remember(episode_returns[order], episode_lengths[order])
-        # what is left after each env's last end, or added to what it had
-        ended = np.zeros(env_ids.size, np.bool_)
-        ended[position] = True
-        last_row = np.maximum(stop - 1, 0)
-        tail_stretch = np.searchsorted(begins, last_row, side="right") - 1
-        closed = done[last_row]  # the env's last row ended an episode: no tail
-        tail = np.where(has & ~closed, sums[tail_stretch], 0.0)
-        tail_length = np.where(has & ~closed, stop - begins[tail_stretch], 0)
-        returns[env_ids] = np.where(ended, 0.0, returns[env_ids]) + tail
-        lengths[env_ids] = np.where(ended, 0, lengths[env_ids]) + tail_length
-
-    def _reprioritize(
-        self,
-        env_ids: npt.NDArray[np.int64],
-        end: npt.NDArray[np.int64],
-        length: npt.NDArray[np.int64],
-        adds: npt.NDArray[np.int64],
-        new_length: npt.NDArray[np.int64],
-    ) -> None:
-        """Priorities after ``adds`` rows went to the sub-pools ``env_ids``.
-
-        Before, sub-pool ``i`` held slots ``[end - length, end)``; the adds wrote
-        ``[end, end + adds)``; it now holds the last ``new_length`` of those. The
-        rows it no longer holds get priority 0 (never drawn), the new rows it holds
-        the largest priority given so far.
-        """
-        tree = self._tree
-        if tree is None:
-            return
-        slots, n = self._slots, self.num_envs
-        top = end + adds
-        dropped = np.minimum(length + adds - new_length, slots)
-        fresh_from = np.maximum(end, top - new_length)
-        fresh = np.maximum(top - fresh_from, 0)
-
-        def rows(
-            begin: npt.NDArray[np.int64], count: npt.NDArray[np.int64]
-        ) -> npt.NDArray[np.int64]:
-            first = np.repeat(np.cumsum(count) - count, count)
-            step = np.arange(first.size, dtype=np.int64) - first
-            slot = (np.repeat(begin, count) + step) % slots
-            picked: npt.NDArray[np.int64] = np.repeat(self._base[env_ids], count)
-            return picked + slot * n
-
-        if dropped.any():
-            tree.set(rows(end - length, dropped), 0.0)
-        if fresh.any():
-            tree.set(
-                rows(fresh_from, fresh), self._max_priority ** float(self.alpha or 0.0)
-            )
+        self._hot.sync()
+        return int(self._ring.length.sum())
 
     @property
     def nbytes(self) -> int:
         """Bytes allocated for the stored transitions."""
-        arrays = [*self._obs, *self._action, self._reward, self._terminated]
-        arrays += [self._truncated, self._starts, self._next_row]
-        if self._tree is not None:
-            arrays += [self._tree.leaves]
-        if self._frames is not None:
-            return int(sum(array.nbytes for array in arrays)) + self._frames.nbytes
-        if self.store_next_obs:
-            arrays += self._next_obs
-        else:
-            arrays += [*self._tail, self._own_next, *self._extra]
-        return int(sum(array.nbytes for array in arrays))
+        ring, stored = self._ring, self._stored
+        parts = stored.layout.nbytes + stored.columns.nbytes + self._sampler.nbytes
+        return int(parts + ring.starts.nbytes + ring.next_row.nbytes)
 
     def recent_episode_stats(self, k: int = 100) -> EpisodeStats:
         """Count, mean return and mean length of the last ``k`` episodes that ended.
@@ -509,25 +276,14 @@ class ReplayPool:
             ValueError: If ``k`` is not between 1 and :data:`RECENT_EPISODES`.
         """
         k = check_int("k", k, 1, RECENT_EPISODES)
-        self._sync()
-        count = int(self._recent_count[0])
-        taken = min(k, count)
-        if not taken:
-            return EpisodeStats(0, math.nan, math.nan)
-        entries = self._recent_episodes()[-taken:]
-        returns, lengths = entries[:, 0], entries[:, 1]
-        return EpisodeStats(
-            taken, math.fsum(returns.tolist()) / taken, float(lengths.mean())
-        )
+        self._hot.sync()
+        return self._log.recent_stats(k)
 
     @property
     def episode_stats(self) -> EpisodeStats:
         """Count, mean return and mean length of the episodes that ended."""
-        self._sync()
-        count, returns, lengths = self._episodes
-        if not count:
-            return EpisodeStats(0, math.nan, math.nan)
-        return EpisodeStats(int(count), float(returns / count), float(lengths / count))
+        self._hot.sync()
+        return self._log.stats()
 
     def get_pool(self) -> Transitions:
         """Every stored transition: sub-pools in env order, each oldest to newest.
@@ -535,7 +291,7 @@ class ReplayPool:
         Returns:
             A :class:`Transitions` of ``len(self)`` rows (fresh arrays).
         """
-        return Transitions(*self._gather(*self._held()))
+        return Transitions(*read_rows(self._stored, *self._held()))
 
     def iter_pool(self, chunk_size: int = 65_536) -> Iterator[Transitions]:
         """Every stored transition, as :meth:`get_pool` orders them, in chunks.
@@ -558,7 +314,7 @@ class ReplayPool:
         env, offset = self._held()
         for first in range(0, env.size, chunk_size):
             part = slice(first, first + chunk_size)
-            yield Transitions(*self._gather(env[part], offset[part]))
+            yield Transitions(*read_rows(self._stored, env[part], offset[part]))
 
     def get_rows(self, env: int, start: int, stop: int) -> Transitions:
         """Transitions ``start:stop`` of sub-pool ``env`` (0: its oldest).
@@ -574,13 +330,14 @@ class ReplayPool:
         Raises:
             ValueError: If the range is not within the sub-pool.
         """
-        self._sync()
+        self._hot.sync()
         env = check_int("env", env, 0, self.num_envs - 1)
-        held = int(self._length[env])
+        held = int(self._ring.length[env])
         start = check_int("start", start, 0, held)
         stop = check_int("stop", stop, start, held)
         offset = np.arange(start, stop, dtype=np.int64)
-        return Transitions(*self._gather(np.full(offset.size, env, np.int64), offset))
+        envs = np.full(offset.size, env, np.int64)
+        return Transitions(*read_rows(self._stored, envs, offset))
 
     def sample(
         self,
@@ -619,21 +376,9 @@ class ReplayPool:
                 not in order).
         """
         batch_size = check_int("batch_size", batch_size, 1)
-        steps = None if n_step is None else check_int("n_step", n_step, 1)
-        if steps is not None:
-            self._check_ordered("n_step")
-            if gamma is None:
-                msg = (
-                    "`n_step` needs `gamma`, the discount of the rewards summed: "
-                    "pass e.g. `gamma=0.99`."
-                )
-                raise ValueError(msg)
-            gamma = _check_unit("gamma", gamma)
-        elif gamma is not None:
-            msg = "`gamma` is used only with `n_step`: pass `n_step` too, or drop it."
-            raise ValueError(msg)
+        reader = self._n_step_reader(n_step, gamma)
         if beta is not None:
-            if self._tree is None:
+            if not self._sampler.weighs:
                 msg = (
                     "`beta` weighs prioritized draws, and this pool samples "
                     "uniformly: make it with `ReplayPool(..., alpha=0.6)` (or "
@@ -641,27 +386,25 @@ class ReplayPool:
                 )
                 raise ValueError(msg)
             beta = _check_unit("beta", beta)
-        env, offset, row = self._draw(batch_size)
-        if steps is None and self._tree is None and beta is None:
-            return Transitions(*self._gather(env, offset, row=row))
-        batch = self._gather(env, offset, row=row)
-        reward, terminated, truncated = batch[3], batch[4], batch[5]
-        discount = np.ones(batch_size)
-        if steps is not None and gamma is not None:
-            last, reward, terminated, truncated, discount = self._n_step(
-                env, offset, row, steps, gamma
+        self._hot.sync()
+        env, offset, row = self._sampler.draw(batch_size)
+        if reader is None and not self._sampler.weighs and beta is None:
+            return Transitions(*read_rows(self._stored, env, offset, row=row))
+        if reader is None:
+            fields = (
+                *read_rows(self._stored, env, offset, row=row),
+                np.ones(batch_size),
             )
-            obs_, action_, next_obs, *_ = self._gather(env, offset, last, row)
-            batch = (obs_, action_, next_obs)
-        weights = np.ones(batch_size)
-        if beta is not None and self._tree is not None and beta > 0:
-            probability = self._tree.get(row) / self._tree.total
-            weights = (len(self) * probability) ** -beta
-            weights /= weights.max()
+        else:
+            fields = reader.read(self._stored, env, offset, row)
+        weights = (
+            np.ones(batch_size) if beta is None else self._sampler.weights(row, beta)
+        )
+        obs, action, next_obs, reward, terminated, truncated, discount = fields
         return ReplaySample(
-            batch[0],
-            batch[1],
-            batch[2],
+            obs,
+            action,
+            next_obs,
             reward,
             terminated,
             truncated,
@@ -669,6 +412,25 @@ class ReplayPool:
             self._ids(env, offset),
             weights,
         )
+
+    def _n_step_reader(self, n_step: int | None, gamma: float | None) -> NStep | None:
+        """The n-step reader ``n_step`` and ``gamma`` ask for (checked), if any."""
+        if n_step is None:
+            if gamma is not None:
+                msg = (
+                    "`gamma` is used only with `n_step`: pass `n_step` too, or drop it."
+                )
+                raise ValueError(msg)
+            return None
+        steps = check_int("n_step", n_step, 1)
+        self._check_ordered("n_step")
+        if gamma is None:
+            msg = (
+                "`n_step` needs `gamma`, the discount of the rewards summed: "
+                "pass e.g. `gamma=0.99`."
+            )
+            raise ValueError(msg)
+        return NStep(steps, _check_unit("gamma", gamma))
 
     def sample_sequences(self, batch_size: int, length: int) -> Sequences:
         """Draw ``batch_size`` sequences of ``length`` consecutive transitions.
@@ -692,39 +454,9 @@ class ReplayPool:
         batch_size = check_int("batch_size", batch_size, 1)
         length = check_int("length", length, 1)
         self._check_ordered("sample_sequences")
-        env, start, _ = self._uniform(batch_size)
-        step = np.arange(length, dtype=np.int64)
-        offset = start[:, None] + step  # [B, L]
-        held = self._length[env][:, None]
-        inside = offset < held
-        offset = np.minimum(offset, held - 1)
-        env_2d = np.broadcast_to(env[:, None], offset.shape)
-        row = self._row_of(env_2d, offset)
-        done = self._terminated[row] | self._truncated[row]
-        follows = np.ones(offset.shape, np.bool_)
-        follows[:, 1:] = inside[:, 1:] & ~self._starts[row[:, 1:]] & ~done[:, :-1]
-        mask = np.logical_and.accumulate(follows, axis=1)
-        obs, action, next_obs, reward, terminated, truncated = self._gather(
-            env_2d.reshape(-1), offset.reshape(-1)
-        )
-        shape = (batch_size, length)
-
-        def fold(batch: Any) -> Any:
-            if isinstance(batch, dict):
-                return {key: fold(value) for key, value in batch.items()}
-            if isinstance(batch, tuple):
-                return tuple(fold(value) for value in batch)
-            return batch.reshape(*shape, *batch.shape[1:])
-
-        return Sequences(
-            fold(obs),
-            fold(action),
-            fold(next_obs),
-            reward.reshape(shape),
-            terminated.reshape(shape),
-            truncated.reshape(shape),
-            mask,
-        )
+        self._hot.sync()
+        env, start, _ = self._sequence_starts.draw(batch_size)
+        return SequenceReader(length).read(self._stored, env, start)
 
     def update_priorities(self, indices: Any, priorities: Any) -> None:
         """Set the priorities of rows drawn by :meth:`sample` (pools with ``alpha``).
@@ -742,14 +474,8 @@ class ReplayPool:
             ValueError: If the pool is not prioritized, or on indices or priorities
                 of the wrong shape or value.
         """
-        tree = self._tree
-        if tree is None:
-            msg = (
-                "`update_priorities` needs a prioritized pool: make it with "
-                "`ReplayPool(..., alpha=0.6)` (or `ReplayPoolWrapper(..., "
-                "alpha=0.6)`)."
-            )
-            raise ValueError(msg)
+        if not self._sampler.weighs:
+            raise ValueError(NOT_PRIORITIZED)
         rows = np.asarray(indices)
         values = np.asarray(priorities, np.float64)
         if rows.ndim != 1 or (rows.size and rows.dtype.kind not in "iu"):
@@ -770,26 +496,16 @@ class ReplayPool:
                 f"1e-6`), got min {values.min()}, max {values.max()}."
             )
             raise ValueError(msg)
-        self._sync()
+        self._hot.sync()
         ids = rows.astype(np.int64)
-        env = ids % self.num_envs
-        serial = ids // self.num_envs
-        received = self._received[env]
-        if ids.size and (ids.min() < 0 or np.any(serial >= received)):
+        received = self._ring.received[ids % self.num_envs]
+        if ids.size and (ids.min() < 0 or np.any(ids // self.num_envs >= received)):
             msg = (
                 "`indices` must be the `indices` of a sample drawn from this pool, "
                 f"got values (min {ids.min()}, max {ids.max()}) it never gave out."
             )
             raise ValueError(msg)
-        # a transition's id is its env and its serial number in its sub-pool: one
-        # dropped since it was drawn is not held, even if its slot was reused
-        offset = serial - (received - self._length[env])
-        held = offset >= 0
-        if values.size:
-            self._max_priority = max(self._max_priority, float(values.max()))
-        kept = values[held]
-        powered = np.where(kept > 0, kept ** float(self.alpha or 0.0), 0.0)
-        tree.set(self._row_of(env[held], offset[held]), powered)
+        self._sampler.update(ids, values)
 
     def _ids(
         self, env: npt.NDArray[np.int64], offset: npt.NDArray[np.int64]
@@ -800,7 +516,8 @@ class ReplayPool:
         names one transition for good: it survives save/load (rows move, serials
         do not), and once the transition is dropped no other has it.
         """
-        serial = self._received[env] - self._length[env] + offset
+        ring = self._ring
+        serial = ring.received[env] - ring.length[env] + offset
         ids: npt.NDArray[np.int64] = env + self.num_envs * serial
         return ids
 
@@ -812,171 +529,10 @@ class ReplayPool:
             )
             raise ValueError(msg)
 
-    def _draw(
-        self, batch_size: int
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """Rows drawn uniformly or by priority: their sub-pools, offsets, rows."""
-        if self._tree is None:
-            return self._uniform(batch_size)
-        self._sync()
-        if not self._tree.total > 0:
-            if not self._length.any():
-                msg = "Cannot sample from an empty ReplayPool: add transitions first."
-            else:
-                msg = (
-                    "Cannot sample by priority: every transition held has priority "
-                    "0. Give some a positive one (`update_priorities(indices, "
-                    "abs(td_error) + 1e-6)`)."
-                )
-            raise ValueError(msg)
-        row = self._tree.sample(batch_size, self._rng)
-        env = row % self.num_envs
-        offset = (row // self.num_envs - self._end[env] + self._length[env]) % (
-            self._slots
-        )
-        return env, offset, row
-
-    def _uniform(
-        self, batch_size: int
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """Rows drawn uniformly from those held: their sub-pools, offsets, rows.
-
-        Raises:
-            ValueError: If the pool is empty.
-        """
-        self._sync()
-        if self._aligned and self._even and self._length[0]:
-            # every sub-pool holds `held` rows ending at one slot (what an aligned
-            # pool of whole vector steps is): the general draw below, in 5 calls
-            held = int(self._length[0])
-            flat = self._rng.integers(0, held * self.num_envs, batch_size)
-            env, offset = np.divmod(flat, held)
-            slot = offset + (self._slot - held)
-            slot %= self._slots
-            slot *= self.num_envs
-            slot += env
-            return env, offset, slot
-        total = int(self._length.sum())
-        if total == 0:
-            msg = "Cannot sample from an empty ReplayPool: add transitions first."
-            raise ValueError(msg)
-        flat = self._rng.integers(0, total, batch_size)
-        length = self._length
-        ends = np.cumsum(length)
-        env = np.searchsorted(ends, flat, side="right")
-        before = ends - length  # held rows of the sub-pools before each one
-        offset = flat - before[env]
-        # row = env + slot * n, slot = (oldest slot + offset) % slots, in 4 calls
-        slot = flat + (self._end - length - before)[env]
-        slot %= self._slots
-        slot *= self.num_envs
-        slot += env
-        return env, offset, slot
-
     def _held(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """Sub-pool and offset of every held row, in the order of :meth:`get_pool`."""
-        self._sync()
-        counts = self._length
-        env = np.repeat(np.arange(self.num_envs, dtype=np.int64), counts)
-        offset = np.arange(env.size, dtype=np.int64) - np.repeat(
-            np.cumsum(counts) - counts, counts
-        )
-        return env, offset
-
-    def _row_of(
-        self, env: npt.NDArray[np.int64], offset: npt.NDArray[np.int64]
-    ) -> npt.NDArray[np.int64]:
-        """The row of each sub-pool's ``offset``-th held transition (0: oldest)."""
-        slot = (self._end[env] - self._length[env] + offset) % self._slots
-        row: npt.NDArray[np.int64] = self._base[env] + slot * self.num_envs
-        return row
-
-    def _n_step(
-        self,
-        env: npt.NDArray[np.int64],
-        offset: npt.NDArray[np.int64],
-        row: npt.NDArray[np.int64],
-        steps: int,
-        gamma: float,
-    ) -> tuple[npt.NDArray[Any], ...]:
-        """The n-step window from each row: last offset, reward, ends, discount."""
-        reward = self._reward[row].copy()
-        terminated = self._terminated[row].copy()
-        truncated = self._truncated[row].copy()
-        going = ~(terminated | truncated)
-        last = offset.copy()
-        summed = np.ones(offset.shape, np.int64)
-        held = self._length[env]
-        for k in range(1, steps):
-            ahead = offset + k
-            going &= ahead < held
-            if not going.any():
-                break
-            following = self._row_of(env, np.minimum(ahead, held - 1))
-            going &= ~self._starts[following]
-            picked = following[going]
-            reward[going] += gamma**k * self._reward[picked]
-            terminated[going] = self._terminated[picked]
-            truncated[going] = self._truncated[picked]
-            last[going] = ahead[going]
-            summed += going
-            going &= ~(terminated | truncated)
-        discount = np.power(gamma, summed.astype(np.float64))
-        return last, reward, terminated, truncated, discount
-
-    def _gather(
-        self,
-        env: npt.NDArray[np.int64],
-        offset: npt.NDArray[np.int64],
-        next_offset: npt.NDArray[np.int64] | None = None,
-        row: npt.NDArray[np.int64] | None = None,
-    ) -> tuple[Any, ...]:
-        """The six fields of the rows at ``offset`` of sub-pools ``env``.
-
-        ``next_obs`` comes from the rows at ``next_offset`` (default: the same).
-        ``row``: the rows at ``offset``, when the caller has them already.
-        """
-        if row is None:
-            row = self._row_of(env, offset)
-        obs = [np.take(array, row, axis=0) for array in self._obs]
-        if next_offset is None:
-            next_row, offset = row, offset
-        else:
-            next_row, offset = self._row_of(env, next_offset), next_offset
-        if self._frames is not None:
-            newest = offset == self._length[env] - 1
-            if next_row is row:
-                stacks, next_stacks = self._frames.pair(row, env, newest)
-            else:
-                stacks = self._frames.obs(row)
-                next_stacks = self._frames.next_obs(next_row, env, newest)
-            obs, next_obs = [stacks], [next_stacks]
-        elif self.store_next_obs:
-            next_obs = [np.take(array, next_row, axis=0) for array in self._next_obs]
-        else:
-            own = self._own_next[next_row]
-            newest = offset == self._length[env] - 1
-            following = self._next_row[next_row].astype(np.intp)
-            kept = own >= 0
-            next_obs = []
-            for store, tail, extra in zip(
-                self._obs, self._tail, self._extra, strict=True
-            ):
-                values = np.take(store, following, axis=0)
-                values[newest] = tail[env[newest]]
-                values[kept] = extra[own[kept]]
-                next_obs.append(values)
-        # object leaves: copies, never the pool's own objects
-        return (
-            make_views(self.observation_space, [fresh_objects(a) for a in obs]),
-            make_views(
-                self.action_space, [np.take(a, row, axis=0) for a in self._action]
-            ),
-            make_views(self.observation_space, [fresh_objects(a) for a in next_obs]),
-            self._reward[row],
-            self._terminated[row],
-            self._truncated[row],
-        )
+        self._hot.sync()
+        return self._ring.held()
 
     # -- writing -----------------------------------------------------------------------
 
@@ -1013,9 +569,9 @@ class ReplayPool:
                 ``env_ids`` are not 1-D integers in range, or if an action is not
                 in the action space (a float for a discrete space, out of range).
         """
-        shapes = self._plain_shapes
+        shapes = self._checks.plain_shapes
         if (
-            self._aligned
+            self._ring.aligned
             and env_ids is None
             and valid is None
             and shapes is not None
@@ -1025,14 +581,14 @@ class ReplayPool:
             and action.shape == shapes[1]
             and reward.shape == terminated.shape == truncated.shape == shapes[2]
         ):  # the hot case: every sub-pool at the same slot, one array per field
-            bounds = self._discrete_bounds
+            bounds = self._checks.discrete_bounds
             if bounds is None or action.dtype.kind not in "iu":
-                self._check_actions([action])
-            else:  # a Discrete action, inline: ~0.3 us (see `_check_actions`)
+                self._checks.check_actions([action])
+            else:  # a Discrete action, inline: ~0.3 us (see `check_actions`)
                 values = action.tolist()
                 if not (bounds[0] <= min(values) and max(values) < bounds[1]):
-                    self._refuse_actions(action)
-            self._add_aligned(obs, action, next_obs, reward, terminated, truncated)
+                    self._checks.refuse_actions(action)
+            self._hot.add_aligned(obs, action, next_obs, reward, terminated, truncated)
             return
         if (
             env_ids is None
@@ -1045,11 +601,15 @@ class ReplayPool:
                 [obs], [action], [next_obs], reward, terminated, truncated, valid=valid
             )
             return
-        count = self.num_envs if env_ids is None else self._check_env_ids(env_ids).size
+        count = (
+            self.num_envs
+            if env_ids is None
+            else self._checks.check_env_ids(env_ids).size
+        )
         self.add_leaves(
-            _leaves(self.observation_space, obs, count, "obs"),
-            _leaves(self.action_space, action, count, "action"),
-            _leaves(self.observation_space, next_obs, count, "next_obs"),
+            split_leaves(self.observation_space, obs, count, "obs"),
+            split_leaves(self.action_space, action, count, "action"),
+            split_leaves(self.observation_space, next_obs, count, "next_obs"),
             reward,
             terminated,
             truncated,
@@ -1090,46 +650,36 @@ class ReplayPool:
             ValueError: As :meth:`add`.
         """
         count = self.num_envs if env_ids is None else np.size(env_ids)
-        for name, batch, leaf_shapes in (
-            ("obs", obs, self._obs_shapes),
-            ("action", action, self._action_shapes),
-            ("next_obs", next_obs, self._obs_shapes),
-        ):
-            self._check_shapes(name, batch, leaf_shapes, count)
-        self._check_actions(action)
-        for k, path in self._text_leaves:
-            for name, batch in (("obs", obs), ("next_obs", next_obs)):
-                check_strings(np.asarray(batch[k]), self._obs[k].dtype, name + path)
-        mask = None if valid is None else self._check_valid(valid, env_ids)
-        if env_ids is None:
-            shapes = self._plain_shapes
-            if (  # the leaves' shapes are checked above: one array a field
-                self._hot
-                and shapes is not None
-                and type(reward) is np.ndarray
-                and type(terminated) is np.ndarray
-                and type(truncated) is np.ndarray
-                and reward.shape == terminated.shape == truncated.shape == shapes[2]
-                and terminated.dtype == truncated.dtype == np.bool_
-            ):
-                if self._aligned and mask is None:
-                    self._add_aligned(
-                        obs[0], action[0], next_obs[0], reward, terminated, truncated
-                    )
-                    return
-                self._add_arrays(
-                    obs[0], action[0], next_obs[0], reward, terminated, truncated, mask
+        checks = self._checks
+        checks.check_leaves(obs, action, next_obs, count)
+        mask = None if valid is None else checks.check_valid(valid, env_ids)
+        if env_ids is not None:
+            source = checks.check_env_ids(env_ids)
+            if source.size:
+                self._add_rows(
+                    source, obs, action, next_obs, reward, terminated, truncated, mask
                 )
-                return
-            self._add_leaves(
-                None, obs, action, next_obs, reward, terminated, truncated, mask
-            )
             return
-        source = self._check_env_ids(env_ids)
-        if source.size:
-            self._add_leaves(
-                source, obs, action, next_obs, reward, terminated, truncated, mask
-            )
+        shapes = checks.plain_shapes
+        if (  # the leaves' shapes are checked above: one array a field
+            self._hot.enabled
+            and shapes is not None
+            and type(reward) is np.ndarray
+            and type(terminated) is np.ndarray
+            and type(truncated) is np.ndarray
+            and reward.shape == terminated.shape == truncated.shape == shapes[2]
+            and terminated.dtype == truncated.dtype == np.bool_
+        ):
+            if self._ring.aligned and mask is None:
+                self._hot.add_aligned(
+                    obs[0], action[0], next_obs[0], reward, terminated, truncated
+                )
+            else:
+                self._hot.add_rows(
+                    obs, action, next_obs, reward, terminated, truncated, mask
+                )
+            return
+        self._add_rows(None, obs, action, next_obs, reward, terminated, truncated, mask)
 
     def abort_episodes(self, env_ids: Any) -> None:
         """Abort the unfinished episode of each env in ``env_ids``.
@@ -1145,92 +695,12 @@ class ReplayPool:
         Raises:
             ValueError: If ``env_ids`` are not 1-D integers in range.
         """
-        source = self._check_env_ids(env_ids)
-        self._sync()
-        self._episode_return[source] = 0.0
-        self._episode_length[source] = 0
-        self._fresh[source] = True
+        source = self._checks.check_env_ids(env_ids)
+        self._hot.sync()
+        self._log.abort(source)
+        self._ring.fresh[source] = True
 
-    @staticmethod
-    def _check_shapes(
-        name: str,
-        batch: list[npt.NDArray[Any]],
-        shapes: list[tuple[int, ...]],
-        count: int,
-    ) -> None:
-        """Refuse leaves of the wrong shape, before anything is written."""
-        if len(batch) != len(shapes):
-            msg = f"`{name}` must hold {len(shapes)} leaves, got {len(batch)}."
-            raise ValueError(msg)
-        for leaf, shape in zip(batch, shapes, strict=True):
-            if np.shape(leaf) != (count, *shape):
-                msg = (
-                    f"`{name}` must hold {count} rows of shape {shape} (one per env "
-                    f"or id), got shape {np.shape(leaf)}."
-                )
-                raise ValueError(msg)
-
-    def _check_env_ids(self, env_ids: Any) -> npt.NDArray[np.int64]:
-        ids = np.asarray(env_ids)
-        if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
-            msg = (
-                f"`env_ids` must be a 1-D array of ints, got {env_ids!r} (shape "
-                f"{ids.shape}, dtype {ids.dtype}): pass e.g. `np.array([0, 2])`."
-            )
-            raise ValueError(msg)
-        source = ids.astype(np.int64, copy=False)
-        if source.size and (source.min() < 0 or source.max() >= self.num_envs):
-            msg = f"`env_ids` must lie in [0, {self.num_envs}), got {source.tolist()}."
-            raise ValueError(msg)
-        return source
-
-    def _check_valid(self, valid: Any, env_ids: Any) -> npt.NDArray[np.bool_]:
-        mask = np.asarray(valid)
-        rows = self.num_envs if env_ids is None else np.size(env_ids)
-        if mask.dtype != np.bool_ or mask.shape != (rows,):
-            msg = (
-                f"`valid` must be a bool array of shape ({rows},), got dtype "
-                f"{mask.dtype} and shape {mask.shape}."
-            )
-            raise ValueError(msg)
-        return mask
-
-    def _check_actions(self, action: list[npt.NDArray[Any]]) -> None:
-        """Refuse actions outside the action space (no silent casts).
-
-        Per add, so cheap: a dtype-kind check, then the range. A small 1-D batch
-        under a scalar range (Discrete: the hot case) is checked as a list, ~1 us
-        for 8 envs where any numpy reduction costs 3-5 us in the add path.
-        """
-        for leaf, bounds in zip(action, self._action_bounds, strict=True):
-            if bounds is None:
-                continue  # a float Box: stored as given
-            array = np.asarray(leaf)
-            if array.dtype.kind not in "iub":
-                self._refuse_actions(array)
-            low, high = bounds
-            if type(low) is int and array.ndim == 1 and array.size <= _SMALL_BATCH:
-                values = array.tolist()
-                if not values or (low <= min(values) and max(values) < high):
-                    continue
-            elif not (np.count_nonzero(array < low) or np.count_nonzero(array >= high)):
-                continue
-            self._refuse_actions(array)
-
-    def _refuse_actions(self, array: npt.NDArray[Any]) -> NoReturn:
-        if array.dtype.kind not in "iub":
-            msg = (
-                f"`action` must hold integers for the {self.action_space} action "
-                f"space, got dtype {array.dtype}: pass e.g. `actions.astype(int)`."
-            )
-        else:
-            msg = (
-                f"`action` holds values outside the action space "
-                f"{self.action_space}: got min {array.min()}, max {array.max()}."
-            )
-        raise ValueError(msg)
-
-    def _add_leaves(
+    def _add_rows(
         self,
         source: npt.NDArray[np.int64] | None,
         obs: list[npt.NDArray[Any]],
@@ -1239,409 +709,37 @@ class ReplayPool:
         reward: Any,
         terminated: Any,
         truncated: Any,
-        valid: npt.NDArray[np.bool_] | None = None,
+        valid: npt.NDArray[np.bool_] | None,
     ) -> None:
-        """:meth:`add` for rows already split into leaf arrays.
+        """Rows already split into leaf arrays, to the writer that takes them.
 
-        ``source`` is ``None`` for one row per env, in env order (the hot path);
-        then ``valid`` may mark the rows that are transitions (the others are
-        skipped, e.g. ``NEXT_STEP`` reset steps).
+        ``source`` is ``None`` for one row per env, in env order (the hot path
+        where it applies); ``valid`` marks the rows that are transitions (the
+        others are skipped, e.g. ``NEXT_STEP`` reset steps).
         """
-        n = self.num_envs
-        count = n if source is None else source.size
-        reward_arr = np.asarray(reward, dtype=np.float64).reshape(-1)
-        terminated_arr = np.asarray(terminated, dtype=np.bool_).reshape(-1)
-        truncated_arr = np.asarray(truncated, dtype=np.bool_).reshape(-1)
-        if not (reward_arr.size == terminated_arr.size == truncated_arr.size == count):
-            msg = (
-                f"`reward`, `terminated` and `truncated` must hold {count} values each,"
-                f" got {reward_arr.size}, {terminated_arr.size}, {truncated_arr.size}."
-            )
-            raise ValueError(msg)
-        if source is None and self._hot:
-            self._add_hot(
-                obs, action, next_obs, reward_arr, terminated_arr, truncated_arr, valid
-            )
+        count = self.num_envs if source is None else source.size
+        scalars = check_scalars(reward, terminated, truncated, count)
+        if source is None and self._hot.enabled:
+            self._hot.add_rows(obs, action, next_obs, *scalars, valid)
             return
-        self._sync()  # the episodes below continue those the hot path deferred
-        self._aligned = False  # `_add_unique` moves sub-pools one by one
+        self._hot.leave()  # the episodes below continue those the hot path deferred
         rows = {"obs": obs, "action": action, "next_obs": next_obs}
         if valid is not None:
             keep = np.flatnonzero(valid)  # not the hot path: select the rows
-            rows = {
-                name: [leaf[keep] for leaf in leaves_] for name, leaves_ in rows.items()
-            }
-            reward_arr, terminated_arr = reward_arr[keep], terminated_arr[keep]
-            truncated_arr = truncated_arr[keep]
+            rows = {name: [leaf[keep] for leaf in part] for name, part in rows.items()}
+            scalars = (scalars[0][keep], scalars[1][keep], scalars[2][keep])
             source = keep if source is None else source[keep]
-            valid, count = None, keep.size
-            if count == 0:
+            if keep.size == 0:
                 return
-        scalars = (reward_arr, terminated_arr, truncated_arr)
-        done = terminated_arr | truncated_arr
-        if source is None and not self.random:
-            self._add_unique(self._envs, None, rows, scalars)
-        else:
-            dest = self._route(self._envs if source is None else source)
-            if self.random or np.unique(dest).size != count:
-                # several transitions for one sub-pool: apply them in rounds of
-                # distinct sub-pools, keeping each sub-pool's order
-                for chosen in _rounds(dest):
-                    self._add_unique(dest[chosen], chosen, rows, scalars)
-            else:
-                self._add_unique(dest, None, rows, scalars)
+        self._routed.add(source, rows, scalars)
         # the episodes once the rows are in: a row refused above counts nothing
+        reward_arr, done = scalars[0], scalars[1] | scalars[2]
         if source is not None and np.unique(source).size != source.size:
             # one env twice in a batch: its rows are consecutive steps, in order
-            for rows_ in _rounds(source):
-                self._record_episodes(source[rows_], reward_arr[rows_], done[rows_])
+            for chosen in rounds(source):
+                self._log.record(source[chosen], reward_arr[chosen], done[chosen])
         else:
-            self._record_episodes(source, reward_arr, done, valid)
-
-    def _record_episodes(
-        self,
-        source: npt.NDArray[np.int64] | None,
-        reward: npt.NDArray[np.float64],
-        done: npt.NDArray[np.bool_],
-        valid: npt.NDArray[np.bool_] | None = None,
-    ) -> None:
-        if source is None:
-            if valid is None:
-                self._episode_return += reward
-                np.add(self._episode_length, 1, out=self._episode_length)
-                ended: Any = done
-            else:
-                np.add(
-                    self._episode_return, reward, out=self._episode_return, where=valid
-                )
-                self._episode_length += valid
-                ended = done & valid
-                done = ended
-        else:
-            np.add.at(self._episode_return, source, reward)
-            np.add.at(self._episode_length, source, 1)
-            ended = source[done]
-        if np.count_nonzero(done):
-            returns = self._episode_return[ended]
-            lengths = self._episode_length[ended]
-            self._episodes += (np.count_nonzero(done), returns.sum(), lengths.sum())
-            self._remember(returns, lengths)
-            self._episode_return[ended] = 0.0
-            self._episode_length[ended] = 0
-
-    def _recent_episodes(self) -> npt.NDArray[np.float64]:
-        """The ring's entries (return, length), oldest first."""
-        count = int(self._recent_count[0])
-        taken = min(count, RECENT_EPISODES)
-        where = (count - taken + np.arange(taken)) % RECENT_EPISODES
-        entries: npt.NDArray[np.float64] = self._recent[where]
-        return entries
-
-    def _remember(
-        self, returns: npt.NDArray[np.float64], lengths: npt.NDArray[Any]
-    ) -> None:
-        """Put ended episodes (oldest first) in the ring of the recent ones."""
-        count = int(self._recent_count[0])
-        where = (count + np.arange(returns.size)) % RECENT_EPISODES
-        self._recent[where, 0] = returns  # past the ring's size, the last win
-        self._recent[where, 1] = lengths
-        self._recent_count[0] = count + returns.size
-
-    def _route(self, source: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        """Destination sub-pool of each transition."""
-        if not self.random:
-            return source
-        # Sequential: each draw sees the lengths left by the previous transitions.
-        self._sync()
-        lengths = self._length.tolist()
-        received = self._received.tolist()
-        draws = self._rng.random(source.size).tolist()
-        dest = np.empty(source.size, np.int64)
-        for position, draw in enumerate(draws):
-            weights = np.reciprocal(np.asarray(lengths, np.float64) + 1.0)
-            cumulative = np.cumsum(weights)
-            target = int(np.searchsorted(cumulative, draw * cumulative[-1], "right"))
-            target = min(target, self.num_envs - 1)
-            dest[position] = target
-            length, received[target] = lengths[target] + 1, received[target] + 1
-            if self.clearing_freq and received[target] % self.clearing_freq == 0:
-                length -= min(self.clearing_size or 0, length)
-            if length > self.capacity:
-                length = self.window_size if self.window_size else length - 1
-            lengths[target] = length
-        return dest
-
-    def _add_hot(
-        self,
-        obs: list[npt.NDArray[Any]],
-        action: list[npt.NDArray[Any]],
-        next_obs: list[npt.NDArray[Any]],
-        reward: npt.NDArray[Any],
-        terminated: npt.NDArray[np.bool_],
-        truncated: npt.NDArray[np.bool_],
-        valid: npt.NDArray[np.bool_] | None,
-    ) -> None:
-        """The hot path, flat: a dozen numpy calls for a whole vector step.
-
-        One row per env, written at each sub-pool's free slot; plain layout, no
-        clearing, no random routing. Rows not ``valid`` are written but not kept.
-        """
-        self._leave_alignment()
-        # int32 row links (to keep the index small) widened once, not per write
-        row = self._row.astype(np.intp)
-        if self._frames is not None:
-            self._write_frames(row, obs[0], next_obs[0], valid)
-        for store, leaf in zip(self._obs, obs, strict=True):
-            store[row] = leaf
-        for store, leaf in zip(self._action, action, strict=True):
-            store[row] = leaf
-        for store, leaf in zip(self._next_obs, next_obs, strict=True):
-            store[row] = leaf
-        self._reward[row] = reward
-        self._terminated[row] = terminated
-        self._truncated[row] = truncated
-        self._advance(row, valid)
-
-    def _add_arrays(
-        self,
-        obs: npt.NDArray[Any],
-        action: npt.NDArray[Any],
-        next_obs: npt.NDArray[Any],
-        reward: npt.NDArray[Any],
-        terminated: npt.NDArray[np.bool_],
-        truncated: npt.NDArray[np.bool_],
-        valid: npt.NDArray[np.bool_] | None = None,
-    ) -> None:
-        """:meth:`_add_hot` for single-array spaces, unrolled."""
-        self._leave_alignment()
-        row = self._row.astype(np.intp)
-        if self._frames is not None:
-            self._write_frames(row, obs, next_obs, valid)
-        else:
-            self._obs[0][row] = obs
-            self._next_obs[0][row] = next_obs
-        self._action[0][row] = action
-        self._reward[row] = reward
-        self._terminated[row] = terminated
-        self._truncated[row] = truncated
-        self._advance(row, valid)
-
-    def _add_aligned(
-        self,
-        obs: npt.NDArray[Any],
-        action: npt.NDArray[Any],
-        next_obs: npt.NDArray[Any],
-        reward: npt.NDArray[Any],
-        terminated: npt.NDArray[Any],
-        truncated: npt.NDArray[Any],
-    ) -> None:
-        """One row per env at the sub-pools' common free slot: six slice writes.
-
-        Everything else (counters, episode marks and statistics, priorities) waits
-        for :meth:`_sync`, which handles a whole run of steps in a few numpy calls.
-        """
-        slot = self._slot
-        rows = slice(slot * self.num_envs, (slot + 1) * self.num_envs)
-        if self._frames is not None:
-            self._frames.write(self._envs, self._base + slot * self.num_envs, obs,
-                               next_obs, every=True, block=rows)  # fmt: skip
-        else:
-            self._obs[0][rows] = obs
-            self._next_obs[0][rows] = next_obs
-        self._action[0][rows] = action
-        self._reward[rows] = reward
-        self._terminated[rows] = terminated
-        self._truncated[rows] = truncated
-        slot += 1
-        self._slot = 0 if slot == self._slots else slot
-        # aligned since the last `_sync`: every add since then came this way
-        self._pending += 1
-        if self._pending >= self._settle_limit:
-            self._sync()
-
-    def _write_frames(
-        self,
-        row: npt.NDArray[np.intp],
-        obs: npt.NDArray[Any],
-        next_obs: npt.NDArray[Any],
-        valid: npt.NDArray[np.bool_] | None,
-    ) -> None:
-        """The hot paths' frame writes, of the rows kept only.
-
-        A row not ``valid`` is no transition, and would move the frame store's
-        chains on.
-        """
-        frames = self._frames
-        assert frames is not None  # for mypy: the callers check
-        if valid is None:
-            frames.write(self._envs, row.astype(np.int64), obs, next_obs, every=True)
-        elif np.count_nonzero(valid):
-            frames.write(
-                self._envs[valid], row[valid].astype(np.int64), obs[valid],
-                next_obs[valid],
-            )  # fmt: skip
-
-    def _leave_alignment(self) -> None:
-        """Bring ``_row`` up to date before a per-row write (see ``_aligned``)."""
-        if self._aligned:
-            self._row = self._base + self._slot * self.num_envs
-            self._aligned = False
-            self._unsettled = self._pending  # the aligned adds count too
-
-    def _advance(
-        self, row: npt.NDArray[np.intp], valid: npt.NDArray[np.bool_] | None
-    ) -> None:
-        """After the hot writes at ``row``: move on (the rest waits for `_sync`)."""
-        if valid is None:
-            self._row = self._next_row[row]
-            self._pending += 1
-        else:  # rows not valid stay at their sub-pool's free slot: not kept
-            self._row = np.where(valid, self._next_row[row], row)
-            np.add(self._pending_env, valid, out=self._pending_env)
-            self._masked = True
-        self._unsettled += 1
-        if self._unsettled >= self._settle_limit:
-            self._sync()
-
-    def _add_unique(
-        self,
-        env: npt.NDArray[np.int64],
-        rows: npt.NDArray[np.int64] | None,
-        batch: dict[str, list[npt.NDArray[Any]]],
-        scalars: tuple[npt.NDArray[Any], ...],
-    ) -> None:
-        """Append ``batch[rows]`` to the distinct sub-pools ``env``, then trim.
-
-        ``rows=None`` means every row. The trimming is the documented order: periodic
-        clearing, then the overflow rule.
-        """
-
-        def pick(leaf: npt.NDArray[Any]) -> npt.NDArray[Any]:
-            return leaf if rows is None else leaf[rows]
-
-        self._sync()
-        slots = self._slots
-        end, length = self._end[env], self._length[env]
-        start = (end - length) % slots
-        base = self._base[env]
-        if not self.store_next_obs:
-            self._settle_tails(env, base, end, length, [pick(x) for x in batch["obs"]])
-        row = base + end * self.num_envs
-        if self._frames is not None:
-            self._frames.write(
-                env, row, pick(batch["obs"][0]), pick(batch["next_obs"][0])
-            )
-        else:
-            for store, leaf in zip(self._obs, batch["obs"], strict=True):
-                store[row] = pick(leaf)
-        for store, leaf in zip(self._action, batch["action"], strict=True):
-            store[row] = pick(leaf)
-        if self._frames is not None:
-            pass  # written above
-        elif self.store_next_obs:
-            for store, leaf in zip(self._next_obs, batch["next_obs"], strict=True):
-                store[row] = pick(leaf)
-        else:
-            for tail, leaf in zip(self._tail, batch["next_obs"], strict=True):
-                tail[env] = pick(leaf)
-            self._own_next[row] = -1
-        reward, terminated, truncated = scalars
-        self._reward[row] = pick(reward)
-        self._terminated[row] = pick(terminated)
-        self._truncated[row] = pick(truncated)
-        if self.random:  # a sub-pool's rows come from any env: none continues
-            self._starts[row] = True
-        else:
-            self._starts[row] = self._fresh[env]
-            self._fresh[env] = pick(terminated) | pick(truncated)
-
-        old_length = length
-        length = length + 1
-        received = self._received[env] + 1
-        self._received[env] = received
-        dropped = np.zeros_like(length)
-        if self.clearing_freq is not None and self.clearing_size is not None:
-            hit = received % self.clearing_freq == 0
-            dropped = np.where(hit, np.minimum(self.clearing_size, length), 0)
-        length = length - dropped
-        over = length > self.capacity
-        if self.window_size is not None:
-            trim = np.where(over, length - self.window_size, 0)
-        else:
-            trim = over.astype(np.int64)
-        if not self.store_next_obs:
-            self._release(base, start, dropped + trim)
-        self._end[env] = (end + 1) % slots
-        self._row[env] = base + (end + 1) % slots * self.num_envs
-        self._length[env] = length - trim
-        if self._tree is not None:
-            self._reprioritize(
-                env, end, old_length, np.ones_like(end), self._length[env]
-            )
-
-    def _settle_tails(
-        self,
-        env: npt.NDArray[np.int64],
-        base: npt.NDArray[np.int64],
-        end: npt.NDArray[np.int64],
-        length: npt.NDArray[np.int64],
-        obs: list[npt.NDArray[Any]],
-    ) -> None:
-        """Keep the newest rows' next observations that the new rows do not repeat."""
-        has_newest = length > 0
-        same = has_newest.copy()
-        for tail, leaf in zip(self._tail, obs, strict=True):
-            if tail.dtype == object:  # the same object, or an equal string
-                same &= [
-                    same_value(a, b)
-                    for a, b in zip(tail[env].tolist(), leaf.tolist(), strict=True)
-                ]
-                continue
-            # bitwise, so -0.0 vs 0.0 or NaNs are never taken for one another
-            flat_tail = np.ascontiguousarray(tail[env]).view(np.uint8)
-            flat_leaf = np.ascontiguousarray(leaf, dtype=tail.dtype).view(np.uint8)
-            same &= np.all(
-                flat_tail.reshape(env.size, -1) == flat_leaf.reshape(env.size, -1),
-                axis=1,
-            )
-        keep = np.flatnonzero(has_newest & ~same)
-        if keep.size == 0:
-            return
-        index = self._allocate(keep.size)
-        for extra, tail in zip(self._extra, self._tail, strict=True):
-            extra[index] = tail[env[keep]]
-        newest = base[keep] + (end[keep] - 1) % self._slots * self.num_envs
-        self._own_next[newest] = index
-
-    def _allocate(self, count: int) -> npt.NDArray[np.int64]:
-        while len(self._free) < count:
-            size = self._extra[0].shape[0] if self._extra else 0
-            grown = max(16, size * 2)
-            self._extra = [
-                np.concatenate(
-                    [extra, _empty((grown - size, *extra.shape[1:]), extra.dtype)]
-                )
-                for extra in self._extra
-            ]
-            self._free.extend(range(grown - 1, size - 1, -1))
-        return np.array([self._free.pop() for _ in range(count)], np.int64)
-
-    def _release(
-        self,
-        base: npt.NDArray[np.int64],
-        start: npt.NDArray[np.int64],
-        dropped: npt.NDArray[np.int64],
-    ) -> None:
-        """Free the kept next observations of the rows being dropped."""
-        if not dropped.any():
-            return
-        first = np.repeat(np.cumsum(dropped) - dropped, dropped)
-        step = np.arange(first.size) - first
-        slot = (np.repeat(start, dropped) + step) % self._slots
-        row = np.repeat(base, dropped) + slot * self.num_envs
-        own = self._own_next[row]
-        self._free.extend(own[own >= 0].tolist())
-        self._own_next[row] = -1
+            self._log.record(source, reward_arr, done)
 
     # -- persistence -------------------------------------------------------------------
 
@@ -1654,16 +752,7 @@ class ReplayPool:
 
         With ``end=None``, the rows a loaded pool puts them in: slots ``0..length-1``.
         """
-        num_envs = self.num_envs
-        env = np.repeat(np.arange(num_envs, dtype=np.int64), length)
-        offset = np.arange(env.size, dtype=np.int64) - np.repeat(
-            np.cumsum(length) - length, length
-        )
-        slot = (
-            offset if end is None else (end[env] - length[env] + offset) % self._slots
-        )
-        rows: npt.NDArray[np.int64] = env + slot * num_envs
-        return rows
+        return self._ring.filled_rows(length, end)
 
     def load_state_dict(
         self, state: dict[str, npt.NDArray[Any]], *, compact: bool = False
@@ -1679,52 +768,13 @@ class ReplayPool:
             state: The arrays, by name.
             compact: Whether the per-row arrays hold only the filled rows.
         """
-        targets = self.filled_rows(state["length"], None) if compact else slice(None)
-        for name in COUNTERS:
-            if compact and per_row(name):
-                getattr(self, f"_{name}")[targets] = state[name]
-            else:
-                setattr(self, f"_{name}", state[name])
-        groups = ["obs", "action"]
-        groups += ["next_obs"] if self.store_next_obs else ["tail", "extra"]
-        for group in groups:
-            arrays = getattr(self, f"_{group}")
-            for index in range(len(arrays)):
-                array = state[f"{group}_{index}"]
-                if compact and per_row(f"{group}_{index}"):
-                    arrays[index][targets] = array
-                else:
-                    arrays[index] = array
-        if not self.store_next_obs:
-            if compact:
-                self._own_next[targets] = state["own_next"]
-            else:
-                self._own_next = state["own_next"]
-            self._free = state["free"].tolist()
-        recent = state["recent"]  # oldest first: back in the ring where they were
-        count = int(self._recent_count[0])
-        self._recent[
-            (count - recent.shape[0] + np.arange(recent.shape[0])) % RECENT_EPISODES
-        ] = recent
-        if self._frames is not None:
-            self._frames.load(
-                state,
-                targets if isinstance(targets, np.ndarray) else None,
-                state["length"] == 0,
-            )
-        if self._tree is not None:
-            self._max_priority = float(state["max_priority"][0])
-            if compact:
-                priority = np.zeros(self._starts.size, np.float64)
-                priority[targets] = state["priority"]
-            else:
-                priority = state["priority"]
-            self._tree.load(priority)
-        self._row = self._base + state["end"] * self.num_envs
-        self._pending, self._unsettled = 0, 0
-        self._slot = int(self._end[0])
-        self._aligned = self._hot and bool(np.all(self._end == self._slot))
-        self._even = bool(np.all(self._length == self._length[0]))
+        targets = self._ring.filled_rows(state["length"], None) if compact else None
+        self._stored.columns.load(state, targets)
+        self._ring.load(state, targets)
+        self._log.load(state)
+        self._stored.layout.load(state, targets, state["length"] == 0)
+        self._sampler.load(state, targets)
+        self._hot.loaded()
 
     @property
     def generator_state(self) -> dict[str, Any]:
@@ -1742,45 +792,14 @@ class ReplayPool:
             The live arrays (not copies): counters, the per-row storage of each
             observation and action leaf, and the kept next observations.
         """
-        self._sync()
-        state: dict[str, npt.NDArray[Any]] = {
-            "reward": self._reward,
-            "terminated": self._terminated,
-            "truncated": self._truncated,
-            "end": self._end,
-            "length": self._length,
-            "received": self._received,
-            "episode_return": self._episode_return,
-            "episode_length": self._episode_length,
-            "episodes": self._episodes,
-            "starts": self._starts,
-            "fresh": self._fresh,
-            "recent": self._recent_episodes(),  # the ring's entries, oldest first
-            "recent_count": self._recent_count,
+        self._hot.sync()
+        return {
+            **self._stored.columns.state(),
+            **self._ring.state(),
+            **self._log.state(),
+            **self._sampler.state(),
+            **self._stored.layout.state(self._ring),
         }
-        if self._tree is not None:
-            state["priority"] = self._tree.leaves
-            state["max_priority"] = np.array([self._max_priority])
-        if self._frames is not None:
-            # a file holds no row before each sub-pool's oldest: keep those whole
-            held = self._length > 0
-            oldest = (self._end - self._length) % self._slots
-            self._frames.anchor((self._base + oldest * self.num_envs)[held])
-            state.update(self._frames.state())
-        groups: dict[str, list[npt.NDArray[Any]]] = {
-            "obs": self._obs,
-            "action": self._action,
-        }
-        if self.store_next_obs:
-            groups["next_obs"] = self._next_obs
-        else:
-            groups["tail"], groups["extra"] = self._tail, self._extra
-            state["own_next"] = self._own_next
-            state["free"] = np.asarray(self._free, np.int64)
-        for name, arrays in groups.items():
-            for index, array in enumerate(arrays):
-                state[f"{name}_{index}"] = array
-        return state
 
     def save(self, path: str | os.PathLike[str], *, compress: bool = False) -> Path:
         """Write the pool to ``path`` (an ``.npz`` archive), atomically.
@@ -1832,27 +851,23 @@ class ReplayPool:
         return pool
 
 
-def _frame_store(
-    space: spaces.Space[Any], stack: int | None, num_envs: int, slots: int
-) -> FrameStore | None:
-    """The frame store of a ``frame_stack`` pool, or ``None``.
-
-    Raises:
-        ValueError: If ``space`` is no Box of ``stack`` frames along axis 0.
-    """
-    if stack is None:
-        return None
-    shape = space.shape if isinstance(space, spaces.Box) else None
-    if shape is None or len(shape) == 0 or shape[0] != stack:
+def _check_spaces(
+    observation_space: spaces.Space[Any], action_space: spaces.Space[Any]
+) -> None:
+    """Refuse spaces a pool cannot store."""
+    if not is_storable(observation_space):
         msg = (
-            f"`frame_stack={stack}` needs a Box observation space whose first axis "
-            f"holds the {stack} frames (what `gymnasium.wrappers."
-            f"FrameStackObservation(env, {stack})` makes), got {space}. For Dict "
-            "observations, store the stacked leaf in a pool of its own, or drop "
-            "`frame_stack`."
+            f"`observation_space` {observation_space} cannot be stored: an "
+            "array space of its leaves has no fixed shape or dtype."
         )
         raise ValueError(msg)
-    return FrameStore(num_envs, slots, stack, tuple(shape[1:]), np.dtype(space.dtype))
+    if not is_native(action_space):
+        msg = (
+            f"`action_space` {action_space} cannot be stored: a ReplayPool "
+            "stores Box, Discrete, MultiDiscrete and MultiBinary actions and "
+            "Dict/Tuple nests of them."
+        )
+        raise ValueError(msg)
 
 
 def _check_unit(name: str, value: Any) -> float:
@@ -1865,36 +880,3 @@ def _check_unit(name: str, value: Any) -> float:
         msg = f"`{name}` must be a number between 0 and 1, got {value!r}."
         raise ValueError(msg)
     return number
-
-
-def _empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
-    """Fresh storage: zeros, or empty strings for an ``object`` leaf.
-
-    A slot never written then reads as a string, which a pool file can hold.
-    """
-    if dtype.kind == "O":
-        return np.full(shape, "", object)
-    return np.zeros(shape, dtype)
-
-
-def _rounds(targets: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int64]]:
-    """Positions split into rounds of distinct targets, each target's order kept."""
-    occurrence = np.zeros(targets.size, np.int64)
-    seen: dict[int, int] = {}
-    for position, target in enumerate(targets.tolist()):
-        occurrence[position] = seen.get(target, 0)
-        seen[target] = occurrence[position] + 1
-    return [np.flatnonzero(occurrence == r) for r in range(int(occurrence.max()) + 1)]
-
-
-def _leaves(
-    space: spaces.Space[Any], batch: Any, count: int, name: str
-) -> list[npt.NDArray[Any]]:
-    """The leaf arrays of a batch, each with ``count`` rows."""
-    if (
-        type(batch) is np.ndarray
-        and isinstance(space, NATIVE_LEAVES)
-        and batch.shape == (count, *(space.shape or ()))
-    ):
-        return [batch]  # the common case, without the generic walk
-    return [np.asarray(leaf) for leaf in flatten_stored(space, batch, count, name)]

@@ -1,0 +1,206 @@
+"""Checks of what is added to a replay pool, before anything is written.
+
+Leaves of the wrong shape, ``env_ids`` or ``valid`` masks that are not what they
+must be, actions outside the action space (no silent casts) and strings longer
+than their ``Text`` leaf are refused with a ``ValueError`` that names them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+import numpy as np
+import numpy.typing as npt
+from gymnasium import spaces
+
+from vecpool._util.spaces import NATIVE_LEAVES, leaves
+from vecpool.replay.portable import leaf_paths
+from vecpool.replay.storage import (
+    check_strings,
+    flatten_stored,
+    integer_bounds,
+    storage_leaves,
+)
+
+__all__ = ["AddChecks", "split_leaves"]
+
+SMALL_BATCH = 64  # action batches up to this size are range-checked as lists
+
+
+class AddChecks:
+    """The checks of a pool's adds, from its spaces.
+
+    Args:
+        observation_space: The single-env observation space.
+        action_space: The single-env action space.
+        num_envs: Number of envs (rows of a batch without ``env_ids``).
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
+        num_envs: int,
+    ) -> None:
+        """Derive the shapes, bounds and string leaves to check."""
+        self.num_envs = num_envs
+        self.action_space = action_space
+        obs_leaves = storage_leaves(observation_space)
+        self.obs_shapes = [shape for _, shape in obs_leaves]
+        self.action_shapes = [shape for _, shape in leaves(action_space)]
+        # Text leaves: what is added must fit their width (never stored cut short)
+        paths = leaf_paths(observation_space)
+        self.text_leaves = [
+            (k, paths[k], dtype)
+            for k, (dtype, _) in enumerate(obs_leaves)
+            if dtype.kind == "U"
+        ]
+        self.plain_shapes = (
+            (
+                (num_envs, *observation_space.shape),
+                (num_envs, *action_space.shape),
+                (num_envs,),
+            )
+            if isinstance(observation_space, NATIVE_LEAVES)
+            and isinstance(action_space, NATIVE_LEAVES)
+            and observation_space.shape is not None
+            and action_space.shape is not None
+            else None
+        )
+        self.action_bounds = integer_bounds(action_space)
+        # a Discrete action space's bounds, checked inline on the aligned path
+        self.discrete_bounds = (
+            self.action_bounds[0]
+            if isinstance(action_space, spaces.Discrete) and num_envs <= SMALL_BATCH
+            else None
+        )
+
+    def check_leaves(
+        self,
+        obs: list[npt.NDArray[Any]],
+        action: list[npt.NDArray[Any]],
+        next_obs: list[npt.NDArray[Any]],
+        count: int,
+    ) -> None:
+        """Refuse leaves of the wrong shape, actions and strings out of range."""
+        for name, batch, leaf_shapes in (
+            ("obs", obs, self.obs_shapes),
+            ("action", action, self.action_shapes),
+            ("next_obs", next_obs, self.obs_shapes),
+        ):
+            _check_shapes(name, batch, leaf_shapes, count)
+        self.check_actions(action)
+        for k, path, dtype in self.text_leaves:
+            for name, batch in (("obs", obs), ("next_obs", next_obs)):
+                check_strings(np.asarray(batch[k]), dtype, name + path)
+
+    def check_env_ids(self, env_ids: Any) -> npt.NDArray[np.int64]:
+        """``env_ids`` as 1-D int64 in range."""
+        ids = np.asarray(env_ids)
+        if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+            msg = (
+                f"`env_ids` must be a 1-D array of ints, got {env_ids!r} (shape "
+                f"{ids.shape}, dtype {ids.dtype}): pass e.g. `np.array([0, 2])`."
+            )
+            raise ValueError(msg)
+        source = ids.astype(np.int64, copy=False)
+        if source.size and (source.min() < 0 or source.max() >= self.num_envs):
+            msg = f"`env_ids` must lie in [0, {self.num_envs}), got {source.tolist()}."
+            raise ValueError(msg)
+        return source
+
+    def check_valid(self, valid: Any, env_ids: Any) -> npt.NDArray[np.bool_]:
+        """``valid`` as a bool mask over the rows."""
+        mask = np.asarray(valid)
+        rows = self.num_envs if env_ids is None else np.size(env_ids)
+        if mask.dtype != np.bool_ or mask.shape != (rows,):
+            msg = (
+                f"`valid` must be a bool array of shape ({rows},), got dtype "
+                f"{mask.dtype} and shape {mask.shape}."
+            )
+            raise ValueError(msg)
+        return mask
+
+    def check_actions(self, action: list[npt.NDArray[Any]]) -> None:
+        """Refuse actions outside the action space (no silent casts).
+
+        Per add, so cheap: a dtype-kind check, then the range. A small 1-D batch
+        under a scalar range (Discrete: the hot case) is checked as a list, ~1 us
+        for 8 envs where any numpy reduction costs 3-5 us in the add path.
+        """
+        for leaf, bounds in zip(action, self.action_bounds, strict=True):
+            if bounds is None:
+                continue  # a float Box: stored as given
+            array = np.asarray(leaf)
+            if array.dtype.kind not in "iub":
+                self.refuse_actions(array)
+            low, high = bounds
+            if type(low) is int and array.ndim == 1 and array.size <= SMALL_BATCH:
+                values = array.tolist()
+                if not values or (low <= min(values) and max(values) < high):
+                    continue
+            elif not (np.count_nonzero(array < low) or np.count_nonzero(array >= high)):
+                continue
+            self.refuse_actions(array)
+
+    def refuse_actions(self, array: npt.NDArray[Any]) -> NoReturn:
+        """Raise the ``ValueError`` of actions outside the space."""
+        if array.dtype.kind not in "iub":
+            msg = (
+                f"`action` must hold integers for the {self.action_space} action "
+                f"space, got dtype {array.dtype}: pass e.g. `actions.astype(int)`."
+            )
+        else:
+            msg = (
+                f"`action` holds values outside the action space "
+                f"{self.action_space}: got min {array.min()}, max {array.max()}."
+            )
+        raise ValueError(msg)
+
+
+def check_scalars(
+    reward: Any, terminated: Any, truncated: Any, count: int
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """Rewards and flags as flat arrays of ``count`` values each."""
+    reward_arr = np.asarray(reward, dtype=np.float64).reshape(-1)
+    terminated_arr = np.asarray(terminated, dtype=np.bool_).reshape(-1)
+    truncated_arr = np.asarray(truncated, dtype=np.bool_).reshape(-1)
+    if not (reward_arr.size == terminated_arr.size == truncated_arr.size == count):
+        msg = (
+            f"`reward`, `terminated` and `truncated` must hold {count} values each,"
+            f" got {reward_arr.size}, {terminated_arr.size}, {truncated_arr.size}."
+        )
+        raise ValueError(msg)
+    return reward_arr, terminated_arr, truncated_arr
+
+
+def _check_shapes(
+    name: str,
+    batch: list[npt.NDArray[Any]],
+    shapes: list[tuple[int, ...]],
+    count: int,
+) -> None:
+    """Refuse leaves of the wrong shape, before anything is written."""
+    if len(batch) != len(shapes):
+        msg = f"`{name}` must hold {len(shapes)} leaves, got {len(batch)}."
+        raise ValueError(msg)
+    for leaf, shape in zip(batch, shapes, strict=True):
+        if np.shape(leaf) != (count, *shape):
+            msg = (
+                f"`{name}` must hold {count} rows of shape {shape} (one per env "
+                f"or id), got shape {np.shape(leaf)}."
+            )
+            raise ValueError(msg)
+
+
+def split_leaves(
+    space: spaces.Space[Any], batch: Any, count: int, name: str
+) -> list[npt.NDArray[Any]]:
+    """The leaf arrays of a batch, each with ``count`` rows."""
+    if (
+        type(batch) is np.ndarray
+        and isinstance(space, NATIVE_LEAVES)
+        and batch.shape == (count, *(space.shape or ()))
+    ):
+        return [batch]  # the common case, without the generic walk
+    return [np.asarray(leaf) for leaf in flatten_stored(space, batch, count, name)]

@@ -1,0 +1,318 @@
+"""Writers of a replay pool: how added transitions reach the ring's rows.
+
+:class:`HotWriter` is the fast path: one row per env in env order, written at each
+sub-pool's free row with a handful of numpy calls (slice writes while every
+sub-pool's free slot is the same, the aligned path), with the counting deferred:
+lengths, stretch marks, episodes and priorities of a whole run of steps are settled
+at once by :meth:`HotWriter.sync`, before anything reads them and before a row
+could be written twice. It applies where the storage kind allows it, without
+clearing or random routing. :class:`RoutedWriter` is the general path: rows routed
+to sub-pools (by ``env_ids``, or at random), appended one per sub-pool at a time
+and trimmed at once, in the documented order (append, clearing, overflow;
+docs/replay-pool.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from vecpool.replay.episode_log import EpisodeLog
+from vecpool.replay.layouts import Columns, ObservationLayout
+from vecpool.replay.ring import SubPoolRing
+from vecpool.replay.samplers import IndexSampler
+
+__all__ = ["HotWriter", "RoutedWriter"]
+
+Leaves = list[npt.NDArray[Any]]
+
+
+class HotWriter:
+    """The fast path, its counting deferred to :meth:`sync`.
+
+    Args:
+        ring: The sub-pools.
+        layout: The observations' storage kind.
+        columns: Actions, rewards and flags.
+        log: The episode log.
+        sampler: The index sampler (told of the rows added and dropped).
+        enabled: Whether the hot path applies (the storage kind allows it, no
+            clearing, no random routing).
+    """
+
+    def __init__(
+        self,
+        ring: SubPoolRing,
+        layout: ObservationLayout,
+        columns: Columns,
+        log: EpisodeLog,
+        sampler: IndexSampler,
+        enabled: bool,
+    ) -> None:
+        """Nothing deferred yet."""
+        self.ring, self.layout, self.columns = ring, layout, columns
+        self.log, self.sampler, self.enabled = log, sampler, enabled
+        ring.aligned = enabled
+        self.pending = 0  # adds of every env not counted yet
+        self.pending_env = np.zeros(ring.num_envs, np.int64)  # masked adds
+        self.masked = False
+        # hot-path adds since the last `sync`: settled before a row could be
+        # written twice (the ring's slots minus one)
+        self.unsettled = 0
+        self.settle_limit = max(1, ring.slots - 1)
+
+    def add_aligned(
+        self,
+        obs: npt.NDArray[Any],
+        action: npt.NDArray[Any],
+        next_obs: npt.NDArray[Any],
+        reward: npt.NDArray[Any],
+        terminated: npt.NDArray[Any],
+        truncated: npt.NDArray[Any],
+    ) -> None:
+        """One row per env at the sub-pools' common free slot: six slice writes."""
+        ring, columns = self.ring, self.columns
+        slot, num_envs = ring.slot, ring.num_envs
+        first = slot * num_envs
+        rows = slice(first, first + num_envs)
+        self.layout.write_block(rows, first, obs, next_obs)
+        columns.action[0][rows] = action
+        columns.reward[rows] = reward
+        columns.terminated[rows] = terminated
+        columns.truncated[rows] = truncated
+        slot += 1
+        ring.slot = 0 if slot == ring.slots else slot
+        # aligned since the last `sync`: every add since then came this way
+        self.pending += 1
+        if self.pending >= self.settle_limit:
+            self.sync()
+
+    def add_rows(
+        self,
+        obs: Leaves,
+        action: Leaves,
+        next_obs: Leaves,
+        reward: npt.NDArray[Any],
+        terminated: npt.NDArray[np.bool_],
+        truncated: npt.NDArray[np.bool_],
+        valid: npt.NDArray[np.bool_] | None,
+    ) -> None:
+        """One row per env at each sub-pool's free row (not ``valid``: not kept)."""
+        self._leave_alignment()
+        # int32 row links (to keep the index small) widened once, not per write
+        row = self.ring.row.astype(np.intp)
+        self.layout.write_rows(row, obs, next_obs, valid)
+        self.columns.write(row, action, reward, terminated, truncated)
+        self._advance(row, valid)
+
+    def _leave_alignment(self) -> None:
+        """Bring the ring's ``row`` up to date before a per-row write."""
+        ring = self.ring
+        if ring.aligned:
+            ring.row = ring.base + ring.slot * ring.num_envs
+            ring.aligned = False
+            self.unsettled = self.pending  # the aligned adds count too
+
+    def _advance(
+        self, row: npt.NDArray[np.intp], valid: npt.NDArray[np.bool_] | None
+    ) -> None:
+        """After the writes at ``row``: move on (the rest waits for :meth:`sync`)."""
+        ring = self.ring
+        if valid is None:
+            ring.row = ring.next_row[row]
+            self.pending += 1
+        else:  # rows not valid stay at their sub-pool's free slot: not kept
+            ring.row = np.where(valid, ring.next_row[row], row)
+            np.add(self.pending_env, valid, out=self.pending_env)
+            self.masked = True
+        self.unsettled += 1
+        if self.unsettled >= self.settle_limit:
+            self.sync()
+
+    def leave(self) -> None:
+        """Settle, then stop the aligned shortcut (a routed add comes next)."""
+        self.sync()
+        self.ring.aligned = False
+
+    def sync(self) -> None:
+        """Apply what was deferred: counters, marks, episodes, priorities."""
+        adds: Any = self.pending
+        if self.masked:
+            adds = adds + self.pending_env
+            self.pending_env[:] = 0
+            self.masked = False
+        elif not adds:
+            return
+        ring = self.ring
+        self.pending = 0
+        self.unsettled = 0
+        if ring.aligned:
+            ring.row = ring.base + ring.slot * ring.num_envs
+        end, length = ring.end, ring.length
+        per_env = np.broadcast_to(np.asarray(adds, np.int64), (ring.num_envs,))
+        self._settle(ring.envs, end, per_env)
+        ring.end = (ring.row - ring.base) // ring.num_envs
+        ring.received += adds
+        ring.length = ring.wrapped(length + adds)
+        self.sampler.added(ring.envs, end, length, per_env, ring.length)
+        if self.enabled:
+            ring.slot = int(ring.end[0])
+            ring.aligned = bool(np.all(ring.end == ring.slot))
+            ring.even = bool(np.all(ring.length == ring.length[0]))
+
+    def _settle(
+        self,
+        env_ids: npt.NDArray[np.int64],
+        end: npt.NDArray[np.int64],
+        counts: npt.NDArray[np.int64],
+    ) -> None:
+        """Mark and count the ``counts[i]`` rows written for ``env_ids[i]``.
+
+        They lie at slots ``end[i], end[i] + 1, ...`` of their sub-pool (``end``:
+        the free slot before them). Sets their stretch marks and the envs' fresh
+        marks, and logs the episodes that ended in them.
+        """
+        total = int(counts.sum())
+        if total == 0:
+            return
+        ring, columns = self.ring, self.columns
+        env = np.repeat(env_ids, counts)
+        block = np.cumsum(counts) - counts  # where each env's rows start
+        step = np.arange(total, dtype=np.int64) - np.repeat(block, counts)
+        row = ring.base[env] + (end[env] + step) % ring.slots * ring.num_envs
+        done = columns.terminated[row] | columns.truncated[row]
+        starts = np.empty(total, np.bool_)
+        starts[1:] = done[:-1]
+        has = counts > 0
+        starts[block[has]] = ring.fresh[env_ids[has]]
+        ring.starts[row] = starts
+        ring.fresh[env_ids[has]] = done[(block + counts - 1)[has]]
+        self.log.close_run(env_ids, counts, columns.reward[row], done, step)
+
+    def loaded(self) -> None:
+        """Start over after the ring was loaded: nothing deferred."""
+        ring = self.ring
+        self.pending, self.unsettled = 0, 0
+        ring.aligned = self.enabled and bool(np.all(ring.end == ring.slot))
+
+
+class RoutedWriter:
+    """The general path: rows routed to sub-pools, appended, trimmed.
+
+    Args:
+        ring: The sub-pools.
+        layout: The observations' storage kind.
+        columns: Actions, rewards and flags.
+        sampler: The index sampler (told of the rows added and dropped).
+        rng: The pool's random generator (``random`` routing).
+        random: Route each row to sub-pool ``j`` with probability proportional to
+            ``1 / (len_j + 1)`` instead of to its env's.
+    """
+
+    def __init__(
+        self,
+        ring: SubPoolRing,
+        layout: ObservationLayout,
+        columns: Columns,
+        sampler: IndexSampler,
+        rng: np.random.Generator,
+        random: bool,
+    ) -> None:
+        """Write into these parts."""
+        self.ring, self.layout, self.columns = ring, layout, columns
+        self.sampler, self.rng, self.random = sampler, rng, random
+
+    def add(
+        self,
+        source: npt.NDArray[np.int64] | None,
+        rows: dict[str, Leaves],
+        scalars: tuple[npt.NDArray[Any], ...],
+    ) -> None:
+        """Append the rows of envs ``source`` (``None``: one per env, in order)."""
+        count = self.ring.num_envs if source is None else source.size
+        if source is None and not self.random:
+            self._append(self.ring.envs, None, rows, scalars)
+            return
+        dest = self.route(self.ring.envs if source is None else source)
+        if self.random or np.unique(dest).size != count:
+            # several transitions for one sub-pool: apply them in rounds of
+            # distinct sub-pools, keeping each sub-pool's order
+            for chosen in rounds(dest):
+                self._append(dest[chosen], chosen, rows, scalars)
+        else:
+            self._append(dest, None, rows, scalars)
+
+    def route(self, source: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """Destination sub-pool of each transition."""
+        if not self.random:
+            return source
+        # Sequential: each draw sees the lengths left by the previous transitions.
+        ring = self.ring
+        lengths = ring.length.tolist()
+        received = ring.received.tolist()
+        draws = self.rng.random(source.size).tolist()
+        dest = np.empty(source.size, np.int64)
+        for position, draw in enumerate(draws):
+            weights = np.reciprocal(np.asarray(lengths, np.float64) + 1.0)
+            cumulative = np.cumsum(weights)
+            target = int(np.searchsorted(cumulative, draw * cumulative[-1], "right"))
+            target = min(target, ring.num_envs - 1)
+            dest[position] = target
+            received[target] += 1
+            lengths[target] = ring.length_after_one(lengths[target], received[target])
+        return dest
+
+    def _append(
+        self,
+        env: npt.NDArray[np.int64],
+        rows: npt.NDArray[np.int64] | None,
+        batch: dict[str, Leaves],
+        scalars: tuple[npt.NDArray[Any], ...],
+    ) -> None:
+        """Append ``batch[rows]`` to the distinct sub-pools ``env``, then trim.
+
+        ``rows=None`` means every row. The trimming is the documented order:
+        periodic clearing, then the overflow rule.
+        """
+
+        def pick(leaf: npt.NDArray[Any]) -> npt.NDArray[Any]:
+            return leaf if rows is None else leaf[rows]
+
+        ring = self.ring
+        slots, num_envs = ring.slots, ring.num_envs
+        end, length = ring.end[env], ring.length[env]
+        base = ring.base[env]
+        row = base + end * num_envs
+        obs = [pick(leaf) for leaf in batch["obs"]]
+        next_obs = [pick(leaf) for leaf in batch["next_obs"]]
+        self.layout.append(ring, env, row, obs, next_obs)
+        reward, terminated, truncated = (pick(values) for values in scalars)
+        action = [pick(leaf) for leaf in batch["action"]]
+        self.columns.write(row, action, reward, terminated, truncated)
+        if self.random:  # a sub-pool's rows come from any env: none continues
+            ring.starts[row] = True
+        else:
+            ring.starts[row] = ring.fresh[env]
+            ring.fresh[env] = terminated | truncated
+        received = ring.received[env] + 1
+        ring.received[env] = received
+        dropped, trim = ring.trimmed(length + 1, received)
+        gone = dropped + trim
+        if gone.any():
+            self.layout.dropped(ring.rows_from(env, end - length, gone))
+        ring.end[env] = (end + 1) % slots
+        ring.row[env] = base + (end + 1) % slots * num_envs
+        ring.length[env] = length + 1 - gone
+        self.sampler.added(env, end, length, np.ones_like(end), ring.length[env])
+
+
+def rounds(targets: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int64]]:
+    """Positions split into rounds of distinct targets, each target's order kept."""
+    occurrence = np.zeros(targets.size, np.int64)
+    seen: dict[int, int] = {}
+    for position, target in enumerate(targets.tolist()):
+        occurrence[position] = seen.get(target, 0)
+        seen[target] = occurrence[position] + 1
+    return [np.flatnonzero(occurrence == r) for r in range(int(occurrence.max()) + 1)]
