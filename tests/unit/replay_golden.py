@@ -11,8 +11,8 @@ loaded, :class:`vecpool.ReplayPoolWrapper` around Gymnasium vector envs and the
 classic :class:`vecpool.Pool`.
 
 Regenerate (only when a change of output is intended, and say which in the commit):
-``PYTHONPATH=. python tests/unit/replay_golden.py [NAME_PREFIX ...]`` rewrites the
-entries whose names start with a prefix given (all entries without one).
+``PYTHONPATH=. python tests/unit/replay_golden.py [NAME_PART ...]`` rewrites the
+entries whose names contain a part given (all entries without one).
 """
 
 from __future__ import annotations
@@ -338,12 +338,12 @@ def _main(prefixes: list[str]) -> None:
         kept = {
             key: value
             for key, value in load().items()
-            if not any(key.startswith(prefix) for prefix in prefixes)
+            if not any(part in key for part in prefixes)
         }
         fresh = {
             key: value
             for key, value in fresh.items()
-            if any(key.startswith(prefix) for prefix in prefixes)
+            if any(part in key for part in prefixes)
         }
         fresh.update(kept)
     DATA.parent.mkdir(exist_ok=True)

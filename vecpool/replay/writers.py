@@ -62,6 +62,11 @@ class HotWriter:
         # written twice (the ring's slots minus one)
         self.unsettled = 0
         self.settle_limit = max(1, ring.slots - 1)
+        # The vector step (within the run) each row of the flat path was added at,
+        # and how many aligned adds began the run (their rows' step is their slot
+        # in it): the run's episodes are logged in the order they ended.
+        self.tick = np.zeros(ring.rows, np.int32 if ring.slots < 2**31 else np.int64)
+        self.aligned_run = 0
 
     def add_aligned(
         self,
@@ -114,12 +119,14 @@ class HotWriter:
             ring.row = ring.base + ring.slot * ring.num_envs
             ring.aligned = False
             self.unsettled = self.pending  # the aligned adds count too
+            self.aligned_run = self.pending
 
     def _advance(
         self, row: npt.NDArray[np.intp], valid: npt.NDArray[np.bool_] | None
     ) -> None:
         """After the writes at ``row``: move on (the rest waits for :meth:`sync`)."""
         ring = self.ring
+        self.tick[row] = self.unsettled
         if valid is None:
             ring.row = ring.next_row[row]
             self.pending += 1
@@ -146,13 +153,13 @@ class HotWriter:
         elif not adds:
             return
         ring = self.ring
-        self.pending = 0
-        self.unsettled = 0
+        leading = self.pending if ring.aligned else self.aligned_run
+        self.pending, self.unsettled, self.aligned_run = 0, 0, 0
         if ring.aligned:
             ring.row = ring.base + ring.slot * ring.num_envs
         end, length = ring.end, ring.length
         per_env = np.broadcast_to(np.asarray(adds, np.int64), (ring.num_envs,))
-        self._settle(ring.envs, end, per_env)
+        self._settle(ring.envs, end, per_env, leading)
         ring.end = (ring.row - ring.base) // ring.num_envs
         ring.received += adds
         ring.length = ring.wrapped(length + adds)
@@ -167,12 +174,14 @@ class HotWriter:
         env_ids: npt.NDArray[np.int64],
         end: npt.NDArray[np.int64],
         counts: npt.NDArray[np.int64],
+        leading: int,
     ) -> None:
         """Mark and count the ``counts[i]`` rows written for ``env_ids[i]``.
 
         They lie at slots ``end[i], end[i] + 1, ...`` of their sub-pool (``end``:
-        the free slot before them). Sets their stretch marks and the envs' fresh
-        marks, and logs the episodes that ended in them.
+        the free slot before them); the first ``leading`` of each came by the
+        aligned path. Sets their stretch marks and the envs' fresh marks, and logs
+        the episodes that ended in them, in the order they ended.
         """
         total = int(counts.sum())
         if total == 0:
@@ -189,12 +198,13 @@ class HotWriter:
         starts[block[has]] = ring.fresh[env_ids[has]]
         ring.starts[row] = starts
         ring.fresh[env_ids[has]] = done[(block + counts - 1)[has]]
-        self.log.close_run(env_ids, counts, columns.reward[row], done, step)
+        tick = np.where(step < leading, step, self.tick[row])
+        self.log.close_run(env_ids, counts, columns.reward[row], done, tick)
 
     def loaded(self) -> None:
         """Start over after the ring was loaded: nothing deferred."""
         ring = self.ring
-        self.pending, self.unsettled = 0, 0
+        self.pending, self.unsettled, self.aligned_run = 0, 0, 0
         ring.aligned = self.enabled and bool(np.all(ring.end == ring.slot))
 
 

@@ -1,0 +1,155 @@
+"""The pool's parts alone and composed (issue 39), and the data fixes of item 3."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from vecpool import ReplayPool, ReplaySample
+from vecpool.replay import samplers
+from vecpool.replay.episode_log import EpisodeLog
+from vecpool.replay.readers import NStep, SequenceReader, read_rows
+from vecpool.replay.ring import SubPoolRing
+from vecpool.replay.samplers import Draw, PrioritizedSampler, UniformSampler
+from vecpool.replay.settings import PoolSettings
+
+BOX = spaces.Box(-np.inf, np.inf, (2,), np.float32)
+
+
+class StratifiedSampler(UniformSampler):
+    """One row from each of ``batch_size`` equal strata of the held rows.
+
+    What a newcomer's sampler looks like: the :class:`IndexSampler` methods (here
+    the uniform sampler's, but for ``draw``), drawing with the pool's generator.
+    """
+
+    def draw(self, batch_size: int) -> Draw:
+        ring = self.ring
+        total = int(ring.length.sum())
+        if total == 0:
+            msg = "Cannot sample from an empty ReplayPool: add transitions first."
+            raise ValueError(msg)
+        edges = np.arange(batch_size + 1) * total / batch_size
+        flat = np.floor(edges[:-1] + self.rng.random(batch_size) * np.diff(edges))
+        flat = np.minimum(flat.astype(np.int64), total - 1)
+        env, offset = (part[flat] for part in ring.held())
+        return env, offset, ring.row_of(env, offset)
+
+    @classmethod
+    def of(
+        cls, ring: SubPoolRing, rng: np.random.Generator, settings: PoolSettings
+    ) -> StratifiedSampler:
+        return cls(ring, rng)
+
+
+def _filled(pool: ReplayPool, steps: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    for step in range(steps):
+        obs = np.stack([np.arange(pool.num_envs), np.full(pool.num_envs, step)], 1)
+        pool.add(obs.astype(np.float32), rng.integers(0, 2, pool.num_envs),
+                 obs.astype(np.float32) + 1, rng.normal(size=pool.num_envs),
+                 rng.random(pool.num_envs) < 0.1,
+                 np.zeros(pool.num_envs, bool))  # fmt: skip
+
+
+def test_a_new_sampler_is_one_line_of_wiring(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the one line: the sampler under the name the pool draws by
+    monkeypatch.setitem(samplers.SAMPLERS, "uniform", StratifiedSampler.of)
+    pool = ReplayPool(BOX, spaces.Discrete(2), 3, 60, seed=1)
+    assert isinstance(pool._sampler, StratifiedSampler)
+    _filled(pool, 20)
+    before = pool.generator_state
+    batch = pool.sample(6)
+    assert pool.generator_state != before  # the pool's one generator
+    # one row from each sixth of the 60 held rows (get_pool order: env, then time)
+    held = pool.get_pool()
+    position = [
+        int(np.flatnonzero((held.obs == row).all(axis=1))[0]) for row in batch.obs
+    ]
+    assert [p // 10 for p in position] == list(range(6))
+    # every reader reads its draws
+    assert isinstance(pool.sample(6, n_step=3, gamma=0.9), ReplaySample)
+    assert pool.sample_sequences(6, 4).mask.shape == (6, 4)
+
+
+def test_any_reader_reads_any_sampler() -> None:
+    pool = ReplayPool(BOX, spaces.Discrete(2), 2, 40, seed=3, alpha=0.6)
+    _filled(pool, 25)
+    assert len(pool) == 40  # the deferred counting settled: the ring is current
+    rng = np.random.default_rng(0)
+    for sampler in (UniformSampler(pool._ring, rng), pool._sampler):
+        env, offset, row = sampler.draw(16)
+        assert isinstance(sampler, UniformSampler | PrioritizedSampler)
+        one = read_rows(pool._stored, env, offset, row=row)
+        window = NStep(1, 0.5).read(pool._stored, env, offset, row)
+        for got, expected in zip(window[:6], one, strict=True):
+            np.testing.assert_array_equal(got, expected)
+        sequences = SequenceReader(1).read(pool._stored, env, offset)
+        np.testing.assert_array_equal(sequences.obs[:, 0], one[0])
+
+
+def test_the_ring_rule_matches_its_one_step_form() -> None:
+    ring = SubPoolRing(1, 5, 1, 3, 4, 2)
+    length, received = np.zeros(1, np.int64), np.zeros(1, np.int64)
+    one = 0
+    for _ in range(30):
+        received += 1
+        dropped, trim = ring.trimmed(length + 1, received)
+        length = length + 1 - dropped - trim
+        one = ring.length_after_one(one, int(received[0]))
+        assert int(length[0]) == one
+
+
+def test_the_episode_log_counts_a_run_as_steps_one_by_one() -> None:
+    rng = np.random.default_rng(4)
+    counts = np.array([4, 0, 3], np.int64)
+    reward = rng.normal(size=7)
+    done = np.array([0, 1, 0, 1, 1, 0, 1], bool)
+    tick = np.array([0, 1, 2, 3, 0, 1, 2], np.int64)
+    run, steps = EpisodeLog(3), EpisodeLog(3)
+    run.close_run(np.arange(3), counts, reward, done, tick)
+    env = np.repeat(np.arange(3), counts)
+    for moment in range(4):
+        at = np.flatnonzero(tick == moment)
+        steps.record(env[at], reward[at], done[at])
+    for mine, theirs in zip(run.state().values(), steps.state().values(), strict=True):
+        np.testing.assert_allclose(mine, theirs)
+
+
+def test_a_frame_stacked_pool_takes_rewards_as_lists() -> None:
+    """A list of rewards once led a frame-stacked pool to a path that failed."""
+    space = spaces.Box(0, 255, (2, 3), np.uint8)
+    pools = [ReplayPool(space, spaces.Discrete(2), 2, 8, frame_stack=2) for _ in "ab"]
+    for step in range(6):
+        frames = np.arange(step, step + 3).astype(np.uint8)
+        obs = np.broadcast_to(frames[:2, None], (2, 2, 3)).copy()
+        next_obs = np.broadcast_to(frames[1:, None], (2, 2, 3)).copy()
+        flags = np.zeros(2, bool)
+        pools[0].add(obs, np.zeros(2, np.int64), next_obs, [1.0, 2.0], flags, flags)
+        pools[1].add(obs, np.zeros(2, np.int64), next_obs, np.array([1.0, 2.0]),
+                     flags, flags)  # fmt: skip
+    a, b = pools[0].get_pool(), pools[1].get_pool()
+    for mine, theirs in zip(a, b, strict=True):
+        np.testing.assert_array_equal(mine, theirs)
+
+
+# -- item 3: what the last issue noticed and left -------------------------------
+
+
+def test_recent_episodes_of_a_run_of_masked_adds_come_as_they_ended() -> None:
+    pool = ReplayPool(BOX, spaces.Discrete(2), 2, 40)
+    obs = np.zeros((2, 2), np.float32)
+    action = np.zeros(2, np.int64)
+
+    def add(reward: list[float], done: list[bool], valid: list[bool]) -> None:
+        pool.add(obs, action, obs, np.array(reward), np.array(done),
+                 np.zeros(2, bool), valid=np.array(valid))  # fmt: skip
+
+    # vector step 0: env 1 ends an episode of return 5 (env 0 has no transition);
+    # step 1: env 0 ends one of return 1. No read between: one deferred run.
+    add([0.0, 5.0], [False, True], [False, True])
+    add([1.0, 0.0], [True, False], [True, True])
+    last = pool.recent_episode_stats(1)
+    assert (last.count, last.mean_return) == (1, 1.0)  # the one that ended last
+    assert pool.recent_episode_stats(2).mean_return == 3.0
