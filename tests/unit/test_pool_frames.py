@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -255,3 +256,37 @@ def test_sampled_stacks_are_read_only_views_that_share_frames() -> None:
     mutable[0] = 0
     expected = plain.sample(64)  # the same draws: the same generator state
     np.testing.assert_array_equal(batch.next_obs, expected.next_obs)
+
+
+def _jumps(rng: np.random.Generator, count: int) -> npt.NDArray[np.uint8]:
+    return rng.integers(0, 255, (count, 3, 2), dtype=np.uint8)
+
+
+def _used(data: Any, owners: tuple[str, ...]) -> int:
+    owned = np.concatenate([data[name][data[name] >= 0] for name in owners])
+    return int(np.unique(owned).size)
+
+
+def test_a_file_holds_only_frames_of_rows_held(tmp_path: Path) -> None:
+    """The frame store's items of rows already dropped stay out of a file (issue 39).
+
+    The store frees an item when its row is written over, not when it is dropped.
+    """
+    space = spaces.Box(0, 255, (3, 2), np.uint8)
+    pool = ReplayPool(space, spaces.Discrete(2), 2, 12, window_size=3, frame_stack=3,
+                      seed=2)  # fmt: skip
+    rng = np.random.default_rng(5)
+    for step in range(40):  # every stack a jump, every next stack odd: kept whole
+        done = np.array([step % 5 == 4, False])
+        pool.add(_jumps(rng, 2), np.zeros(2, np.int64), _jumps(rng, 2),
+                 np.ones(2), done, np.zeros(2, bool))  # fmt: skip
+    path = pool.save(tmp_path / "pool.npz")
+    with np.load(path) as data:
+        assert data["wholes"].shape[0] == _used(data, ("own_obs", "own_next_whole"))
+        assert data["loose"].shape[0] == _used(data, ("own_next_frame",))
+        assert data["wholes_free"].size == data["loose_free"].size == 0
+    loaded = ReplayPool.load(path)
+    for mine, theirs in zip(pool.get_pool(), loaded.get_pool(), strict=True):
+        np.testing.assert_array_equal(mine, theirs)
+    for mine, theirs in zip(pool.sample(16), loaded.sample(16), strict=True):
+        np.testing.assert_array_equal(mine, theirs)

@@ -551,7 +551,7 @@ def _saved_frame_pool(tmp_path: Path) -> Path:
         ("fresh", lambda a: np.ones(5, bool), "`fresh` member has shape"),
         ("frames", lambda a: a[:, :1], "`frames` member has shape"),
         ("wholes", lambda a: a[:, :2], "`wholes` member has shape"),
-        ("wholes_free", lambda a: np.concatenate([a, a[:1]]), "`wholes_free`"),
+        ("wholes_free", lambda a: np.concatenate([a, [0]]), "`wholes_free`"),  # used
         ("last_obs", lambda a: a.astype(np.float32), "`last_obs` member is float32"),
     ],
 )

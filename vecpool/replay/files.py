@@ -39,6 +39,7 @@ import numpy.typing as npt
 from gymnasium import spaces
 
 from vecpool._util.files import write_atomically
+from vecpool.replay.frames import compact_items
 from vecpool.replay.portable import portable
 from vecpool.replay.settings import RECENT_EPISODES
 from vecpool.replay.storage import storage_leaves
@@ -369,6 +370,8 @@ def write(
     for name in list(state):
         if per_row(name):
             state[name] = state[name][rows]
+    if "wholes" in state:  # a frame store: the items of the rows held only
+        state = compact_items(state)
     # string leaves as unicode under a Text space; any other object leaf refused
     # here, before anything is written (vecpool/replay/portable.py)
     observation_space = pool.observation_space

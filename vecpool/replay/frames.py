@@ -24,7 +24,8 @@ before the oldest row held are still there for it to be rebuilt from. Whole stac
 and loose frames live in growable stores (:class:`_Store`), freed when their row is
 overwritten, not when it is dropped (a dropped row may still anchor the oldest).
 Before a save, each sub-pool's oldest row is made whole (:meth:`FrameStore.anchor`),
-so a file never needs the rows before it.
+so a file never needs the rows before it, and a file holds only the items its rows
+use (:func:`compact_items`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
 
-__all__ = ["FrameLayout", "FrameStore"]
+__all__ = ["FrameLayout", "FrameStore", "compact_items"]
 
 
 class _Store:
@@ -374,6 +375,33 @@ class FrameStore:
         if targets is not None:
             self.has_last[empty] = False
             self.has_tail[empty] = False
+
+
+def compact_items(state: dict[str, npt.NDArray[Any]]) -> dict[str, npt.NDArray[Any]]:
+    """The frame store's arrays as a pool file holds them: only what rows use.
+
+    ``state`` is :meth:`FrameStore.state` with its per-row arrays cut to the rows
+    a file holds. The stores keep items of rows already dropped (freed only when
+    the row is written over) and free items' stale frames; a file holds neither:
+    each store keeps the items the rows use, renumbered in their order, and an
+    empty free list.
+    """
+    out = dict(state)
+    for store, owners in (
+        ("wholes", ("own_obs", "own_next_whole")),
+        ("loose", ("own_next_frame",)),
+    ):
+        owned = np.concatenate([state[name] for name in owners])
+        used = np.unique(owned[owned >= 0])
+        renumbered = np.full(state[store].shape[0], -1, np.int64)
+        renumbered[used] = np.arange(used.size)
+        for name in owners:
+            own = state[name].copy()  # a file's own copy: the pool keeps its rows
+            own[own >= 0] = renumbered[own[own >= 0]]
+            out[name] = own
+        out[store] = state[store][used]
+        out[f"{store}_free"] = np.zeros(0, np.int64)
+    return out
 
 
 class FrameLayout:
