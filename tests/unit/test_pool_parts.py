@@ -153,3 +153,27 @@ def test_recent_episodes_of_a_run_of_masked_adds_come_as_they_ended() -> None:
     last = pool.recent_episode_stats(1)
     assert (last.count, last.mean_return) == (1, 1.0)  # the one that ended last
     assert pool.recent_episode_stats(2).mean_return == 3.0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_recent_episodes_of_mixed_runs_come_as_they_ended(seed: int) -> None:
+    """Aligned, masked and unmasked flat adds in one deferred run, no read between."""
+    rng = np.random.default_rng(seed)
+    pool = ReplayPool(BOX, spaces.Discrete(2), 3, 300)  # 100 slots: one long run
+    obs, action = np.zeros((3, 2), np.float32), np.zeros(3, np.int64)
+    returns, lengths, ended = np.zeros(3), np.zeros(3), []
+    for step in range(60):
+        reward = rng.normal(size=3).round(2)
+        done = rng.random(3) < 0.25
+        valid = None if step < 5 or rng.random() < 0.3 else rng.random(3) < 0.7
+        pool.add(obs, action, obs, reward, done, np.zeros(3, bool), valid=valid)
+        for env in range(3):  # the reference: step by step, env by env
+            if valid is not None and not valid[env]:
+                continue
+            returns[env] += reward[env]
+            lengths[env] += 1
+            if done[env]:
+                ended.append((returns[env], lengths[env]))
+                returns[env], lengths[env] = 0.0, 0
+    assert pool.recent_episode_stats(1).count == 1  # settles the run
+    np.testing.assert_allclose(pool._log.recent_entries(), np.array(ended))

@@ -36,6 +36,8 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
 
+from vecpool.replay.ring import SubPoolRing
+
 __all__ = ["FrameLayout", "FrameStore", "compact_items"]
 
 
@@ -481,7 +483,7 @@ class FrameLayout:
 
     def append(
         self,
-        ring: Any,  # noqa: ARG002 - the protocol's signature
+        ring: SubPoolRing,  # noqa: ARG002 - the protocol's signature
         env: npt.NDArray[np.int64],
         row: npt.NDArray[np.int64],
         obs: list[npt.NDArray[Any]],
@@ -511,7 +513,7 @@ class FrameLayout:
             next_stacks = self.store.next_obs(next_row, env, newest)
         return [stacks], [next_stacks]
 
-    def state(self, ring: Any) -> dict[str, npt.NDArray[Any]]:
+    def state(self, ring: SubPoolRing) -> dict[str, npt.NDArray[Any]]:
         """The store's arrays, each sub-pool's oldest stack made whole first.
 
         A file holds no row before each sub-pool's oldest.

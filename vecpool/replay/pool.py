@@ -255,8 +255,7 @@ class ReplayPool:
         """Bytes allocated for the stored transitions."""
         ring, stored = self._ring, self._stored
         parts = stored.layout.nbytes + stored.columns.nbytes + self._sampler.nbytes
-        ring_bytes = ring.starts.nbytes + ring.next_row.nbytes + self._hot.tick.nbytes
-        return int(parts + ring_bytes)
+        return int(parts + ring.starts.nbytes + ring.next_row.nbytes)
 
     def recent_episode_stats(self, k: int = 100) -> EpisodeStats:
         """Count, mean return and mean length of the last ``k`` episodes that ended.

@@ -62,11 +62,9 @@ class HotWriter:
         # written twice (the ring's slots minus one)
         self.unsettled = 0
         self.settle_limit = max(1, ring.slots - 1)
-        # The vector step (within the run) each row of the flat path was added at,
-        # and how many aligned adds began the run (their rows' step is their slot
-        # in it): the run's episodes are logged in the order they ended.
-        self.tick = np.zeros(ring.rows, np.int32 if ring.slots < 2**31 else np.int64)
-        self.aligned_run = 0
+        # the masks of the run's masked adds, by their place in the run: which
+        # vector step each row came at, so its episodes are logged as they ended
+        self.masks: list[tuple[int, npt.NDArray[np.bool_]]] = []
 
     def add_aligned(
         self,
@@ -119,14 +117,12 @@ class HotWriter:
             ring.row = ring.base + ring.slot * ring.num_envs
             ring.aligned = False
             self.unsettled = self.pending  # the aligned adds count too
-            self.aligned_run = self.pending
 
     def _advance(
         self, row: npt.NDArray[np.intp], valid: npt.NDArray[np.bool_] | None
     ) -> None:
         """After the writes at ``row``: move on (the rest waits for :meth:`sync`)."""
         ring = self.ring
-        self.tick[row] = self.unsettled
         if valid is None:
             ring.row = ring.next_row[row]
             self.pending += 1
@@ -134,6 +130,7 @@ class HotWriter:
             ring.row = np.where(valid, ring.next_row[row], row)
             np.add(self.pending_env, valid, out=self.pending_env)
             self.masked = True
+            self.masks.append((self.unsettled, valid.copy()))
         self.unsettled += 1
         if self.unsettled >= self.settle_limit:
             self.sync()
@@ -146,6 +143,7 @@ class HotWriter:
     def sync(self) -> None:
         """Apply what was deferred: counters, marks, episodes, priorities."""
         adds: Any = self.pending
+        calls = max(self.pending, self.unsettled)  # vector steps in the run
         if self.masked:
             adds = adds + self.pending_env
             self.pending_env[:] = 0
@@ -153,13 +151,13 @@ class HotWriter:
         elif not adds:
             return
         ring = self.ring
-        leading = self.pending if ring.aligned else self.aligned_run
-        self.pending, self.unsettled, self.aligned_run = 0, 0, 0
+        self.pending, self.unsettled = 0, 0
         if ring.aligned:
             ring.row = ring.base + ring.slot * ring.num_envs
         end, length = ring.end, ring.length
         per_env = np.broadcast_to(np.asarray(adds, np.int64), (ring.num_envs,))
-        self._settle(ring.envs, end, per_env, leading)
+        self._settle(ring.envs, end, per_env, calls)
+        self.masks.clear()
         ring.end = (ring.row - ring.base) // ring.num_envs
         ring.received += adds
         ring.length = ring.wrapped(length + adds)
@@ -174,14 +172,14 @@ class HotWriter:
         env_ids: npt.NDArray[np.int64],
         end: npt.NDArray[np.int64],
         counts: npt.NDArray[np.int64],
-        leading: int,
+        calls: int,
     ) -> None:
         """Mark and count the ``counts[i]`` rows written for ``env_ids[i]``.
 
         They lie at slots ``end[i], end[i] + 1, ...`` of their sub-pool (``end``:
-        the free slot before them); the first ``leading`` of each came by the
-        aligned path. Sets their stretch marks and the envs' fresh marks, and logs
-        the episodes that ended in them, in the order they ended.
+        the free slot before them), added in ``calls`` vector steps. Sets their
+        stretch marks and the envs' fresh marks, and logs the episodes that ended
+        in them, in the order they ended.
         """
         total = int(counts.sum())
         if total == 0:
@@ -198,13 +196,28 @@ class HotWriter:
         starts[block[has]] = ring.fresh[env_ids[has]]
         ring.starts[row] = starts
         ring.fresh[env_ids[has]] = done[(block + counts - 1)[has]]
-        tick = np.where(step < leading, step, self.tick[row])
-        self.log.close_run(env_ids, counts, columns.reward[row], done, tick)
+        self.log.close_run(
+            env_ids, counts, columns.reward[row], done, self._ticks(step, calls)
+        )
+
+    def _ticks(self, step: npt.NDArray[np.int64], calls: int) -> npt.NDArray[Any]:
+        """The vector step (in the run) of each row, env after env.
+
+        Without masked adds, an env's ``k``-th row came at the ``k``-th step.
+        """
+        if not self.masks:
+            return step
+        came = np.ones((calls, self.ring.num_envs), np.bool_)
+        places, masks = zip(*self.masks, strict=True)
+        came[list(places)] = masks
+        _, tick = np.nonzero(came.T)  # env after env, each in order
+        return tick
 
     def loaded(self) -> None:
         """Start over after the ring was loaded: nothing deferred."""
         ring = self.ring
-        self.pending, self.unsettled, self.aligned_run = 0, 0, 0
+        self.pending, self.unsettled = 0, 0
+        self.masks.clear()
         ring.aligned = self.enabled and bool(np.all(ring.end == ring.slot))
 
 
