@@ -191,6 +191,9 @@ class ReplayPool:
             else SAMPLERS["uniform"](ring, self._rng, settings)
         )
         self._checks = AddChecks(observation_space, action_space, self.num_envs)
+        # read on every add: kept here, one attribute away
+        self._plain_shapes = self._checks.plain_shapes
+        self._discrete_bounds = self._checks.discrete_bounds
         hot = layout.hot and self.clearing_freq is None and not self.random
         self._hot = HotWriter(ring, layout, columns, self._log, self._sampler, hot)
         self._routed = RoutedWriter(
@@ -569,7 +572,7 @@ class ReplayPool:
                 ``env_ids`` are not 1-D integers in range, or if an action is not
                 in the action space (a float for a discrete space, out of range).
         """
-        shapes = self._checks.plain_shapes
+        shapes = self._plain_shapes
         if (
             self._ring.aligned
             and env_ids is None
@@ -581,7 +584,7 @@ class ReplayPool:
             and action.shape == shapes[1]
             and reward.shape == terminated.shape == truncated.shape == shapes[2]
         ):  # the hot case: every sub-pool at the same slot, one array per field
-            bounds = self._checks.discrete_bounds
+            bounds = self._discrete_bounds
             if bounds is None or action.dtype.kind not in "iu":
                 self._checks.check_actions([action])
             else:  # a Discrete action, inline: ~0.3 us (see `check_actions`)
