@@ -113,7 +113,9 @@ def test_the_episode_log_counts_a_run_as_steps_one_by_one() -> None:
     for moment in range(4):
         at = np.flatnonzero(tick == moment)
         steps.record(env[at], reward[at], done[at])
-    for mine, theirs in zip(run.state().values(), steps.state().values(), strict=True):
+    for mine, theirs in zip(
+        run.state_dict().values(), steps.state_dict().values(), strict=True
+    ):
         np.testing.assert_allclose(mine, theirs)
 
 

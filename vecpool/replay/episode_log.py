@@ -170,7 +170,7 @@ class EpisodeLog:
         self.recent[where, 1] = lengths
         self.recent_count[0] = count + returns.size
 
-    def state(self) -> dict[str, npt.NDArray[Any]]:
+    def state_dict(self) -> dict[str, npt.NDArray[Any]]:
         """Its arrays, by their names in a pool file (``recent``: oldest first)."""
         return {
             "episode_return": self.episode_return,
@@ -180,8 +180,8 @@ class EpisodeLog:
             "recent_count": self.recent_count,
         }
 
-    def load(self, state: dict[str, npt.NDArray[Any]]) -> None:
-        """Take the arrays of :meth:`state`."""
+    def load_state_dict(self, state: dict[str, npt.NDArray[Any]]) -> None:
+        """Take the arrays of :meth:`state_dict`."""
         self.episode_return = state["episode_return"]
         self.episode_length = state["episode_length"]
         self.episodes = state["episodes"]

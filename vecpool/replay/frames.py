@@ -513,7 +513,7 @@ class FrameLayout:
             next_stacks = self.store.next_obs(next_row, env, newest)
         return [stacks], [next_stacks]
 
-    def state(self, ring: SubPoolRing) -> dict[str, npt.NDArray[Any]]:
+    def state_dict(self, ring: SubPoolRing) -> dict[str, npt.NDArray[Any]]:
         """The store's arrays, each sub-pool's oldest stack made whole first.
 
         A file holds no row before each sub-pool's oldest.
@@ -521,11 +521,11 @@ class FrameLayout:
         self.store.anchor(ring.oldest_rows())
         return self.store.state()
 
-    def load(
+    def load_state_dict(
         self,
         state: dict[str, npt.NDArray[Any]],
         targets: npt.NDArray[np.int64] | None,
         empty_pools: npt.NDArray[np.bool_],
     ) -> None:
-        """Take the arrays of :meth:`state`."""
+        """Take the arrays of :meth:`state_dict`."""
         self.store.load(state, targets, empty_pools)

@@ -107,17 +107,17 @@ class ObservationLayout(Protocol):
         """
         ...
 
-    def state(self, ring: SubPoolRing) -> dict[str, npt.NDArray[Any]]:
+    def state_dict(self, ring: SubPoolRing) -> dict[str, npt.NDArray[Any]]:
         """Its arrays, by their names in a pool file."""
         ...
 
-    def load(
+    def load_state_dict(
         self,
         state: dict[str, npt.NDArray[Any]],
         targets: npt.NDArray[np.int64] | None,
         empty_pools: npt.NDArray[np.bool_],
     ) -> None:
-        """Take the arrays of :meth:`state`.
+        """Take the arrays of :meth:`state_dict`.
 
         Per-row ones go to rows ``targets`` (``None``: they are whole).
         """
@@ -199,13 +199,13 @@ class ArrayLayout:
         obs = [np.take(array, row, axis=0) for array in self.obs]
         return obs, [np.take(array, next_row, axis=0) for array in self.next_obs]
 
-    def state(self, ring: SubPoolRing) -> dict[str, npt.NDArray[Any]]:  # noqa: ARG002 - the protocol's signature
+    def state_dict(self, ring: SubPoolRing) -> dict[str, npt.NDArray[Any]]:  # noqa: ARG002 - the protocol's signature
         """``obs_i`` and ``next_obs_i``."""
         state = {f"obs_{i}": array for i, array in enumerate(self.obs)}
         state.update({f"next_obs_{i}": array for i, array in enumerate(self.next_obs)})
         return state
 
-    def load(
+    def load_state_dict(
         self,
         state: dict[str, npt.NDArray[Any]],
         targets: npt.NDArray[np.int64] | None,
@@ -343,7 +343,7 @@ class ApartLayout:
             next_obs.append(values)
         return obs, next_obs
 
-    def state(self, ring: SubPoolRing) -> dict[str, npt.NDArray[Any]]:  # noqa: ARG002 - the protocol's signature
+    def state_dict(self, ring: SubPoolRing) -> dict[str, npt.NDArray[Any]]:  # noqa: ARG002 - the protocol's signature
         """``own_next``, ``free``, ``obs_i``, ``tail_i``, ``extra_i``."""
         state = {"own_next": self.own_next, "free": np.asarray(self.free, np.int64)}
         for group in ("obs", "tail", "extra"):
@@ -351,13 +351,13 @@ class ApartLayout:
             state.update({f"{group}_{i}": array for i, array in enumerate(arrays)})
         return state
 
-    def load(
+    def load_state_dict(
         self,
         state: dict[str, npt.NDArray[Any]],
         targets: npt.NDArray[np.int64] | None,
         empty_pools: npt.NDArray[np.bool_],  # noqa: ARG002 - the protocol's signature
     ) -> None:
-        """Take the arrays of :meth:`state`."""
+        """Take the arrays of :meth:`state_dict`."""
         _put(self.obs, state, "obs", targets)
         _put(self.tail, state, "tail", None)
         _put(self.extra, state, "extra", None)
@@ -420,7 +420,7 @@ class Columns:
         self.terminated[row] = terminated
         self.truncated[row] = truncated
 
-    def state(self) -> dict[str, npt.NDArray[Any]]:
+    def state_dict(self) -> dict[str, npt.NDArray[Any]]:
         """Its arrays, by their names in a pool file."""
         state = {
             "reward": self.reward,
@@ -430,10 +430,10 @@ class Columns:
         state.update({f"action_{i}": array for i, array in enumerate(self.action)})
         return state
 
-    def load(
+    def load_state_dict(
         self, state: dict[str, npt.NDArray[Any]], targets: npt.NDArray[np.int64] | None
     ) -> None:
-        """Take the arrays of :meth:`state`."""
+        """Take the arrays of :meth:`state_dict`."""
         for name in ("reward", "terminated", "truncated"):
             if targets is None:
                 setattr(self, name, state[name])

@@ -772,11 +772,11 @@ class ReplayPool:
             compact: Whether the per-row arrays hold only the filled rows.
         """
         targets = self._ring.filled_rows(state["length"], None) if compact else None
-        self._stored.columns.load(state, targets)
-        self._ring.load(state, targets)
-        self._log.load(state)
-        self._stored.layout.load(state, targets, state["length"] == 0)
-        self._sampler.load(state, targets)
+        self._stored.columns.load_state_dict(state, targets)
+        self._ring.load_state_dict(state, targets)
+        self._log.load_state_dict(state)
+        self._stored.layout.load_state_dict(state, targets, state["length"] == 0)
+        self._sampler.load_state_dict(state, targets)
         self._hot.loaded()
 
     @property
@@ -797,11 +797,11 @@ class ReplayPool:
         """
         self._hot.sync()
         return {
-            **self._stored.columns.state(),
-            **self._ring.state(),
-            **self._log.state(),
-            **self._sampler.state(),
-            **self._stored.layout.state(self._ring),
+            **self._stored.columns.state_dict(),
+            **self._ring.state_dict(),
+            **self._log.state_dict(),
+            **self._sampler.state_dict(),
+            **self._stored.layout.state_dict(self._ring),
         }
 
     def save(self, path: str | os.PathLike[str], *, compress: bool = False) -> Path:

@@ -197,7 +197,7 @@ class SubPoolRing:
 
     # -- its state ---------------------------------------------------------------------
 
-    def state(self) -> dict[str, npt.NDArray[Any]]:
+    def state_dict(self) -> dict[str, npt.NDArray[Any]]:
         """Its arrays, by their names in a pool file (live, not copies)."""
         return {
             "end": self.end,
@@ -207,10 +207,10 @@ class SubPoolRing:
             "fresh": self.fresh,
         }
 
-    def load(
+    def load_state_dict(
         self, state: dict[str, npt.NDArray[Any]], targets: npt.NDArray[np.int64] | None
     ) -> None:
-        """Take the arrays of :meth:`state`.
+        """Take the arrays of :meth:`state_dict`.
 
         ``starts`` goes to rows ``targets`` (``None``: it is whole).
         """

@@ -89,14 +89,14 @@ class IndexSampler(Protocol):
         """Set the priorities of the transitions ``ids`` (checked by the pool)."""
         ...
 
-    def state(self) -> dict[str, npt.NDArray[Any]]:
+    def state_dict(self) -> dict[str, npt.NDArray[Any]]:
         """Its arrays, by their names in a pool file."""
         ...
 
-    def load(
+    def load_state_dict(
         self, state: dict[str, npt.NDArray[Any]], targets: npt.NDArray[np.int64] | None
     ) -> None:
-        """Take the arrays of :meth:`state` (per-row ones go to rows ``targets``)."""
+        """Take the arrays of :meth:`state_dict` (per-row ones to rows ``targets``)."""
         ...
 
 
@@ -182,11 +182,11 @@ class UniformSampler:
         """
         raise ValueError(NOT_PRIORITIZED)
 
-    def state(self) -> dict[str, npt.NDArray[Any]]:
+    def state_dict(self) -> dict[str, npt.NDArray[Any]]:
         """None."""
         return {}
 
-    def load(
+    def load_state_dict(
         self, state: dict[str, npt.NDArray[Any]], targets: npt.NDArray[np.int64] | None
     ) -> None:
         """Nothing to take."""
@@ -298,17 +298,17 @@ class PrioritizedSampler:
         powered = np.where(kept > 0, kept**self.alpha, 0.0)
         self.tree.set(ring.row_of(env[held], offset[held]), powered)
 
-    def state(self) -> dict[str, npt.NDArray[Any]]:
+    def state_dict(self) -> dict[str, npt.NDArray[Any]]:
         """``priority`` (a leaf per row) and ``max_priority``."""
         return {
             "priority": self.tree.leaves,
             "max_priority": np.array([self.max_priority]),
         }
 
-    def load(
+    def load_state_dict(
         self, state: dict[str, npt.NDArray[Any]], targets: npt.NDArray[np.int64] | None
     ) -> None:
-        """Take the arrays of :meth:`state`."""
+        """Take the arrays of :meth:`state_dict`."""
         self.max_priority = float(state["max_priority"][0])
         if targets is None:
             priority = state["priority"]
