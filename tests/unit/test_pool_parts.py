@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from gymnasium import spaces
@@ -9,6 +11,7 @@ from gymnasium import spaces
 from vecpool import ReplayPool, ReplaySample
 from vecpool.replay import samplers
 from vecpool.replay.episode_log import EpisodeLog
+from vecpool.replay.layouts import make_layout
 from vecpool.replay.readers import NStep, SequenceReader, read_rows
 from vecpool.replay.ring import SubPoolRing
 from vecpool.replay.samplers import Draw, PrioritizedSampler, UniformSampler
@@ -179,3 +182,36 @@ def test_recent_episodes_of_mixed_runs_come_as_they_ended(seed: int) -> None:
                 returns[env], lengths[env] = 0.0, 0
     assert pool.recent_episode_stats(1).count == 1  # settles the run
     np.testing.assert_allclose(pool._log.recent_entries(), np.array(ended))
+
+
+@pytest.mark.parametrize("kind", ["arrays", "apart", "frames"])
+def test_each_storage_kind_alone_reads_back_what_it_was_given(kind: str) -> None:
+    space = spaces.Box(0, 255, (2, 3), np.uint8)
+    stack = 2 if kind == "frames" else None
+    ring = SubPoolRing(2, 6, stack or 1, None, None, None)
+    layout = make_layout(space, ring, kind != "apart", stack)
+    frames = np.arange(40, dtype=np.uint8).reshape(-1, 1).repeat(3, 1)
+    given: list[list[tuple[Any, Any]]] = [[], []]
+    for step in range(5):
+        obs = np.stack([frames[step : step + 2], frames[step + 10 : step + 12]])
+        next_obs = np.stack(
+            [frames[step + 1 : step + 3], frames[step + 11 : step + 13]]
+        )
+        if step == 2:
+            next_obs[1] = 99  # an episode end: a next stack no row continues
+        row = ring.base + ring.end * ring.num_envs
+        layout.append(ring, ring.envs, row, [obs], [next_obs])
+        ring.end += 1
+        ring.length += 1
+        for source in range(2):
+            given[source].append((obs[source], next_obs[source]))
+    twin = make_layout(space, ring, kind != "apart", stack)
+    twin.load_state_dict(layout.state_dict(ring), None, ring.length == 0)
+    env, offset = ring.held()
+    row = ring.row_of(env, offset)
+    newest = offset == ring.length[env] - 1
+    for part in (layout, twin):
+        (obs_read,), (next_read,) = part.read(env, row, row, newest)
+        for index, (one, at) in enumerate(zip(env, offset, strict=True)):
+            np.testing.assert_array_equal(obs_read[index], given[one][at][0])
+            np.testing.assert_array_equal(next_read[index], given[one][at][1])
