@@ -2,6 +2,7 @@
 
 The outputs were recorded by ``tests/unit/replay_golden.py`` (its docstring says
 what it drives and how to regenerate them) into ``tests/unit/data/replay_golden.npz``.
+Where torch imports, ``to_torch`` batches hold the same arrays.
 """
 
 from __future__ import annotations
@@ -60,3 +61,32 @@ def test_pack_round_trip() -> None:
     entries = {"a": np.arange(3.0), "b": np.zeros((0, 2), np.int64), "c": np.True_}
     packed = golden.pack(entries)
     assert set(packed) == {"index", "blob"}
+
+
+@pytest.mark.parametrize("scenario", ["plain_per", "frames", "dict"])
+def test_torch_batches_hold_the_golden_arrays(
+    scenario: str, recorded: dict[str, Any]
+) -> None:
+    torch = pytest.importorskip("torch")
+    arguments, kind = golden.SCENARIOS[scenario]
+    pool = golden._make(arguments, kind, seed=5)
+    golden._Driver(pool, kind, seed=11).run(17)
+    batch = pool.sample(9)  # the first draw of the scenario's first reading
+    tensors: dict[str, Any] = {}
+    _leaves(f"{scenario}.0.uniform", batch.to_torch(), tensors)
+    assert tensors
+    for name, tensor in tensors.items():
+        assert isinstance(tensor, torch.Tensor), name
+        np.testing.assert_array_equal(tensor.numpy(), recorded[name], err_msg=name)
+
+
+def _leaves(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    """``value``'s leaves by their golden names (as ``golden.flatten``, kept as is)."""
+    if hasattr(value, "_fields"):
+        for field in value._fields:
+            _leaves(f"{prefix}.{field}", getattr(value, field), out)
+    elif isinstance(value, dict):
+        for key in sorted(value):
+            _leaves(f"{prefix}.{key}", value[key], out)
+    else:
+        out[prefix] = value
