@@ -16,14 +16,16 @@ from vecpool._util.arguments import (
     agent_ms,
     positive_int,
 )
+from vecpool.bench import main_job, pool_peers
 from vecpool.bench import pool as pool_bench
-from vecpool.bench import pool_peers
 from vecpool.bench.tune import autotune
 
 __all__ = ["BENCH_MODES", "add_bench_parser"]
 
 BENCH_MODES = ("tune", "pool")
 """``vecpool bench MODE``: the other benchmarks, spelled as sub-commands."""
+QUICK_MAIN_JOB_STEPS = 2_000
+"""Env steps of each ``bench pool --quick --main-job`` run."""
 
 
 def _bench_settings(args: argparse.Namespace) -> bench.BenchSettings:
@@ -90,7 +92,7 @@ def _bench_tune(args: argparse.Namespace, settings: bench.BenchSettings) -> int:
 
 
 def _bench_pool(args: argparse.Namespace) -> int:
-    """Run ``bench pool``: the replay pool's add/sample/wrapper/memory figures."""
+    """Run ``bench pool``: add/sample/wrapper/memory, peers and the main job."""
     machine = bench.machine_info()
     print("\n".join(machine.lines()))
     quick = bool(args.quick)
@@ -120,6 +122,18 @@ def _bench_pool(args: argparse.Namespace) -> int:
         data["peers"] = comparison.to_dict()
     elif args.peers is None and not installed:
         print(f"\nno replay-buffer peer to compare with: {'; '.join(skipped)}")
+    if not quick if args.main_job is None else args.main_job:
+        progress = bench.Progress(enabled=not args.quiet)
+        jobs = main_job.run_main_job_benchmark(
+            rounds=rounds,
+            env_steps=QUICK_MAIN_JOB_STEPS if quick else main_job.ENV_STEPS,
+            seed=args.seed,
+            progress=progress.update,
+        )
+        progress.clear()
+        print()
+        print("\n".join(main_job.format_main_job_report(jobs)))
+        data["main_job"] = jobs.to_dict()
     if args.json is not None:
         bench.write_json(data, args.json)
         print(f"\nwrote {args.json}")
@@ -141,6 +155,9 @@ def _bench(args: argparse.Namespace) -> int:
             raise ValueError(msg)
         if args.peers is not None and not args.pool:
             msg = "--peers/--no-peers belong to `vecpool bench pool`."
+            raise ValueError(msg)
+        if args.main_job is not None and not args.pool:
+            msg = "--main-job/--no-main-job belong to `vecpool bench pool`."
             raise ValueError(msg)
         if args.plot is not None and (args.tune or args.pool):
             mode = "tune" if args.tune else "pool"
@@ -195,7 +212,8 @@ def add_bench_parser(
         description=(
             "`vecpool bench`: compare the backends. `vecpool bench tune`: run "
             "vecpool.autotune on each workload and size. `vecpool bench pool`: the "
-            "replay pool's add/sample/wrapper/memory figures. "
+            "replay pool's add/sample/wrapper/memory figures, its peers and the main "
+            "job. "
             "Measure env-steps per second of each backend (a raw one-env loop, "
             "Gymnasium's SyncVectorEnv and AsyncVectorEnv, vecpool with default "
             "settings, vecpool async batches, and the anchors EnvPool and PufferLib "
@@ -306,6 +324,17 @@ def add_bench_parser(
         "ReplayPool, each at its defaults in a fresh process; a peer not "
         "installed is skipped with a note (default: on where any is installed, "
         "off with --quick)",
+    )
+    parser.add_argument(
+        "--main-job",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="`bench pool` only: also time the replay pool in the main job (8 x "
+        "CartPole-v1, 100,000 env steps, each loop in a fresh process): vecpool and "
+        "Gymnasium's SyncVectorEnv alone, Sync with a hand-filled SB3 ReplayBuffer "
+        "(where installed), Sync and `vecpool collect` with the ReplayPoolWrapper, "
+        "each recording loop with save() at the end and with a sample() every "
+        "vector step (default: on, off with --quick)",
     )
     parser.add_argument("--json", metavar="PATH", help="write every figure as JSON")
     parser.add_argument(
