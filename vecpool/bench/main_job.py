@@ -18,7 +18,8 @@ policy) for :data:`ENV_STEPS` env steps:
 
 The recording loops run in two kinds: ``job`` (the steps, then the buffer written
 to a file: ``ReplayPool.save``, SB3's ``save_to_pkl``) and ``dqn-B`` (a
-``sample(B)`` after every vector step, no file). The pool holds every transition
+``sample(B)`` after every vector step from the ``B``-th on, as a DQN loop's
+``learning_starts``, no file). The pool holds every transition
 (:data:`ENV_STEPS`). Each figure covers the whole job, from the reset to the file
 written and the envs closed (for ``collect``, from its start line, logged once its
 workers are up, to its return): work deferred to a later call counts where it
@@ -240,9 +241,9 @@ def _wrapped(
     span.start()
     envs.reset(seed=seed)
     envs.action_space.seed(seed)
-    for _ in range(vector_steps):
+    for step in range(vector_steps):
         envs.step(envs.action_space.sample())
-        if batch_size is not None and len(pool) >= batch_size:
+        if batch_size is not None and step >= batch_size:
             pool.sample(batch_size)
     envs.close()
     if batch_size is None:
@@ -289,7 +290,7 @@ def _sb3(
     span.start()
     obs, _ = env.reset(seed=seed)
     env.action_space.seed(seed)
-    for _ in range(vector_steps):
+    for step in range(vector_steps):
         actions = env.action_space.sample()
         next_obs, rewards, terminations, truncations, infos = env.step(actions)
         real_next_obs = next_obs
@@ -300,7 +301,7 @@ def _sb3(
                 real_next_obs[index] = infos["final_obs"][index]
         buffer.add(obs, real_next_obs, actions, rewards, terminations, infos_list)
         obs = next_obs
-        if batch_size is not None and buffer.size() * NUM_ENVS >= batch_size:
+        if batch_size is not None and step >= batch_size:
             buffer.sample(batch_size)
     env.close()
     if batch_size is None:
