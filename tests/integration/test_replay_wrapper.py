@@ -241,8 +241,12 @@ def _drive(
     full_reset_at: tuple[int, ...] = (),
     mask_running_every: int = 0,
     drop_episode: bool = False,
+    after_step: Any = None,
 ) -> None:
     """Step both in lockstep; compare every result; reset like a user would.
+
+    ``after_step(t)``, if given, runs right after step ``t`` of both (before any
+    reset that follows it).
 
     DISABLED: after each step, the envs that ended are reset with a ``reset_mask``
     (plus env 0 every ``mask_running_every`` steps even when it is running).
@@ -262,6 +266,8 @@ def _drive(
         expected = reference.step(action)
         actual = candidate.step(action)
         same(expected, actual, f"step {t}")
+        if after_step is not None:
+            after_step(t)
         if t in full_reset_at:
             expected = reference.reset(seed=SEED + 100 + t)
             actual = candidate.reset(seed=SEED + 100 + t)
@@ -363,6 +369,44 @@ def test_pool_matches_reference(
         assert stats.count == len(inner.return_queue)
         assert stats.mean_return == pytest.approx(np.mean(inner.return_queue))
         assert stats.mean_length == pytest.approx(np.mean(inner.length_queue))
+
+
+@pytest.mark.parametrize("obs_kind", ["box", "dict"])
+@pytest.mark.parametrize("inner_kind", ["sync", "vecpool"])
+@pytest.mark.parametrize("mode", MODES, ids=_mode_id)
+def test_pool_matches_hand_loop_after_every_step(
+    mode, inner_kind, obs_kind, make_async, make_sync
+):
+    """Issue 39: every transition is in the pool (and samplable) right after step().
+
+    The reference is a plain hand loop over Gymnasium's SyncVectorEnv; the pool is
+    compared with it after each step, so a write deferred past ``step`` (or a row
+    recorded twice, or skipped) shows at the step where it happens.
+    """
+    env_fns = _env_fns(obs_kind)
+    wrapper = _wrapper(
+        _inner(inner_kind, env_fns, mode, make_async, make_sync), "keep-all"
+    )
+    reference = Reference(make_sync(env_fns, autoreset_mode=mode), mode)
+    masked = Counter()
+
+    def check(t: int) -> None:
+        expected = reference.model("keep-all")
+        count = sum(len(s) for s in expected.subs)
+        assert len(wrapper.pool) == count, f"step {t}"
+        assert_same_data(expected.get_pool(), wrapper.get_pool(), f"step {t}")
+        stats = wrapper.pool.episode_stats
+        assert stats.count == len(reference.episodes()), f"step {t}"
+        if count:  # the newest rows are among those sample() draws from
+            drawn = wrapper.pool.sample(4 * count)
+            assert drawn.reward.shape == (4 * count,)
+        masked[reference.pending.any()] += 1
+
+    _drive(wrapper, reference, mode, steps=40, after_step=check)
+    if mode == AutoresetMode.NEXT_STEP:
+        assert masked[True]  # both the masked adds ...
+        assert masked[False]  # ... and the aligned ones ran
+    wrapper.close()
 
 
 @pytest.mark.parametrize("obs_kind", ["tuple", "discrete", "image"])

@@ -142,6 +142,7 @@ class ReplayPoolWrapper(_VectorWrapper):
         self._next = [np.zeros_like(array) for array in self._obs]
         self._write_next = make_writer(space, self._next, store=put_value)
         self._has_obs = False
+        self._done = np.zeros(n, np.bool_)  # the last step's ended envs
         self._boundaries = AutoresetTracker(n, self.autoreset_mode)
         single_action = env.single_action_space
         self._obs_shape = (
@@ -223,17 +224,31 @@ class ReplayPoolWrapper(_VectorWrapper):
         be interrupted half-way through recording (e.g. on Ctrl-C) call the two
         halves themselves.
 
+        The common step (one array per field, no env ended, no restarted worker)
+        costs one ``ReplayPool.add_leaves`` call and a few numpy calls on 1-D bool
+        arrays, none allocated per step; the final observations, the masks and the
+        restart marks are read only where ``infos`` or the flags say they exist.
+
         Args:
             actions: The actions of the step.
             result: What ``self.env.step(actions)`` returned.
         """
         obs, rewards, terminations, truncations, infos = result
+        done = self._done
         try:
+            np.logical_or(terminations, truncations, out=done)
             current = self._split(obs)
             cut = restarted_rows(infos)
             if self._has_obs:
                 self._record(
-                    actions, current, rewards, terminations, truncations, infos, cut
+                    actions,
+                    current,
+                    rewards,
+                    terminations,
+                    truncations,
+                    infos,
+                    cut,
+                    ended=np.count_nonzero(done),
                 )
         except BaseException:
             # the envs moved on, but this step could not be recorded (a value the
@@ -245,10 +260,13 @@ class ReplayPoolWrapper(_VectorWrapper):
             raise
         if cut is not None:  # the crash cut these episodes: never finished
             self.pool.abort_episodes(np.flatnonzero(cut))
-        for store, leaf in zip(self._obs, current, strict=True):
-            store[...] = leaf
+        if len(current) == 1:
+            self._obs[0][...] = current[0]
+        else:
+            for store, leaf in zip(self._obs, current, strict=True):
+                store[...] = leaf
         self._has_obs = True
-        self._boundaries.after_step(np.logical_or(terminations, truncations))
+        self._boundaries.after_step(done)
 
     def _record(
         self,
@@ -259,18 +277,19 @@ class ReplayPoolWrapper(_VectorWrapper):
         truncations: Any,
         infos: dict[str, Any],
         cut: npt.NDArray[np.bool_] | None,
+        *,
+        ended: int,
     ) -> None:
+        """Add the step's transitions; ``ended``: how many envs' episodes ended."""
         action = self._split_actions(actions)
         next_obs = current
-        if self.autoreset_mode is AutoresetMode.SAME_STEP:
-            ended = np.flatnonzero(np.logical_or(terminations, truncations))
-            if ended.size:
-                for store, leaf in zip(self._next, current, strict=True):
-                    store[...] = leaf
-                final_obs = infos["final_obs"]
-                for index in ended.tolist():
-                    self._write_next(index, final_obs[index])
-                next_obs = self._next
+        if ended and self.autoreset_mode is AutoresetMode.SAME_STEP:
+            for store, leaf in zip(self._next, current, strict=True):
+                store[...] = leaf
+            final_obs = infos["final_obs"]
+            for index in np.flatnonzero(self._done).tolist():
+                self._write_next(index, final_obs[index])
+            next_obs = self._next
         valid = self._boundaries.valid()  # NEXT_STEP reset rows are skipped
         if cut is not None:  # and the rows of a restarted worker: no transition
             valid = ~cut if valid is None else valid & ~cut

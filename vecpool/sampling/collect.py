@@ -381,7 +381,7 @@ class _EpisodeTracker:
             self.transitions += self.num_envs
             ended = done
         self.boundaries.after_step(done)
-        if not done.any():
+        if not np.count_nonzero(done):  # not any(): no ufunc reduction a step
             return None
         env_steps = self.vector_steps * self.num_envs
         for index in np.flatnonzero(ended).tolist():
