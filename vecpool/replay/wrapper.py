@@ -248,7 +248,7 @@ class ReplayPoolWrapper(_VectorWrapper):
                     truncations,
                     infos,
                     cut,
-                    ended=np.count_nonzero(done),
+                    ended=int(np.count_nonzero(done)),
                 )
         except BaseException:
             # the envs moved on, but this step could not be recorded (a value the
