@@ -73,6 +73,7 @@ class AutoresetTracker:
         self.mode = mode
         self._next_step = mode is AutoresetMode.NEXT_STEP
         self.resetting = np.zeros(num_envs, np.bool_)
+        self._any = False  # whether any env is resetting: valid() without numpy
 
     def valid(
         self, cols: npt.NDArray[np.int64] | None = None
@@ -82,19 +83,36 @@ class AutoresetTracker:
         Args:
             cols: The envs of the rows (default: every env, in order).
         """
-        if not self._next_step:
+        if not self._any:  # the common step: no env resets, no numpy call
             return None
         resetting = self.resetting if cols is None else self.resetting[cols]
         # count_nonzero, not any(): no ufunc reduction on the per-step path
         return ~resetting if np.count_nonzero(resetting) else None
 
-    def after_step(self, ended: Any, cols: npt.NDArray[np.int64] | None = None) -> None:
-        """Note which envs' episodes ended (terminated or truncated) in a step."""
+    def after_step(
+        self,
+        ended: Any,
+        cols: npt.NDArray[np.int64] | None = None,
+        *,
+        count: int | None = None,
+    ) -> None:
+        """Note which envs' episodes ended (terminated or truncated) in a step.
+
+        Args:
+            ended: One flag per env (per ``cols`` entry).
+            cols: The envs of the flags (default: every env, in order).
+            count: ``np.count_nonzero(ended)`` where the caller has it (with
+                ``cols=None`` only), saving a numpy call.
+        """
         if self._next_step:
             if cols is None:
                 self.resetting[:] = ended
+                if count is None:
+                    count = int(np.count_nonzero(self.resetting))
+                self._any = count > 0
             else:
                 self.resetting[cols] = ended
+                self._any = bool(np.count_nonzero(self.resetting))
 
     def after_reset(self, mask: Any = None) -> None:
         """A reset (of the envs in ``mask``, default all) clears pending autoresets."""
@@ -102,3 +120,4 @@ class AutoresetTracker:
             self.resetting[:] = False
         else:
             self.resetting[np.asarray(mask, np.bool_)] = False
+        self._any = bool(np.count_nonzero(self.resetting))

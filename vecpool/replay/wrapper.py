@@ -235,8 +235,10 @@ class ReplayPoolWrapper(_VectorWrapper):
         """
         obs, rewards, terminations, truncations, infos = result
         done = self._done
+        ended = 0
         try:
             np.logical_or(terminations, truncations, out=done)
+            ended = int(np.count_nonzero(done))
             current = self._split(obs)
             cut = restarted_rows(infos)
             if self._has_obs:
@@ -248,7 +250,7 @@ class ReplayPoolWrapper(_VectorWrapper):
                     truncations,
                     infos,
                     cut,
-                    ended=int(np.count_nonzero(done)),
+                    ended=ended,
                 )
         except BaseException:
             # the envs moved on, but this step could not be recorded (a value the
@@ -266,7 +268,7 @@ class ReplayPoolWrapper(_VectorWrapper):
             for store, leaf in zip(self._obs, current, strict=True):
                 store[...] = leaf
         self._has_obs = True
-        self._boundaries.after_step(done)
+        self._boundaries.after_step(done, count=ended)
 
     def _record(
         self,

@@ -363,6 +363,7 @@ class _EpisodeTracker:
         """
         self.vector_steps += 1
         done = np.logical_or(terminations, truncations, out=self.done)
+        ended_count = int(np.count_nonzero(done))  # not any(): no ufunc reduction
         valid = self.boundaries.valid()
         cut = restarted_rows(infos)
         if cut is not None:  # a replaced worker's rows: no transition, episode cut
@@ -380,8 +381,8 @@ class _EpisodeTracker:
             self.lengths += 1
             self.transitions += self.num_envs
             ended = done
-        self.boundaries.after_step(done)
-        if not np.count_nonzero(done):  # not any(): no ufunc reduction a step
+        self.boundaries.after_step(done, count=ended_count)
+        if not ended_count:
             return None
         env_steps = self.vector_steps * self.num_envs
         for index in np.flatnonzero(ended).tolist():
