@@ -13,8 +13,8 @@ import json
 import pytest
 
 from vecpool import cli
+from vecpool.bench import main_job, pool_peers
 from vecpool.bench import pool as pool_bench
-from vecpool.bench import pool_peers
 from vecpool.bench.pool_peers import (
     FIGURES,
     PeerReport,
@@ -247,6 +247,9 @@ POOL_REPORT = pool_bench.PoolBenchReport(
 )
 
 
+MAIN_JOB = main_job.MainJobReport(rows=(), env_steps=16, rounds=3)
+
+
 @pytest.fixture
 def canned(monkeypatch):
     """``bench pool`` with both benchmarks replaced by canned reports."""
@@ -257,6 +260,7 @@ def canned(monkeypatch):
         return _report()
 
     monkeypatch.setattr(pool_bench, "run_pool_benchmark", lambda **_: POOL_REPORT)
+    monkeypatch.setattr(main_job, "run_main_job_benchmark", lambda **_: MAIN_JOB)
     monkeypatch.setattr(pool_peers, "run_peer_benchmark", peers)
     monkeypatch.setattr(pool_peers, "installed_peers", lambda: (["sb3"], []))
     return calls
