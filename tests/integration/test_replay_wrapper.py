@@ -388,7 +388,7 @@ def test_pool_matches_hand_loop_after_every_step(
         _inner(inner_kind, env_fns, mode, make_async, make_sync), "keep-all"
     )
     reference = Reference(make_sync(env_fns, autoreset_mode=mode), mode)
-    masked = Counter()
+    masked: Counter[bool] = Counter()
 
     def check(t: int) -> None:
         expected = reference.model("keep-all")
