@@ -400,7 +400,7 @@ def test_pool_matches_hand_loop_after_every_step(
         if count:  # the newest rows are among those sample() draws from
             drawn = wrapper.pool.sample(4 * count)
             assert drawn.reward.shape == (4 * count,)
-        masked[reference.pending.any()] += 1
+        masked[bool(reference.pending.any())] += 1
 
     _drive(wrapper, reference, mode, steps=40, after_step=check)
     if mode == AutoresetMode.NEXT_STEP:
