@@ -215,3 +215,45 @@ def test_each_storage_kind_alone_reads_back_what_it_was_given(kind: str) -> None
         for index, (one, at) in enumerate(zip(env, offset, strict=True)):
             np.testing.assert_array_equal(obs_read[index], given[one][at][0])
             np.testing.assert_array_equal(next_read[index], given[one][at][1])
+
+
+def _same_stats(mine: Any, theirs: Any) -> None:
+    """Equal counts and lengths; returns equal up to the order of float sums (a run
+    sums each episode's stretch of rewards at once, a step adds one reward)."""
+    assert (mine.count, mine.mean_length) == (theirs.count, theirs.mean_length)
+    assert mine.mean_return == pytest.approx(theirs.mean_return, rel=1e-12)
+
+
+@pytest.mark.parametrize("alpha", [None, 0.6])
+def test_settling_every_step_holds_what_settling_a_run_holds(
+    alpha: float | None,
+) -> None:
+    """A ``sample()`` after each add settles one step (``HotWriter._settle_step``);
+    a pool never sampled settles whole runs: both hold the same rows and episodes."""
+    num_envs, steps = 4, 300
+    rng = np.random.default_rng(7)
+    settings: dict[str, Any] = {} if alpha is None else {"alpha": alpha}
+    spaces_ = (spaces.Box(-10, 10, (3,), np.float32), spaces.Discrete(2))
+    each = ReplayPool(*spaces_, num_envs, 200, seed=1, **settings)
+    runs = ReplayPool(*spaces_, num_envs, 200, seed=1, **settings)
+    for step in range(steps):
+        obs = rng.normal(size=(num_envs, 3)).astype(np.float32)
+        next_obs = rng.normal(size=(num_envs, 3)).astype(np.float32)
+        action = rng.integers(0, 2, num_envs)
+        reward = rng.normal(size=num_envs)
+        terminated = rng.random(num_envs) < 0.05
+        truncated = rng.random(num_envs) < 0.03
+        for pool in (each, runs):
+            pool.add(obs, action, next_obs, reward, terminated, truncated)
+        each.sample(4)  # settles the step just added
+        if step % 97 == 96:
+            for k in (1, 5, 100):
+                _same_stats(each.recent_episode_stats(k), runs.recent_episode_stats(k))
+    _same_stats(each.episode_stats, runs.episode_stats)
+    mine, theirs = each.state_dict(), runs.state_dict()  # rows, marks, episodes
+    assert mine.keys() == theirs.keys()
+    for key in mine:
+        if key in ("episode_return", "episodes", "recent"):  # float sums
+            np.testing.assert_allclose(mine[key], theirs[key], rtol=1e-12)
+        else:
+            np.testing.assert_array_equal(mine[key], theirs[key], err_msg=key)
