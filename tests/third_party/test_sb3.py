@@ -437,6 +437,7 @@ def test_make_vec_env_with_sb3_vec_env_steps_as_dummy_vec_env(vec_env_kwargs, cl
     # 'metadata'"
     ours = _make_vec_env(SB3VecEnv, vec_env_kwargs=vec_env_kwargs)
     closing(ours)
+    assert isinstance(ours, SB3VecEnv)  # make_vec_env is typed as a plain VecEnv
     assert isinstance(ours.vector_env, vecpool.AsyncVectorEnv)
     assert ours.vector_env.metadata["autoreset_mode"] is SAME
     reference = _make_vec_env(DummyVecEnv)
