@@ -265,7 +265,8 @@ class ReplayPool:
 
         :attr:`episode_stats` covers every episode since the pool was made; this
         covers the newest ones (what a training log shows). Episodes that ended in
-        the same vector step count in env order.
+        the same vector step count in env order; those that ended in one
+        ``add(..., env_ids=...)``, in the order of its rows.
 
         Args:
             k: How many of the newest ended episodes (at most
