@@ -40,7 +40,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,6 +54,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from vecpool.bench.fresh import run_fresh
 from vecpool.errors import VecPoolPerformanceWarning
 from vecpool.replay.wrapper import ReplayPoolWrapper
 from vecpool.sampling.collect import collect
@@ -369,13 +369,6 @@ def child_main(argv: Sequence[str]) -> int:
     return 0
 
 
-CHILD_CODE = (
-    "import sys; from vecpool.bench.main_job import child_main; "
-    "sys.exit(child_main(sys.argv[1:]))"
-)
-"""What a measuring process runs (``python -c CHILD_CODE SPEC``)."""
-
-
 def run_child(
     loop: str,
     kind: str,
@@ -399,23 +392,10 @@ def run_child(
         The figures of :func:`run_loop`, or a one-line reason.
     """
     spec = {"loop": loop, "kind": kind, "env_steps": env_steps, "seed": seed}
-    try:
-        completed = subprocess.run(
-            [sys.executable, "-c", CHILD_CODE, json.dumps(spec)],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-            env=env,
-        )
-    except subprocess.TimeoutExpired:
-        return f"its process ran past {timeout:.0f} s"
-    for line in reversed(completed.stdout.splitlines()):
-        if line.startswith(RESULT_PREFIX):
-            figures: dict[str, float] = json.loads(line[len(RESULT_PREFIX) :])
-            return figures
-    tail = completed.stderr.strip().splitlines()[-1:] or ["no output"]
-    return f"its process exited {completed.returncode}: {tail[0]}"
+    result: dict[str, float] | str = run_fresh(
+        __name__, spec, RESULT_PREFIX, timeout=timeout, env=env
+    )
+    return result
 
 
 def _has_sb3() -> bool:

@@ -55,7 +55,6 @@ import inspect
 import json
 import math
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -67,6 +66,7 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
 
+from vecpool.bench.fresh import run_fresh
 from vecpool.replay.pool import ReplayPool
 
 __all__ = [
@@ -265,33 +265,16 @@ def _versions(names: Sequence[str]) -> dict[str, str]:
     return versions
 
 
-_CHILD_CODE = (
-    "import sys; from vecpool.bench.pool_peers import child_main; "
-    "sys.exit(child_main(sys.argv[1:]))"
-)
-
-
 def _run_child(
     name: str, seconds: float, seed: int, sizes: PeerSizes, timeout: float
 ) -> list[dict[str, Any]]:
     """Measure one library in a fresh process; its rows, or one row saying why not."""
     spec = {"library": name, "seconds": seconds, "seed": seed, "sizes": asdict(sizes)}
-    try:
-        completed = subprocess.run(
-            [sys.executable, "-c", _CHILD_CODE, json.dumps(spec)],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return [_failed_row(name, f"its process ran past {timeout:.0f} s")]
-    for line in reversed(completed.stdout.splitlines()):
-        if line.startswith(RESULT_PREFIX):
-            rows: list[dict[str, Any]] = json.loads(line[len(RESULT_PREFIX) :])
-            return rows
-    tail = completed.stderr.strip().splitlines()[-1:] or ["no output"]
-    return [_failed_row(name, f"its process exited {completed.returncode}: {tail[0]}")]
+    result = run_fresh(__name__, spec, RESULT_PREFIX, timeout=timeout)
+    if isinstance(result, str):
+        return [_failed_row(name, result)]
+    rows: list[dict[str, Any]] = result
+    return rows
 
 
 def _failed_row(name: str, why: str) -> dict[str, Any]:
