@@ -143,6 +143,15 @@ class ReplayPoolWrapper(_VectorWrapper):
         self._write_next = make_writer(space, self._next, store=put_value)
         self._has_obs = False
         self._done = np.zeros(n, np.bool_)  # the last step's ended envs
+        # what record_step found of the last step: (the rows that are transitions,
+        # None: all; the rows a worker restart cut, None: none; the envs whose
+        # episode ended; how many): vecpool collect counts episodes from it
+        self.last_step: tuple[
+            npt.NDArray[np.bool_] | None,
+            npt.NDArray[np.bool_] | None,
+            npt.NDArray[np.bool_],
+            int,
+        ] = (None, None, self._done, 0)
         self._boundaries = AutoresetTracker(n, self.autoreset_mode)
         single_action = env.single_action_space
         self._obs_shape = (
@@ -241,6 +250,10 @@ class ReplayPoolWrapper(_VectorWrapper):
             ended = int(np.count_nonzero(done))
             current = self._split(obs)
             cut = restarted_rows(infos)
+            valid = self._boundaries.valid()  # NEXT_STEP reset rows are skipped
+            if cut is not None:  # and the rows of a restarted worker: no transition
+                valid = ~cut if valid is None else valid & ~cut
+            self.last_step = (valid, cut, done, ended)
             if self._has_obs:
                 self._record(
                     actions,
@@ -249,7 +262,7 @@ class ReplayPoolWrapper(_VectorWrapper):
                     terminations,
                     truncations,
                     infos,
-                    cut,
+                    valid,
                     ended=ended,
                 )
         except BaseException:
@@ -278,11 +291,15 @@ class ReplayPoolWrapper(_VectorWrapper):
         terminations: Any,
         truncations: Any,
         infos: dict[str, Any],
-        cut: npt.NDArray[np.bool_] | None,
+        valid: npt.NDArray[np.bool_] | None,
         *,
         ended: int,
     ) -> None:
-        """Add the step's transitions; ``ended``: how many envs' episodes ended."""
+        """Add the step's transitions.
+
+        ``valid``: the rows that are transitions (``None``: all); ``ended``: how
+        many envs' episodes ended.
+        """
         action = self._split_actions(actions)
         next_obs = current
         if ended and self.autoreset_mode is AutoresetMode.SAME_STEP:
@@ -292,9 +309,6 @@ class ReplayPoolWrapper(_VectorWrapper):
             for index in np.flatnonzero(self._done).tolist():
                 self._write_next(index, final_obs[index])
             next_obs = self._next
-        valid = self._boundaries.valid()  # NEXT_STEP reset rows are skipped
-        if cut is not None:  # and the rows of a restarted worker: no transition
-            valid = ~cut if valid is None else valid & ~cut
         self.pool.add_leaves(
             self._obs, action, next_obs, rewards, terminations, truncations, valid=valid
         )

@@ -39,7 +39,6 @@ from vecpool.errors import (
     CollectSaveError,
     VecPoolPerformanceWarning,
 )
-from vecpool.replay.boundaries import AutoresetTracker, restarted_rows
 from vecpool.replay.minari import to_minari
 from vecpool.replay.pool import ReplayPool
 from vecpool.replay.settings import PoolSettings, renamed_clearing_size
@@ -334,12 +333,10 @@ class _EpisodeTracker:
     ``infos["worker_restarted"]``, whose cut episode is dropped (never reported).
     """
 
-    def __init__(self, num_envs: int, mode: AutoresetMode) -> None:
+    def __init__(self, num_envs: int) -> None:
         self.num_envs = num_envs
-        self.boundaries = AutoresetTracker(num_envs, mode)
         self.returns = np.zeros(num_envs, np.float64)
         self.lengths = np.zeros(num_envs, np.int64)
-        self.done = np.zeros(num_envs, np.bool_)
         self.transitions = 0
         self.vector_steps = 0
         self.started: float | None = None  # when stepping began
@@ -352,22 +349,20 @@ class _EpisodeTracker:
     def record(
         self,
         rewards: npt.NDArray[Any],
-        terminations: npt.NDArray[Any],
-        truncations: npt.NDArray[Any],
-        infos: dict[str, Any],
+        step: tuple[
+            npt.NDArray[np.bool_] | None, npt.NDArray[np.bool_] | None, Any, int
+        ],
     ) -> npt.NDArray[np.bool_] | None:
         """Add one vector step; return the mask of envs that need a reset, if any.
 
-        Those are the envs whose episode ended or was cut by a worker restart;
-        only the episodes that ended are reported.
+        ``step`` is what the wrapper found of it (``ReplayPoolWrapper.last_step``:
+        the rows that are transitions, those a worker restart cut, the envs whose
+        episode ended, how many), so the boundaries are judged once. Only the
+        episodes that ended are reported.
         """
+        valid, cut, done, ended_count = step
         self.vector_steps += 1
-        done = np.logical_or(terminations, truncations, out=self.done)
-        ended_count = int(np.count_nonzero(done))  # not any(): no ufunc reduction
-        valid = self.boundaries.valid()
-        cut = restarted_rows(infos)
         if cut is not None:  # a replaced worker's rows: no transition, episode cut
-            valid = ~cut if valid is None else valid & ~cut
             self.returns[cut] = 0.0
             self.lengths[cut] = 0
         if valid is not None:
@@ -381,7 +376,6 @@ class _EpisodeTracker:
             self.lengths += 1
             self.transitions += self.num_envs
             ended = done
-        self.boundaries.after_step(done, count=ended_count)
         if not ended_count:
             return None
         env_steps = self.vector_steps * self.num_envs
@@ -391,7 +385,7 @@ class _EpisodeTracker:
             self.episode_lengths.append(int(self.lengths[index]))
         self.returns[ended] = 0.0
         self.lengths[ended] = 0
-        done_copy: npt.NDArray[np.bool_] = done.copy()
+        done_copy: npt.NDArray[np.bool_] = np.array(done, np.bool_)
         return done_copy
 
     def add_rows(
@@ -604,8 +598,8 @@ def _step(
             envs.record_step(actions, result)
         finally:
             stop.deferring = False
-        obs, rewards, terminations, truncations, infos = result
-        ended = tracker.record(rewards, terminations, truncations, infos)
+        obs, rewards = result[0], result[1]
+        ended = tracker.record(rewards, envs.last_step)
         if ended is not None and disabled:
             obs, _ = envs.reset(options={"reset_mask": ended})
         display.update(tracker)
@@ -848,7 +842,7 @@ def collect(
         except CollectArgumentError:
             envs.close()
             raise
-        tracker = _EpisodeTracker(num_envs, mode)
+        tracker = _EpisodeTracker(num_envs)
         display: _CollectProgress | None = None
         hard_stop = False
         halves = f" overlapped (batches of {num_envs // 2} envs)" if overlap else ""
