@@ -42,6 +42,7 @@ from vecpool.errors import (
     AlreadyPendingCallError,
     ConcurrentUseError,
     NoAsyncCallError,
+    OutOfStepError,
 )
 from vecpool.sampling.collect import collect
 from vecpool.testing import ActionEchoEnv
@@ -722,4 +723,50 @@ def test_an_error_inside_the_step_paths_held_section_leaves_no_ctrl_c_pending(
     finally:
         guards.HOLD["pending"] = 0
         monkeypatch.undo()
+        _close_promptly(envs)
+
+
+class _RingCutBell:
+    """A bell whose ``COMMAND`` write a second Ctrl-C cuts (``ForcedInterrupt``)."""
+
+    def __init__(self, bell: Any) -> None:
+        self.bell = bell
+
+    def __getitem__(self, word: int) -> int:
+        return int(self.bell[word])
+
+    def __setitem__(self, word: int, value: int) -> None:
+        from vecpool._wire.bell import COMMAND
+        from vecpool.errors import ForcedInterrupt
+
+        if word == COMMAND:
+            raise ForcedInterrupt
+        self.bell[word] = value
+
+
+def test_a_second_ctrl_c_between_the_rings_and_their_counts_is_out_of_step():
+    # the step path rings every worker's bell, then counts the commands: a second
+    # Ctrl-C in between leaves a worker rung but not counted (or counted, not
+    # rung), so the next call must refuse with the way out, never return the
+    # rows of the step before as this one's
+    envs = vecpool.AsyncVectorEnv(
+        [functools.partial(ActionEchoEnv, 0.0, False)] * NUM_ENVS,
+        num_workers=2,
+        parent_envs=0,
+        wait_strategy="spin",
+    )
+    try:
+        envs.reset(seed=0)
+        envs.step(np.zeros(NUM_ENVS))
+        (first, second) = envs._group.handles
+        assert first.bell is not None  # the steps are rung
+        assert second.bell is not None
+        real = second.bell
+        second.bell = _RingCutBell(real)
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(np.ones(NUM_ENVS))
+        second.bell = real
+        with pytest.raises(OutOfStepError, match=r"call `close\(\)`"):
+            envs.step(np.full(NUM_ENVS, 2.0))
+    finally:
         _close_promptly(envs)

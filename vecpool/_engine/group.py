@@ -112,6 +112,9 @@ class WorkerGroup:
         broken: The crash that made the group unusable, once one happened.
         gave_up: Whether a call may have given up on a reply since the last
             check (then new actions go by pipe, and pipes are checked).
+        all_rung: Whether the last step rang every worker (or stepped it here).
+        more: Whether the last bell wait took an answer that says more than
+            "the rows are written" (infos, errors, a reply in the pipe).
     """
 
     def __init__(self, spin: SpinPolicy) -> None:
@@ -134,6 +137,10 @@ class WorkerGroup:
         # replacements whose start-up reply a timed-out call left unread: each
         # later wait reads it first, then the restart is finished (restart.py)
         self.starting: list[Any] = []
+        # the last step: whether every worker was rung (or stepped here), and
+        # whether a bell's answer said more than "the rows are written"
+        self.all_rung = False
+        self.more = False
 
     def put(self, handle: WorkerHandle) -> None:
         """Put a replacement's handle in the place of the worker it replaces."""
@@ -252,9 +259,14 @@ class WorkerGroup:
         number and the observation buffer in its bell; vecpool/_wire/bell.py), and
         the parent's own share is marked to step in the wait
         (``InProcessHandle.direct``): no message, no system call but a wake for a
-        worker not watching its bell. Anything else (actions by pipe, a tail, a
-        worker a given-up call left busy) goes through
-        :meth:`WorkerHandle.send_step`. The caller holds Ctrl-C back.
+        worker not watching its bell. Every bell is rung before any is counted or
+        woken, so the last worker starts about as early as the first (its ring is
+        two word writes after the one before, not a whole worker's bookkeeping).
+        Anything else (actions by pipe, a tail, a worker a given-up call left busy)
+        goes through :meth:`WorkerHandle.send_step`. The caller holds Ctrl-C back;
+        a second Ctrl-C between a ring and its count cuts those workers off
+        (:class:`~vecpool.errors.OutOfStepError` at the next call), as one in the
+        middle of a pipe write does.
 
         Args:
             message: The hot-path step message (``STEP`` and a buffer index).
@@ -265,39 +277,59 @@ class WorkerGroup:
             WorkerCrashedError: If a worker's pipe is broken.
         """
         buffer = message[1]
+        rung: list[WorkerHandle] = []
+        piped: list[WorkerHandle] = []
         for handle in self.handles:
             numbers = handle.numbers
-            number = 0
             if per_env is None and not handle.tail and not handle.rung:
                 bell = handle.bell
                 if bell is not None and numbers.received == numbers.sent:
-                    number = numbers.sent + 1
                     bell[BUFFER] = buffer
-                    FRESH_LOCK().acquire(False)  # fence(): actions, buffer, number
-                    bell[COMMAND] = number & NUMBER_MASK
-                    FRESH_LOCK().acquire(False)  # the number before LISTENING
-                    if not bell[LISTENING]:  # it blocks on its pipe: a wake
-                        try:  # an empty message (Channel.send's framing), inline
-                            os.write(handle.channel.fd, _EMPTY_MESSAGE)
-                        except OSError:
-                            number = 0  # gone: send_step below says so
-                        except KeyboardInterrupt:  # a second Ctrl-C, mid-write
-                            handle.cut_off()
-                            raise
-                    handle.rung = number
-                elif handle.runs_here and not handle.channel.queued:  # type: ignore[attr-defined]
+                    rung.append(handle)
+                    continue
+                if handle.runs_here and not handle.channel.queued:  # type: ignore[attr-defined]
                     handle.direct = buffer  # type: ignore[attr-defined]
-                    number = numbers.sent + 1
-            if number:  # sent: numbers.sent_one() and numbers.expect(), written out
-                numbers.sent = number
-                handle.last_sent = message
-                expected = numbers.expected
-                if expected:
-                    expected.clear()
-                if numbers.answers:
-                    numbers.answers.clear()
-                expected.append(number)
-                continue
+                    rung.append(handle)  # counted with the rung ones, never rung
+                    continue
+            piped.append(handle)
+        self.all_rung = not piped
+        if rung:
+            FRESH_LOCK().acquire(False)  # fence(): actions and buffers, then numbers
+            try:
+                for handle in rung:
+                    bell = handle.bell
+                    if bell is not None:
+                        bell[COMMAND] = (handle.numbers.sent + 1) & NUMBER_MASK
+                for handle in rung:  # numbers.sent_one() and expect(), written out
+                    numbers = handle.numbers
+                    numbers.sent = number = numbers.sent + 1
+                    if handle.bell is not None:
+                        handle.rung = number
+                    handle.last_sent = message
+                    expected = numbers.expected
+                    if expected:
+                        expected.clear()
+                    if numbers.answers:
+                        numbers.answers.clear()
+                    expected.append(number)
+            except BaseException:  # a second Ctrl-C: rings and counts may differ
+                for handle in rung:
+                    handle.cut_off()
+                raise
+            FRESH_LOCK().acquire(False)  # fence(): the numbers before LISTENING
+            for handle in rung:
+                bell = handle.bell
+                if bell is not None and not bell[LISTENING]:
+                    # it blocks on its pipe: a wake (an empty message, inline); a
+                    # broken pipe is a death, which the wait finds by its sentinel
+                    try:
+                        os.write(handle.channel.fd, _EMPTY_MESSAGE)
+                    except OSError:
+                        pass
+                    except KeyboardInterrupt:  # a second Ctrl-C, mid-write
+                        handle.cut_off()
+                        raise
+        for handle in piped:
             actions = (
                 None
                 if per_env is None
@@ -313,7 +345,7 @@ class WorkerGroup:
                 )
             handle.numbers.expect(number)
 
-    def wait_step(self) -> None:
+    def wait_step(self) -> bool:
         """Wait for a step sent by :meth:`send_step`: the one step path's wait.
 
         The parent steps its own share by a direct call (Ctrl-C held back until it
@@ -323,10 +355,16 @@ class WorkerGroup:
         dead workers) goes to :meth:`wait`, which blocks, reads the pipes and
         watches the sentinels.
 
+        Returns:
+            Whether an answer says more than "the rows are written" (infos, in
+            shared rows or pickled; errors): only then does the caller read each
+            worker's answer.
+
         Raises:
             WorkerCrashedError: If a worker died without answering.
         """
         started = time.perf_counter()
+        more = False
         if self.local:
             main = threading.get_ident() == MAIN
             if main:
@@ -335,6 +373,9 @@ class WorkerGroup:
                 for handle in self.local:
                     if handle.direct is not None:  # type: ignore[attr-defined]
                         handle.step_here()  # type: ignore[attr-defined]
+                    answers = handle.numbers.answers
+                    if not answers or answers[-1][1] is not None:
+                        more = True
             except BaseException:
                 if main:
                     drop_held()
@@ -348,15 +389,20 @@ class WorkerGroup:
         if self.remote:
             if not self._poll_all_built:
                 self._all_poll()
-            self._wait_bells(self.remote, spin.spin, None, self._poll_all)
-        for handle in self.handles:
-            if handle.numbers.expected:
-                self.wait("step", None, label="step_wait")
-                break
+            # every worker answered on its bell, nothing more: no look at each
+            answered = self._wait_bells(self.remote, spin.spin, None, self._poll_all)
+            more = more or not answered or self.more
+        if more or not self.all_rung:
+            for handle in self.handles:
+                if handle.numbers.expected:
+                    self.wait("step", None, label="step_wait")
+                    more = True
+                    break
         if spin.measuring:  # one step in SpinPolicy.EVERY (SpinPolicy.sample)
             now = time.perf_counter()
             spin.wait_ema += 0.1 * (now - shared - spin.wait_ema)
             spin.waited(now - started)  # stepping envs is not the parent's work
+        return more
 
     def _wait_bells(
         self,
@@ -385,6 +431,7 @@ class WorkerGroup:
         """
         until = time.perf_counter() + budget
         looks = 0
+        more = False  # an answer says more than "the rows are written"
         while True:
             waiting = False
             for handle in handles:
@@ -396,8 +443,10 @@ class WorkerGroup:
                     waiting = True
                     continue
                 piped = bell[PIPED]
-                if piped == 1:  # its reply is in the pipe: read by the caller
-                    continue
+                if piped:
+                    more = True
+                    if piped == 1:  # its reply is in the pipe: read by the caller
+                        continue
                 FRESH_LOCK().acquire(False)  # fence(): the number before the rows
                 numbers = handle.numbers
                 if numbers.received < rung:  # as WorkerHandle.settle
@@ -408,12 +457,14 @@ class WorkerGroup:
                         numbers.answers.append((rung, COLUMNS_ONLY if piped else None))
                 handle.rung = 0
             if not waiting:
+                self.more = more
                 return True
             looks += 1
             if (not budget or not looks & 63) and (
                 not budget or time.perf_counter() >= until
             ):
                 budget = 0.0  # spun out: block until each answers
+                more = True  # it may read a piped reply
                 if not self._block_step(handles, deadline, polled):
                     return False
 

@@ -658,14 +658,14 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             raise NoAsyncCallError(msg, AsyncState.WAITING_STEP.value)
         if timeout is None and self._restarter is None:  # the one step path
             try:
-                group.wait_step()
+                more = group.wait_step()
             except BaseException:
                 self._state = AsyncState.DEFAULT
                 group.drop_pending()
                 raise
             replies: list[Reply | None] = []
             columns = False
-            for handle in group.handles:
+            for handle in group.handles if more else ():
                 answers = handle.numbers.answers
                 reply = answers[0][1] if answers else None
                 replies.append(reply)
