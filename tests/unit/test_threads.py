@@ -245,3 +245,30 @@ def test_advice_counts_one_worker_in_the_singular():
     assert message is not None
     assert "the 1 worker process of this AsyncVectorEnv want" in message
     assert "worker processes" not in message
+
+
+def test_torchs_threads_come_back_when_they_are_its_openmp_pool(monkeypatch):
+    # torch's count is its OpenMP pool's: a limit on the pools changes what torch
+    # reports, so torch's own count must be read before the limit, or the limit
+    # itself is what `restore` gives back (seen on a 16-core host, torch 2.11)
+    state = {"omp": 4}
+
+    class Limits:
+        def __init__(self, limits: int) -> None:
+            self.saved = state["omp"]
+            state["omp"] = limits
+
+        def restore_original_limits(self) -> None:
+            state["omp"] = self.saved
+
+    fake = types.ModuleType("torch")
+    fake.get_num_threads = lambda: state["omp"]  # type: ignore[attr-defined]
+    fake.set_num_threads = lambda n: state.update(omp=n)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    monkeypatch.setattr(
+        threads.threadpoolctl, "threadpool_limits", lambda limits: Limits(limits)
+    )
+    limits = PolicyThreads(1)
+    assert state["omp"] == 1
+    limits.restore()
+    assert state["omp"] == 4

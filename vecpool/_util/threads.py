@@ -217,12 +217,14 @@ class PolicyThreads:
         self.threads = threads
         with _LOCK:
             if not _ACTIVE:  # the pools' own sizes: given back by the last restore
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    _SAVED[:] = [threadpoolctl.threadpool_limits(limits=threads), None]
+                # torch's first: its count is its OpenMP pool's, which the limit
+                # below changes (read after it, the limit itself was saved)
                 torch = sys.modules.get("torch")
                 if torch is not None and hasattr(torch, "set_num_threads"):
                     _SAVED[1] = (torch, int(torch.get_num_threads()))
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    _SAVED[0] = threadpoolctl.threadpool_limits(limits=threads)
             _ACTIVE.append(self)
             _apply(min(limits.threads for limits in _ACTIVE))
 
