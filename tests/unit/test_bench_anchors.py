@@ -7,6 +7,7 @@ import importlib
 import importlib.util
 import os
 import re
+import sys
 
 import pytest
 
@@ -208,6 +209,41 @@ def test_the_runner_notes_a_skipped_anchor_and_runs_the_rest(monkeypatch):
     assert f"       2  skipped pufferlib-model: {reason}" in bench.format_group_table(
         [group]
     )
+
+
+@pytest.mark.parametrize("module", ["envpool", "pufferlib"])
+def test_an_anchor_that_fails_to_import_is_skipped_not_fatal(
+    tmp_path, monkeypatch, module
+):
+    # an installed package that raises on import (EnvPool's wheel without its data
+    # files raised FileNotFoundError on a 16-core host and ended `vecpool bench`)
+    package = tmp_path / module
+    package.mkdir()
+    (package / "__init__.py").write_text("raise FileNotFoundError('no roms')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [name for name in sys.modules if name.split(".")[0] == module]:
+        monkeypatch.delitem(sys.modules, name)
+    backends_module.importable.cache_clear()
+    try:
+        assert not backends_module.importable(module)
+        settings = bench.BenchSettings(
+            workloads=("cartpole",),
+            num_envs=(2,),
+            backends=("raw", "envpool", "pufferlib-model"),
+            rounds=1,
+            steps=2,
+            seconds=0.01,
+            warmup_seconds=0.0,
+            quick=True,
+            memory=False,
+        )
+        report = bench.run_benchmark(settings, progress=bench.Progress(enabled=False))
+        (group,) = report.groups
+        ran = [result.backend for result in group.results]
+        assert ran[0] == "raw"
+        assert not any(name.startswith(module) for name in ran[1:])
+    finally:
+        backends_module.importable.cache_clear()
 
 
 # ------------------------------------------------------------------ a real run

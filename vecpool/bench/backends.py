@@ -359,10 +359,7 @@ class EnvPoolBackend(Backend):
         The runner asks just before :meth:`make`, which builds this workload's task.
         """
         self.env_id = workload.env_id
-        return (
-            workload.env_id in ENVPOOL_TASKS
-            and importlib.util.find_spec("envpool") is not None
-        )
+        return workload.env_id in ENVPOOL_TASKS and importable("envpool")
 
     def make(self, env_fn: EnvFn, num_envs: int, seed: int) -> Any:
         """Create and reset EnvPool's env (``env_fn`` only names the task)."""
@@ -393,6 +390,30 @@ class EnvPoolBackend(Backend):
     def run(self, env: Any, plan: ActionPlan, steps: int) -> Measurement:
         """Step EnvPool's batched env."""
         return run_vector(env, plan, steps)
+
+
+@functools.cache
+def importable(module: str) -> bool:
+    """Whether an optional anchor's package is installed and imports.
+
+    An installed package can still fail on import (EnvPool's wheel without its
+    data files raises ``FileNotFoundError``): the anchor is then skipped, as a
+    missing one is, rather than ending the whole benchmark.
+
+    Example:
+        >>> importable("numpy"), importable("no_such_module_here")
+        (True, False)
+
+    Args:
+        module: The top-level module name.
+    """
+    if importlib.util.find_spec(module) is None:
+        return False
+    try:
+        importlib.import_module(module)
+    except Exception:  # noqa: BLE001 - any import failure: not available
+        return False
+    return True
 
 
 def default_num_workers(env_fn: EnvFn, num_envs: int) -> int:
@@ -476,7 +497,7 @@ class PufferLibBackend(GymSyncBackend):
     def supports(self, workload: Workload) -> bool:
         """Any workload, if ``pufferlib`` imports."""
         del workload
-        return importlib.util.find_spec("pufferlib") is not None
+        return importable("pufferlib")
 
     def target_workers(self, env_fn: EnvFn, num_envs: int) -> int:
         """The workers asked for, before PufferLib's divisibility rule.

@@ -66,6 +66,7 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
 
+from vecpool._version import __version__
 from vecpool.bench.fresh import run_fresh
 from vecpool.replay.pool import ReplayPool
 
@@ -257,11 +258,13 @@ def _found(find: Callable[[str], object], module: str) -> bool:
 
 
 def _versions(names: Sequence[str]) -> dict[str, str]:
-    versions = {}
+    # vecpool's own from the package: a source checkout on PYTHONPATH has no
+    # installed metadata (as bench/report.py's machine_info)
+    versions = {"vecpool": __version__} if "vecpool" in names else {}
     wanted = [d for name in names for d in LIBRARIES[name].distributions]
     for distribution in [*wanted, "torch", "numpy"]:
         with contextlib.suppress(metadata.PackageNotFoundError):
-            versions[distribution] = metadata.version(distribution)
+            versions.setdefault(distribution, metadata.version(distribution))
     return versions
 
 
