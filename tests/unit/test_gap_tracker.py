@@ -10,7 +10,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from vecpool._engine.spinning import WORKER_SPIN_MAX_GAP, GapTracker, SpinPolicy
+from vecpool._engine.spinning import (
+    SPIN_BUDGET,
+    WORKER_SPIN_MAX_GAP,
+    GapTracker,
+    SpinPolicy,
+)
 from vecpool._util.validation import available_cpus
 from vecpool._wire.shared_memory import Layout, SharedBlock
 from vecpool.testing import CountingEnv, assert_same_data
@@ -109,7 +114,9 @@ def test_the_parent_tells_its_workers_to_block_while_it_computes(make_async, con
         for step in range(30):
             actions = np.full(2, step % 2, np.int64)
             assert_same_data(sync.step(actions), env.step(actions), "step")
-            time.sleep(0.002)  # the parent computes between steps
+            # the parent works between steps, longer than a worker spins (so on any
+            # number of CPUs: with a core each, workers spin through shorter work)
+            time.sleep(2.5 * SPIN_BUDGET)
         assert hint.value == 0  # and the blocked workers still answered each step
         sync.close()
     finally:
