@@ -185,14 +185,12 @@ def test_no_valid_count_skips_with_a_reason(monkeypatch):
         backend.make(_env_fn, 4, seed=0)
 
 
-def test_the_runner_notes_a_skipped_anchor_and_runs_the_rest(monkeypatch):
-    monkeypatch.setattr(backends_module, "default_num_workers", lambda fn, n: 0)
-    # pufferlib need not be installed: the skip comes before anything is built
-    monkeypatch.setattr(PufferLibModelBackend, "supports", lambda self, w: True)
+def _quick_group(*backends: str) -> bench.GroupResult:
+    """One quick run of ``backends`` on 2 CartPole envs: its only group."""
     settings = bench.BenchSettings(
         workloads=("cartpole",),
         num_envs=(2,),
-        backends=("raw", "pufferlib-model"),
+        backends=backends,
         rounds=1,
         steps=2,
         seconds=0.01,
@@ -202,6 +200,14 @@ def test_the_runner_notes_a_skipped_anchor_and_runs_the_rest(monkeypatch):
     )
     report = bench.run_benchmark(settings, progress=bench.Progress(enabled=False))
     (group,) = report.groups
+    return group
+
+
+def test_the_runner_notes_a_skipped_anchor_and_runs_the_rest(monkeypatch):
+    monkeypatch.setattr(backends_module, "default_num_workers", lambda fn, n: 0)
+    # pufferlib need not be installed: the skip comes before anything is built
+    monkeypatch.setattr(PufferLibModelBackend, "supports", lambda self, w: True)
+    group = _quick_group("raw", "pufferlib-model")
     assert [result.backend for result in group.results] == ["raw"]
     reason = PufferLibModelBackend().skip_reason(_env_fn, 2)
     assert group.skipped == (("pufferlib-model", reason),)
@@ -226,19 +232,7 @@ def test_an_anchor_that_fails_to_import_is_skipped_not_fatal(
     backends_module.importable.cache_clear()
     try:
         assert not backends_module.importable(module)
-        settings = bench.BenchSettings(
-            workloads=("cartpole",),
-            num_envs=(2,),
-            backends=("raw", "envpool", "pufferlib-model"),
-            rounds=1,
-            steps=2,
-            seconds=0.01,
-            warmup_seconds=0.0,
-            quick=True,
-            memory=False,
-        )
-        report = bench.run_benchmark(settings, progress=bench.Progress(enabled=False))
-        (group,) = report.groups
+        group = _quick_group("raw", "envpool", "pufferlib-model")
         ran = [result.backend for result in group.results]
         assert ran[0] == "raw"
         assert not any(name.startswith(module) for name in ran[1:])
