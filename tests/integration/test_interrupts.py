@@ -33,19 +33,22 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
 
 import vecpool
+from vecpool._wire.bell import BUFFER, COMMAND, LISTENING
 from vecpool.errors import (
     AlreadyPendingCallError,
     ConcurrentUseError,
+    ForcedInterrupt,
     NoAsyncCallError,
     OutOfStepError,
 )
 from vecpool.sampling.collect import collect
-from vecpool.testing import ActionEchoEnv
+from vecpool.testing import ActionEchoEnv, assert_same_data
 
 pytestmark = [
     pytest.mark.usefixtures("python_sigint_handler"),
@@ -727,28 +730,33 @@ def test_an_error_inside_the_step_paths_held_section_leaves_no_ctrl_c_pending(
 
 
 class _RingCutBell:
-    """A bell whose ``COMMAND`` write a second Ctrl-C cuts (``ForcedInterrupt``)."""
+    """A bell whose write (or read) of one word a second Ctrl-C cuts."""
 
-    def __init__(self, bell: Any) -> None:
-        self.bell = bell
+    def __init__(self, bell: Any, word: int, on_read: bool) -> None:
+        self.bell, self.word, self.on_read = bell, word, on_read
 
     def __getitem__(self, word: int) -> int:
+        if self.on_read and word == self.word:
+            raise ForcedInterrupt
         return int(self.bell[word])
 
     def __setitem__(self, word: int, value: int) -> None:
-        from vecpool._wire.bell import COMMAND
-        from vecpool.errors import ForcedInterrupt
-
-        if word == COMMAND:
+        if not self.on_read and word == self.word:
             raise ForcedInterrupt
         self.bell[word] = value
 
 
-def test_a_second_ctrl_c_between_the_rings_and_their_counts_is_out_of_step():
-    # the step path rings every worker's bell, then counts the commands: a second
-    # Ctrl-C in between leaves a worker rung but not counted (or counted, not
-    # rung), so the next call must refuse with the way out, never return the
-    # rows of the step before as this one's
+@pytest.mark.parametrize(
+    ("word", "on_read"),
+    [(BUFFER, False), (COMMAND, False), (LISTENING, True)],
+    ids=["buffer", "command", "listening"],
+)
+def test_a_second_ctrl_c_while_a_step_rings_is_out_of_step(word, on_read):
+    # the step path writes every worker's buffer, rings every bell, counts the
+    # commands, then wakes the blocked workers: a second Ctrl-C anywhere in there
+    # leaves a worker rung but not counted (or counted, not rung, or a step run
+    # that the caller never hears of), so the next call must refuse with the way
+    # out, never return the rows of another step as this one's
     envs = vecpool.AsyncVectorEnv(
         [functools.partial(ActionEchoEnv, 0.0, False)] * NUM_ENVS,
         num_workers=2,
@@ -762,11 +770,39 @@ def test_a_second_ctrl_c_between_the_rings_and_their_counts_is_out_of_step():
         assert first.bell is not None  # the steps are rung
         assert second.bell is not None
         real = second.bell
-        second.bell = _RingCutBell(real)
+        second.bell = _RingCutBell(real, word, on_read)
         with pytest.raises(KeyboardInterrupt):
             envs.step(np.ones(NUM_ENVS))
         second.bell = real
         with pytest.raises(OutOfStepError, match=r"call `close\(\)`"):
             envs.step(np.full(NUM_ENVS, 2.0))
     finally:
+        _close_promptly(envs)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # Gymnasium's error log lines
+@pytest.mark.parametrize("info", [False, True])
+def test_a_step_waited_for_again_returns_its_errors_and_infos(info):
+    # a step_wait interrupted after the bells' answers were taken (the step says
+    # "call step_wait()"): the second step_wait must read those answers again,
+    # never return the rows without the step's infos or its env's exception
+    fns = [functools.partial(ActionEchoEnv, 0.0, info, None if info else 2)] * NUM_ENVS
+    envs = vecpool.AsyncVectorEnv(
+        fns, num_workers=2, parent_envs=0, wait_strategy="spin"
+    )
+    sync = gym.vector.SyncVectorEnv(fns)
+    try:
+        assert_same_data(sync.reset(seed=0), envs.reset(seed=0), "reset")
+        assert_same_data(
+            sync.step(np.zeros(NUM_ENVS)), envs.step(np.zeros(NUM_ENVS)), "step"
+        )
+        envs.step_async(np.ones(NUM_ENVS))
+        envs._group.wait_step()  # the first half of an interrupted step_wait
+        if info:
+            assert_same_data(sync.step(np.ones(NUM_ENVS)), envs.step_wait(), "again")
+        else:
+            with pytest.raises(ValueError, match="on purpose"):
+                envs.step_wait()
+    finally:
+        sync.close()
         _close_promptly(envs)

@@ -113,8 +113,11 @@ class WorkerGroup:
         gave_up: Whether a call may have given up on a reply since the last
             check (then new actions go by pipe, and pipes are checked).
         all_rung: Whether the last step rang every worker (or stepped it here).
-        more: Whether the last bell wait took an answer that says more than
-            "the rows are written" (infos, errors, a reply in the pipe).
+        more: Whether a bell wait since the last step was sent took an answer
+            that says more than "the rows are written" (infos, errors, a reply
+            in the pipe) or blocked; kept until the next step, so a step's
+            answers waited for again (after an interrupted ``step_wait``) are
+            read again.
     """
 
     def __init__(self, spin: SpinPolicy) -> None:
@@ -264,9 +267,9 @@ class WorkerGroup:
         two word writes after the one before, not a whole worker's bookkeeping).
         Anything else (actions by pipe, a tail, a worker a given-up call left busy)
         goes through :meth:`WorkerHandle.send_step`. The caller holds Ctrl-C back;
-        a second Ctrl-C between a ring and its count cuts those workers off
-        (:class:`~vecpool.errors.OutOfStepError` at the next call), as one in the
-        middle of a pipe write does.
+        a second Ctrl-C while the bells are rung, counted and the blocked workers
+        woken cuts those workers off (:class:`~vecpool.errors.OutOfStepError` at
+        the next call), as one in the middle of a pipe write does.
 
         Args:
             message: The hot-path step message (``STEP`` and a buffer index).
@@ -279,23 +282,24 @@ class WorkerGroup:
         buffer = message[1]
         rung: list[WorkerHandle] = []
         piped: list[WorkerHandle] = []
-        for handle in self.handles:
-            numbers = handle.numbers
-            if per_env is None and not handle.tail and not handle.rung:
-                bell = handle.bell
-                if bell is not None and numbers.received == numbers.sent:
-                    bell[BUFFER] = buffer
-                    rung.append(handle)
-                    continue
-                if handle.runs_here and not handle.channel.queued:  # type: ignore[attr-defined]
-                    handle.direct = buffer  # type: ignore[attr-defined]
-                    rung.append(handle)  # counted with the rung ones, never rung
-                    continue
-            piped.append(handle)
-        self.all_rung = not piped
-        if rung:
-            FRESH_LOCK().acquire(False)  # fence(): actions and buffers, then numbers
-            try:
+        self.more = False  # set by the bell wait when an answer says more
+        try:
+            for handle in self.handles:
+                numbers = handle.numbers
+                if per_env is None and not handle.tail and not handle.rung:
+                    bell = handle.bell
+                    if bell is not None and numbers.received == numbers.sent:
+                        rung.append(handle)
+                        bell[BUFFER] = buffer
+                        continue
+                    if handle.runs_here and not handle.channel.queued:  # type: ignore[attr-defined]
+                        rung.append(handle)  # counted with the rung ones, not rung
+                        handle.direct = buffer  # type: ignore[attr-defined]
+                        continue
+                piped.append(handle)
+            self.all_rung = not piped
+            if rung:
+                FRESH_LOCK().acquire(False)  # fence(): actions and buffers, numbers
                 for handle in rung:
                     bell = handle.bell
                     if bell is not None:
@@ -312,23 +316,18 @@ class WorkerGroup:
                     if numbers.answers:
                         numbers.answers.clear()
                     expected.append(number)
-            except BaseException:  # a second Ctrl-C: rings and counts may differ
+                FRESH_LOCK().acquire(False)  # fence(): the numbers before LISTENING
                 for handle in rung:
-                    handle.cut_off()
-                raise
-            FRESH_LOCK().acquire(False)  # fence(): the numbers before LISTENING
+                    bell = handle.bell
+                    if bell is not None and not bell[LISTENING]:
+                        # it blocks on its pipe: a wake (an empty message, inline);
+                        # a broken pipe is a death, found by the wait's sentinels
+                        with contextlib.suppress(OSError):
+                            os.write(handle.channel.fd, _EMPTY_MESSAGE)
+        except BaseException:  # a second Ctrl-C: rings, counts and wakes may differ
             for handle in rung:
-                bell = handle.bell
-                if bell is not None and not bell[LISTENING]:
-                    # it blocks on its pipe: a wake (an empty message, inline); a
-                    # broken pipe is a death, which the wait finds by its sentinel
-                    try:
-                        os.write(handle.channel.fd, _EMPTY_MESSAGE)
-                    except OSError:
-                        pass
-                    except KeyboardInterrupt:  # a second Ctrl-C, mid-write
-                        handle.cut_off()
-                        raise
+                handle.cut_off()
+            raise
         for handle in piped:
             actions = (
                 None
@@ -431,7 +430,6 @@ class WorkerGroup:
         """
         until = time.perf_counter() + budget
         looks = 0
-        more = False  # an answer says more than "the rows are written"
         while True:
             waiting = False
             for handle in handles:
@@ -444,7 +442,7 @@ class WorkerGroup:
                     continue
                 piped = bell[PIPED]
                 if piped:
-                    more = True
+                    self.more = True  # an answer says more than "rows written"
                     if piped == 1:  # its reply is in the pipe: read by the caller
                         continue
                 FRESH_LOCK().acquire(False)  # fence(): the number before the rows
@@ -457,14 +455,13 @@ class WorkerGroup:
                         numbers.answers.append((rung, COLUMNS_ONLY if piped else None))
                 handle.rung = 0
             if not waiting:
-                self.more = more
                 return True
             looks += 1
             if (not budget or not looks & 63) and (
                 not budget or time.perf_counter() >= until
             ):
                 budget = 0.0  # spun out: block until each answers
-                more = True  # it may read a piped reply
+                self.more = True  # it may read a piped reply
                 if not self._block_step(handles, deadline, polled):
                     return False
 
