@@ -101,11 +101,17 @@ def test_the_parent_sets_the_hint_from_its_own_work():
 @pytest.mark.timeout(60)
 @pytest.mark.skipif(available_cpus() < 2, reason="auto spins only with a core each")
 @pytest.mark.parametrize("context", ["fork", "spawn"])
-def test_the_parent_tells_its_workers_to_block_while_it_computes(make_async, context):
+@pytest.mark.parametrize("cores_free", [False, True], ids=["crowded", "a-core-each"])
+def test_the_parent_tells_its_workers_to_block_while_it_computes(
+    make_async, context, cores_free
+):
     env = make_async(
         [CountingEnv] * 2, num_workers=2, wait_strategy="auto", context=context
     )
     try:
+        # both regimes on any machine: on 2 CPUs the workers and the parent share
+        # them; on 16 each has a core (the one-thread rule then applies too)
+        env.unwrapped._group.spin.cores_free = cores_free
         hint = env.unwrapped._group.spin.hint
         assert hint is not None
         assert hint.value == 1
