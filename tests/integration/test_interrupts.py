@@ -782,14 +782,12 @@ def test_a_second_ctrl_c_while_a_step_rings_is_out_of_step(word, on_read):
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # Gymnasium's error log lines
 @pytest.mark.parametrize("info", [False, True])
-def test_a_step_waited_for_again_returns_its_errors_and_infos(info):
+def test_a_step_waited_for_again_returns_its_errors_and_infos(make_placed, info):
     # a step_wait interrupted after the bells' answers were taken (the step says
     # "call step_wait()"): the second step_wait must read those answers again,
     # never return the rows without the step's infos or its env's exception
     fns = [functools.partial(ActionEchoEnv, 0.0, info, None if info else 2)] * NUM_ENVS
-    envs = vecpool.AsyncVectorEnv(
-        fns, num_workers=2, parent_envs=0, wait_strategy="spin"
-    )
+    envs = make_placed(fns, wait_strategy="spin")  # workers rung on their bells
     sync = gym.vector.SyncVectorEnv(fns)
     try:
         assert_same_data(sync.reset(seed=0), envs.reset(seed=0), "reset")
