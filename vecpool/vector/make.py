@@ -72,7 +72,7 @@ def make_vec(
         >>> envs.spec.id, envs.num_envs, envs.num_workers
         ('CartPole-v1', 4, 2)
         >>> envs  # doctest: +ELLIPSIS
-        AsyncVectorEnv(CartPole-v1, num_envs=4, 2 workers x 2 envs (... cores))
+        AsyncVectorEnv(CartPole-v1, num_envs=4, 2 workers x 2 envs (...))
         >>> envs.close()
 
     Args:
