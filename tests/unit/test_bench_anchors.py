@@ -217,9 +217,11 @@ def test_the_runner_notes_a_skipped_anchor_and_runs_the_rest(monkeypatch):
     )
 
 
-@pytest.mark.parametrize("module", ["envpool", "pufferlib"])
-def test_an_anchor_that_fails_to_import_is_skipped_not_fatal(
-    tmp_path, monkeypatch, module
+@pytest.mark.parametrize(
+    ("module", "backend"), [("envpool", "envpool"), ("pufferlib", "pufferlib-model")]
+)
+def test_an_anchor_that_fails_to_import_is_skipped_with_why(
+    tmp_path, monkeypatch, module, backend
 ):
     # an installed package that raises on import (EnvPool's wheel without its data
     # files raised FileNotFoundError on a 16-core host and ended `vecpool bench`)
@@ -229,15 +231,21 @@ def test_an_anchor_that_fails_to_import_is_skipped_not_fatal(
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in [name for name in sys.modules if name.split(".")[0] == module]:
         monkeypatch.delitem(sys.modules, name)
-    backends_module.importable.cache_clear()
+    backends_module.import_failure.cache_clear()
     try:
-        assert not backends_module.importable(module)
         group = _quick_group("raw", "envpool", "pufferlib-model")
         ran = [result.backend for result in group.results]
         assert ran[0] == "raw"
-        assert not any(name.startswith(module) for name in ran[1:])
+        assert not any(name.startswith(module) for name in ran)
+        reasons = dict(group.skipped)
+        assert reasons[backend] == (
+            f"{module} is installed but does not import: FileNotFoundError: no roms"
+        )
+        assert f"skipped {backend}: {module} is installed" in "\n".join(
+            bench.format_group_table([group])
+        )
     finally:
-        backends_module.importable.cache_clear()
+        backends_module.import_failure.cache_clear()
 
 
 # ------------------------------------------------------------------ a real run

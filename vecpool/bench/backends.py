@@ -354,12 +354,22 @@ class EnvPoolBackend(Backend):
     )
 
     def supports(self, workload: Workload) -> bool:
-        """The cartpole and atari workloads, and only if ``envpool`` imports.
+        """The cartpole and atari workloads, if ``envpool`` is installed.
 
-        The runner asks just before :meth:`make`, which builds this workload's task.
+        The runner asks just before :meth:`make`, which builds this workload's task;
+        an EnvPool that is installed but does not import is skipped with the reason
+        (:meth:`skip_reason`).
         """
         self.env_id = workload.env_id
-        return workload.env_id in ENVPOOL_TASKS and importable("envpool")
+        return (
+            workload.env_id in ENVPOOL_TASKS
+            and importlib.util.find_spec("envpool") is not None
+        )
+
+    def skip_reason(self, env_fn: EnvFn, num_envs: int) -> str | None:
+        """Why EnvPool cannot run here: it does not import (``None``: it does)."""
+        del env_fn, num_envs
+        return import_failure("envpool")
 
     def make(self, env_fn: EnvFn, num_envs: int, seed: int) -> Any:
         """Create and reset EnvPool's env (``env_fn`` only names the task)."""
@@ -393,27 +403,25 @@ class EnvPoolBackend(Backend):
 
 
 @functools.cache
-def importable(module: str) -> bool:
-    """Whether an optional anchor's package is installed and imports.
+def import_failure(module: str) -> str | None:
+    """Why an installed anchor's package does not import (``None``: it does).
 
     An installed package can still fail on import (EnvPool's wheel without its
-    data files raises ``FileNotFoundError``): the anchor is then skipped, as a
-    missing one is, rather than ending the whole benchmark.
+    data files raises ``FileNotFoundError``): the anchor is then skipped with this
+    reason under the table, rather than ending the whole benchmark.
 
     Example:
-        >>> importable("numpy"), importable("no_such_module_here")
-        (True, False)
+        >>> import_failure("numpy") is None
+        True
 
     Args:
-        module: The top-level module name.
+        module: The top-level module name (installed: ``find_spec`` finds it).
     """
-    if importlib.util.find_spec(module) is None:
-        return False
     try:
         importlib.import_module(module)
-    except Exception:  # noqa: BLE001 - any import failure: not available
-        return False
-    return True
+    except Exception as exc:  # noqa: BLE001 - any import failure: said, skipped
+        return f"{module} is installed but does not import: {type(exc).__name__}: {exc}"
+    return None
 
 
 def default_num_workers(env_fn: EnvFn, num_envs: int) -> int:
@@ -495,9 +503,9 @@ class PufferLibBackend(GymSyncBackend):
     by_default = False  # pufferlib-model and pufferlib-cores run by default
 
     def supports(self, workload: Workload) -> bool:
-        """Any workload, if ``pufferlib`` imports."""
+        """Any workload, if ``pufferlib`` is installed."""
         del workload
-        return importable("pufferlib")
+        return importlib.util.find_spec("pufferlib") is not None
 
     def target_workers(self, env_fn: EnvFn, num_envs: int) -> int:
         """The workers asked for, before PufferLib's divisibility rule.
@@ -514,7 +522,10 @@ class PufferLibBackend(GymSyncBackend):
         return fitting_workers(num_envs, self.target_workers(env_fn, num_envs))
 
     def skip_reason(self, env_fn: EnvFn, num_envs: int) -> str | None:
-        """Why no worker count fits (``None`` where one does)."""
+        """Why it cannot run: no import, or no worker count fits (``None``: it can)."""
+        failure = import_failure("pufferlib")
+        if failure is not None:
+            return failure
         target = self.target_workers(env_fn, num_envs)
         if fitting_workers(num_envs, target) is not None:
             return None
