@@ -411,12 +411,15 @@ def import_failure(module: str) -> str | None:
     reason under the table, rather than ending the whole benchmark.
 
     Example:
-        >>> import_failure("numpy") is None
-        True
+        >>> import_failure("numpy") is None, import_failure("no_such_module") is None
+        (True, True)
 
     Args:
-        module: The top-level module name (installed: ``find_spec`` finds it).
+        module: The top-level module name; one not installed has nothing to say
+            (``supports`` leaves its anchor out).
     """
+    if importlib.util.find_spec(module) is None:
+        return None
     try:
         importlib.import_module(module)
     except Exception as exc:  # noqa: BLE001 - any import failure: said, skipped
