@@ -59,7 +59,6 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from typing import Any
 
 import numpy as np
@@ -68,6 +67,7 @@ from gymnasium import spaces
 
 from vecpool._version import __version__
 from vecpool.bench.fresh import run_fresh
+from vecpool.bench.report import installed_version
 from vecpool.replay.pool import ReplayPool
 
 __all__ = [
@@ -263,8 +263,9 @@ def _versions(names: Sequence[str]) -> dict[str, str]:
     versions = {"vecpool": __version__} if "vecpool" in names else {}
     wanted = [d for name in names for d in LIBRARIES[name].distributions]
     for distribution in [*wanted, "torch", "numpy"]:
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            versions.setdefault(distribution, metadata.version(distribution))
+        found = installed_version(distribution)
+        if found is not None:
+            versions.setdefault(distribution, found)
     return versions
 
 

@@ -368,7 +368,8 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def _version(package: str) -> str | None:
+def installed_version(package: str) -> str | None:
+    """The installed version of distribution ``package`` (``None``: not installed)."""
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
@@ -415,7 +416,7 @@ def machine_info() -> Machine:
     """
     versions = {"vecpool": __version__}
     for package in ("numpy", "gymnasium", "envpool"):
-        found = _version(package)
+        found = installed_version(package)
         if found is not None:
             versions[package] = found
     return Machine(
