@@ -266,7 +266,7 @@ def test_torchs_threads_come_back_when_they_are_its_openmp_pool(monkeypatch):
     fake.set_num_threads = lambda n: state.update(omp=n)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "torch", fake)
     monkeypatch.setattr(
-        threads.threadpoolctl, "threadpool_limits", lambda limits: Limits(limits)
+        threadpoolctl, "threadpool_limits", lambda limits: Limits(limits)
     )
     limits = PolicyThreads(1)
     assert state["omp"] == 1
