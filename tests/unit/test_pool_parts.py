@@ -224,12 +224,16 @@ def _same_stats(mine: Any, theirs: Any) -> None:
     assert mine.mean_return == pytest.approx(theirs.mean_return, rel=1e-12)
 
 
+@pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("alpha", [None, 0.6])
 def test_settling_every_step_holds_what_settling_a_run_holds(
-    alpha: float | None,
+    alpha: float | None, masked: bool
 ) -> None:
     """A ``sample()`` after each add settles one step (``HotWriter._settle_step``);
-    a pool never sampled settles whole runs: both hold the same rows and episodes."""
+    a pool never sampled settles whole runs: both hold the same rows and episodes.
+
+    ``masked``: some steps leave some envs out (``valid``), as ``NEXT_STEP``'s reset
+    rows do in the wrapper."""
     num_envs, steps = 4, 300
     rng = np.random.default_rng(7)
     settings: dict[str, Any] = {} if alpha is None else {"alpha": alpha}
@@ -243,8 +247,11 @@ def test_settling_every_step_holds_what_settling_a_run_holds(
         reward = rng.normal(size=num_envs)
         terminated = rng.random(num_envs) < 0.05
         truncated = rng.random(num_envs) < 0.03
+        valid = None
+        if masked and rng.random() < 0.4:
+            valid = rng.random(num_envs) < 0.7
         for pool in (each, runs):
-            pool.add(obs, action, next_obs, reward, terminated, truncated)
+            pool.add(obs, action, next_obs, reward, terminated, truncated, valid=valid)
         each.sample(4)  # settles the step just added
         if step % 97 == 96:
             for k in (1, 5, 100):

@@ -222,4 +222,4 @@ class SubPoolRing:
             self.starts[targets] = state["starts"]
         self.row = self.base + self.end * self.num_envs
         self.slot = int(self.end[0])
-        self.even = bool(np.all(self.length == self.length[0]))
+        self.even = bool((self.length == self.length[0]).all())

@@ -156,9 +156,10 @@ class HotWriter:
         if ring.aligned:
             ring.row = ring.base + ring.slot * ring.num_envs
         end, length = ring.end, ring.length
-        if type(adds) is int and adds == 1 and calls == 1:  # sample() after a step
-            per_env = self._one_each
-            self._settle_step(end)
+        if calls == 1:  # sample() after a step: one add, masked or not
+            valid = self.masks[0][1] if self.masks else None
+            per_env = self._one_each if valid is None else adds
+            self._settle_step(end, valid)
         else:
             per_env = np.broadcast_to(np.asarray(adds, np.int64), (ring.num_envs,))
             self._settle(ring.envs, end, per_env, calls)
@@ -169,8 +170,8 @@ class HotWriter:
         self.sampler.added(ring.envs, end, length, per_env, ring.length)
         if self.enabled:
             ring.slot = int(ring.end[0])
-            ring.aligned = bool(np.all(ring.end == ring.slot))
-            ring.even = bool(np.all(ring.length == ring.length[0]))
+            ring.aligned = bool((ring.end == ring.slot).all())
+            ring.even = bool((ring.length == ring.length[0]).all())
 
     def _settle(
         self,
@@ -205,19 +206,27 @@ class HotWriter:
             env_ids, counts, columns.reward[row], done, self._ticks(step, calls)
         )
 
-    def _settle_step(self, end: npt.NDArray[np.int64]) -> None:
-        """:meth:`_settle` of one row for every env (no mask): a vector step's.
+    def _settle_step(
+        self, end: npt.NDArray[np.int64], valid: npt.NDArray[np.bool_] | None
+    ) -> None:
+        """:meth:`_settle` of one vector step's rows (``valid``: the envs that had one).
 
-        The DQN loop's case (a ``sample()`` after every step settles that step):
+        The DQN loop's case (a ``sample()`` after every step settles that step;
+        under ``NEXT_STEP`` a third of CartPole's steps leave a reset row out):
         a few array operations, where the general run's bookkeeping costs ten
-        times an add.
+        times an add. An env left out has no row: its free slot is read, never
+        kept.
         """
         ring, columns = self.ring, self.columns
         row = ring.base + end % ring.slots * ring.num_envs
         done = columns.terminated[row] | columns.truncated[row]
-        ring.starts[row] = ring.fresh
-        ring.fresh[:] = done
-        self.log.record(None, columns.reward[row], done)
+        if valid is None:
+            ring.starts[row] = ring.fresh
+            ring.fresh[:] = done
+        else:
+            ring.starts[row[valid]] = ring.fresh[valid]
+            np.copyto(ring.fresh, done, where=valid)
+        self.log.record(None, columns.reward[row], done, valid)
 
     def _ticks(self, step: npt.NDArray[np.int64], calls: int) -> npt.NDArray[Any]:
         """The vector step (in the run) of each row, env after env.
@@ -237,7 +246,7 @@ class HotWriter:
         ring = self.ring
         self.pending, self.unsettled = 0, 0
         self.masks.clear()
-        ring.aligned = self.enabled and bool(np.all(ring.end == ring.slot))
+        ring.aligned = self.enabled and bool((ring.end == ring.slot).all())
 
 
 class RoutedWriter:
