@@ -170,8 +170,8 @@ class HotWriter:
         self.sampler.added(ring.envs, end, length, per_env, ring.length)
         if self.enabled:
             ring.slot = int(ring.end[0])
-            ring.aligned = bool((ring.end == ring.slot).all())
-            ring.even = bool((ring.length == ring.length[0]).all())
+            ring.aligned = aligned = bool((ring.end == ring.slot).all())
+            ring.even = aligned and bool((ring.length == ring.length[0]).all())
 
     def _settle(
         self,
