@@ -5,7 +5,9 @@ from __future__ import annotations
 import functools
 import re
 import warnings
+from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
@@ -153,3 +155,110 @@ def test_add_checks_the_range_of_every_integer_space(num_envs, space, good, bad,
     with pytest.raises(ValueError, match="outside the action space"):
         pool.add(obs, batch(bad), obs, np.ones(num_envs), flags, flags)
     assert len(pool) == num_envs
+
+
+def _true_transitions(
+    make_env: Any, seed: int, actions: list[int]
+) -> list[tuple[Any, ...]]:
+    """One env's real transitions under ``NEXT_STEP`` autoreset, stepped alone.
+
+    ``(step, obs, action, next_obs, reward, terminated, truncated)``; the step after
+    an episode end only resets the env (no transition), as Gymnasium's autoreset
+    does.
+    """
+    env = make_env()
+    obs, _ = env.reset(seed=seed)
+    ended, rows = False, []
+    for step, action in enumerate(actions, 1):
+        if ended:
+            obs, _ = env.reset()
+            ended = False
+            continue
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        rows.append((step, obs, action, next_obs, reward, terminated, truncated))
+        obs, ended = next_obs, terminated or truncated
+    env.close()
+    return rows
+
+
+@pytest.mark.parametrize("ends_at", [3, 4, 5])  # before, in, after the failed step
+@pytest.mark.parametrize("num_workers", [0, 1, 2])
+def test_a_failed_step_then_a_masked_reset_records_only_real_transitions(
+    num_workers, ends_at, make_async
+):
+    """Env 0 goes on through the step env 1 fails in (step 4); only env 1 is reset.
+
+    Env 0's episode may end before, in or after that step, unseen by the wrapper
+    when in it: its next step is then a reset step, never a transition. Every row
+    the pool holds for env 0 is one of env 0's real transitions (stepped alone, the
+    same seed and actions), and only two are missing: the failed step's, and the
+    next step's (it starts from an observation no step returned to the wrapper:
+    whether env 0 ended in the failed step is unknown). (Gymnasium's
+    Sync is left out: a step that raises leaves its autoreset flags half-set, so
+    its envs do not go on as they would alone.)
+    """
+    from vecpool.testing.envs import CountingEnv
+    from vecpool.testing.faults import RaisingEnv
+
+    keep_going = functools.partial(CountingEnv, max_steps=ends_at, terminate_prob=0.0)
+    fns = [keep_going, functools.partial(RaisingEnv, at=4, terminate_prob=0.0)]
+    inner = make_async(
+        fns,
+        num_workers=num_workers,
+        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
+    )
+    envs = vecpool.ReplayPoolWrapper(inner, pool_size=100)
+    envs.reset(seed=[7, 8])
+    actions = [1, 2, 0, 1, 2, 2, 0, 1, 1, 2]
+    for action in actions:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the worker's error log lines
+                envs.step(np.array([action, 1]))
+        except ValueError:
+            envs.reset(options={"reset_mask": np.array([False, True])})
+    truth = _true_transitions(keep_going, 7, actions)
+    kept = _kept_steps(envs.pool, 0, truth)
+    assert kept == [step for step, *_ in truth if step not in (4, 5)]
+
+
+def _kept_steps(pool: vecpool.ReplayPool, env: int, truth: list[Any]) -> list[int]:
+    """The step of each row ``pool`` holds for ``env``, as found in ``truth``."""
+    held = pool.get_rows(env, 0, int(pool.lengths[env]))
+    kept = []
+    for row in range(len(held.reward)):
+        matches = [
+            step
+            for step, obs, action, next_obs, reward, terminated, truncated in truth
+            if np.array_equal(held.obs[row], obs)
+            and held.action[row] == action
+            and np.array_equal(held.next_obs[row], next_obs)
+            and np.float32(held.reward[row]) == np.float32(reward)
+            and (held.terminated[row], held.truncated[row]) == (terminated, truncated)
+        ]
+        assert matches, f"row {row} of env {env} is no transition of env {env}"
+        kept.append(matches[0])
+    return kept
+
+
+def test_a_step_the_pool_refuses_then_a_masked_reset_records_only_real_transitions(
+    make_async,
+):
+    """Step 3 gives env 0 an action outside its space: the env takes it, the pool
+    refuses the row. Env 1 ends in that step, unseen; only env 0 is reset."""
+    from vecpool.testing.envs import CountingEnv
+
+    ends = functools.partial(CountingEnv, max_steps=3, terminate_prob=0.0)
+    fns = [functools.partial(CountingEnv, terminate_prob=0.0), ends]
+    envs = vecpool.ReplayPoolWrapper(make_async(fns, num_workers=0), pool_size=100)
+    envs.reset(seed=[7, 8])
+    for step in range(1, 8):
+        try:
+            envs.step(np.array([7 if step == 3 else 1, 1]))
+        except ValueError:
+            assert step == 3
+            envs.reset(options={"reset_mask": np.array([True, False])})
+    truth = _true_transitions(ends, 8, [1] * 7)
+    # step 3 was never recorded; step 4 starts from an observation no step
+    # returned (env 1's terminal one: a reset step, no transition anyway)
+    assert _kept_steps(envs.pool, 1, truth) == [1, 2, 5, 6, 7]

@@ -141,7 +141,11 @@ class ReplayPoolWrapper(_VectorWrapper):
         ]
         self._next = [np.zeros_like(array) for array in self._obs]
         self._write_next = make_writer(space, self._next, store=put_value)
-        self._has_obs = False
+        # the envs whose current observation is known (none before the first
+        # reset, none after a step that failed: each becomes known again when it
+        # is reset or has stepped), and whether all are: one bool per step
+        self._known = np.zeros(n, np.bool_)
+        self._all_known = False
         self._done = np.zeros(n, np.bool_)  # the last step's ended envs
         # what record_step found of the last step: (the rows that are transitions,
         # None: all; the rows a worker restart cut, None: none; the envs whose
@@ -193,15 +197,19 @@ class ReplayPoolWrapper(_VectorWrapper):
         self.pool.abort_episodes(
             np.arange(self.num_envs) if mask is None else np.flatnonzero(mask)
         )
-        if mask is None or not self._has_obs:
+        if mask is None:
             for store, leaf in zip(self._obs, current, strict=True):
                 store[...] = leaf
             self._boundaries.after_reset()
-            self._has_obs = True
+            self._known[:] = True
         else:
+            # the others go on: after a failed step, those the wrapper did not see
+            # stay unknown (they may have ended in it, unseen: a reset step next)
             for store, leaf in zip(self._obs, current, strict=True):
                 store[mask] = leaf[mask]
             self._boundaries.after_reset(mask)
+            self._known[mask] = True
+        self._all_known = bool(self._known.all())
         return obs, infos
 
     def step(
@@ -220,8 +228,7 @@ class ReplayPoolWrapper(_VectorWrapper):
         try:
             result = self.env.step(actions)
         except BaseException:
-            self._has_obs = False
-            self.pool.abort_episodes(np.arange(self.num_envs))
+            self._forget()
             raise
         self.record_step(actions, result)
         return result
@@ -253,8 +260,10 @@ class ReplayPoolWrapper(_VectorWrapper):
             valid = self._boundaries.valid()  # NEXT_STEP reset rows are skipped
             if cut is not None:  # and the rows of a restarted worker: no transition
                 valid = ~cut if valid is None else valid & ~cut
+            if not self._all_known:  # the first step from an unknown observation
+                valid = self._known.copy() if valid is None else valid & self._known
             self.last_step = (valid, cut, done, ended)
-            if self._has_obs:
+            if valid is None or valid.any():
                 self._record(
                     actions,
                     current,
@@ -269,8 +278,7 @@ class ReplayPoolWrapper(_VectorWrapper):
             # the envs moved on, but this step could not be recorded (a value the
             # pool refuses, a Ctrl-C): as after a failed step, nothing links the
             # observations before it to those after it
-            self._has_obs = False
-            self.pool.abort_episodes(np.arange(self.num_envs))
+            self._forget()
             self._boundaries.after_step(np.logical_or(terminations, truncations))
             raise
         if cut is not None:  # the crash cut these episodes: never finished
@@ -280,8 +288,21 @@ class ReplayPoolWrapper(_VectorWrapper):
         else:
             for store, leaf in zip(self._obs, current, strict=True):
                 store[...] = leaf
-        self._has_obs = True
+        if not self._all_known:
+            self._known[:] = True
+            self._all_known = True
         self._boundaries.after_step(done, count=ended)
+
+    def _forget(self) -> None:
+        """The envs moved on unseen (a step failed): no observation is known.
+
+        Their episodes in progress are aborted in the pool, and no transition
+        links the observations from before to those after: each env's recording
+        resumes from the observation its next reset or step returns.
+        """
+        self._known[:] = False
+        self._all_known = False
+        self.pool.abort_episodes(np.arange(self.num_envs))
 
     def _record(
         self,
