@@ -262,3 +262,59 @@ def test_a_step_the_pool_refuses_then_a_masked_reset_records_only_real_transitio
     # step 3 was never recorded; step 4 starts from an observation no step
     # returned (env 1's terminal one: a reset step, no transition anyway)
     assert _kept_steps(envs.pool, 1, truth) == [1, 2, 5, 6, 7]
+
+
+@pytest.mark.parametrize("saved", [False, True])  # saved and loaded while cut
+@pytest.mark.parametrize("read_between", [False, True])  # run settles, step settles
+def test_the_rest_of_a_cut_episode_is_not_counted_as_an_episode(
+    read_between, saved, tmp_path
+):
+    """After ``abort_episodes(..., resumes=True)`` the env goes on with the episode
+    whose start was lost: its end is no episode end; the next episode counts."""
+    pool = vecpool.ReplayPool(
+        spaces.Box(-1, 1, (1,)), spaces.Discrete(2), num_envs=2, pool_size=40
+    )
+    obs = np.zeros((2, 1), np.float32)
+
+    def add(done: list[bool]) -> None:
+        pool.add(obs, np.zeros(2, np.int64), obs, np.ones(2), np.array(done),
+                 np.zeros(2, bool))  # fmt: skip
+        if read_between:
+            pool.sample(1)
+
+    add([False, False])
+    pool.abort_episodes([0], resumes=True)  # env 0 goes on, a step lost
+    add([False, False])
+    if saved:
+        pool.save(tmp_path / "cut.npz")
+        pool = vecpool.ReplayPool.load(tmp_path / "cut.npz")
+    add([True, True])  # env 0: the rest of the cut episode; env 1: 3 steps
+    add([False, False])
+    add([True, False])  # env 0: a whole episode of 2 steps
+    stats = pool.episode_stats
+    assert (stats.count, stats.mean_length) == (2, 2.5)
+    assert pool._log.recent_entries()[:, 1].tolist() == [3.0, 2.0]
+    assert len(pool) == 10  # the transitions themselves stay
+
+
+def test_a_failed_step_does_not_count_the_rest_of_an_episode_as_one(make_async):
+    """Env 1 fails in step 3; env 0 goes on to its end at step 6 (truncated)."""
+    from vecpool.testing.envs import CountingEnv
+    from vecpool.testing.faults import RaisingEnv
+
+    fns = [
+        functools.partial(CountingEnv, max_steps=6, terminate_prob=0.0),
+        functools.partial(RaisingEnv, at=3, terminate_prob=0.0, max_steps=50),
+    ]
+    envs = vecpool.ReplayPoolWrapper(make_async(fns, num_workers=0), pool_size=100)
+    envs.reset(seed=0)
+    for step in range(1, 12):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the env error's log line
+                envs.step(np.array([1, 1]))
+        except ValueError:
+            assert step == 3
+    # env 0's first episode lost step 3 (and step 4 is not recorded): not counted;
+    # its second one (steps 8-13) has not ended; env 1's has not either
+    assert envs.pool.episode_stats.count == 0

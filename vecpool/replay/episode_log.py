@@ -18,7 +18,12 @@ import numpy.typing as npt
 from vecpool.replay.batches import EpisodeStats
 from vecpool.replay.settings import RECENT_EPISODES
 
-__all__ = ["EpisodeLog"]
+__all__ = ["CUT", "EpisodeLog"]
+
+CUT = -(2**62)
+"""The running length of an episode whose start was lost (:meth:`EpisodeLog.cut`):
+it stays below 0 as steps add to it, so its end is told apart from an episode's
+end (and kept in a pool file with the lengths, no other field needed)."""
 
 
 class EpisodeLog:
@@ -71,7 +76,10 @@ class EpisodeLog:
         if np.count_nonzero(done):
             returns = self.episode_return[ended]
             lengths = self.episode_length[ended]
-            self.episodes += (np.count_nonzero(done), returns.sum(), lengths.sum())
+            if lengths.min() < 0:  # the end of a cut episode: no episode
+                whole = lengths >= 0
+                returns, lengths = returns[whole], lengths[whole]
+            self.episodes += (lengths.size, returns.sum(), lengths.sum())
             self._remember(returns, lengths)
             self.episode_return[ended] = 0.0
             self.episode_length[ended] = 0
@@ -115,8 +123,18 @@ class EpisodeLog:
         carried = np.where(again, 0, lengths[end_env])
         episode_returns = carry + sums[stretch]
         episode_lengths = carried + (ends + 1 - begins[stretch])
-        self.episodes += (ends.size, episode_returns.sum(), episode_lengths.sum())
-        order = np.lexsort((end_env, tick[ends]))  # by vector step, then env
+        ticks = tick[ends]
+        if episode_lengths.min() < 0:  # the end of a cut episode: no episode
+            whole = episode_lengths >= 0
+            episode_returns = episode_returns[whole]
+            episode_lengths = episode_lengths[whole]
+            end_env, ticks = end_env[whole], ticks[whole]
+        self.episodes += (
+            episode_lengths.size,
+            episode_returns.sum(),
+            episode_lengths.sum(),
+        )
+        order = np.lexsort((end_env, ticks))  # by vector step, then env
         self._remember(episode_returns[order], episode_lengths[order])
         # what is left after each env's last end, or added to what it had
         ended = np.zeros(env_ids.size, np.bool_)
@@ -133,6 +151,15 @@ class EpisodeLog:
         """Forget the episodes in progress of ``env_ids`` (never counted as ended)."""
         self.episode_return[env_ids] = 0.0
         self.episode_length[env_ids] = 0
+
+    def cut(self, env_ids: npt.NDArray[np.int64]) -> None:
+        """The episodes of ``env_ids`` go on without their start (a step was lost).
+
+        Never counted as ended: not when they end, and not before. The envs' next
+        episodes count.
+        """
+        self.episode_return[env_ids] = 0.0
+        self.episode_length[env_ids] = CUT
 
     def stats(self) -> EpisodeStats:
         """Count, mean return and mean length of every episode that ended."""

@@ -39,6 +39,7 @@ import numpy.typing as npt
 from gymnasium import spaces
 
 from vecpool._util.files import write_atomically
+from vecpool.replay.episode_log import CUT
 from vecpool.replay.frames import compact_items
 from vecpool.replay.portable import portable
 from vecpool.replay.settings import RECENT_EPISODES
@@ -1108,8 +1109,9 @@ def _check_counters(pool: StoredPool, data: dict[str, npt.NDArray[Any]]) -> None
         refuse("end", f"between 0 and {pool.capacity}")
     if (data["received"] < data["length"]).any():
         refuse("received", "at least the sub-pool's length")
-    if (data["episode_length"] < 0).any():
-        refuse("episode_length", ">= 0")
+    length = data["episode_length"]
+    if ((length < 0) & (length >= CUT // 2)).any():  # below: a cut episode's
+        refuse("episode_length", ">= 0 (or below -2**61: an episode cut short)")
     count, returns, lengths = data["episodes"].tolist()
     if not (
         np.isfinite([count, returns, lengths]).all()

@@ -685,7 +685,7 @@ class ReplayPool:
             return
         self._add_rows(None, obs, action, next_obs, reward, terminated, truncated, mask)
 
-    def abort_episodes(self, env_ids: Any) -> None:
+    def abort_episodes(self, env_ids: Any, *, resumes: bool = False) -> None:
         """Abort the unfinished episode of each env in ``env_ids``.
 
         Its transitions stay in the pool, but the episode is not counted as
@@ -695,13 +695,20 @@ class ReplayPool:
 
         Args:
             env_ids: Env indices (1-D ints in range).
+            resumes: The envs go on with the episode, some of its steps lost (a
+                step that failed): the rest of it is not counted as an episode
+                either, when it ends; the envs' next episodes are. Default: the
+                episode ends here (the env is reset or replaced).
 
         Raises:
             ValueError: If ``env_ids`` are not 1-D integers in range.
         """
         source = self._checks.check_env_ids(env_ids)
         self._hot.sync()
-        self._log.abort(source)
+        if resumes:
+            self._log.cut(source)
+        else:
+            self._log.abort(source)
         self._ring.fresh[source] = True
 
     def _add_rows(

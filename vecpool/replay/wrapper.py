@@ -296,13 +296,15 @@ class ReplayPoolWrapper(_VectorWrapper):
     def _forget(self) -> None:
         """The envs moved on unseen (a step failed): no observation is known.
 
-        Their episodes in progress are aborted in the pool, and no transition
-        links the observations from before to those after: each env's recording
-        resumes from the observation its next reset or step returns.
+        No transition links the observations from before to those after: each
+        env's recording resumes from the observation its next reset or step
+        returns. Their episodes in progress are aborted in the pool, and so is
+        what is left of them where the envs go on (``resumes``: never counted
+        as episodes); a reset that follows starts the next ones.
         """
         self._known[:] = False
         self._all_known = False
-        self.pool.abort_episodes(np.arange(self.num_envs))
+        self.pool.abort_episodes(np.arange(self.num_envs), resumes=True)
 
     def _record(
         self,
