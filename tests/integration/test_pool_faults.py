@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import warnings
@@ -318,3 +319,145 @@ def test_a_failed_step_does_not_count_the_rest_of_an_episode_as_one(make_async):
     # env 0's first episode lost step 3 (and step 4 is not recorded): not counted;
     # its second one (steps 8-13) has not ended; env 1's has not either
     assert envs.pool.episode_stats.count == 0
+
+
+class _Walk(gym.vector.VectorEnv[Any, Any, Any]):
+    """Env ``i`` is truncated every ``lengths[i]`` steps; obs = episode * 100 + step.
+
+    ``fail`` makes the next step raise after the envs moved on, ``fail_reset`` the
+    next reset raise after resetting; in ``NEXT_STEP`` or ``SAME_STEP`` autoreset.
+    """
+
+    def __init__(
+        self,
+        lengths: list[int],
+        mode: gym.vector.AutoresetMode = gym.vector.AutoresetMode.NEXT_STEP,
+    ) -> None:
+        self.num_envs, self.lengths, self.mode = len(lengths), np.array(lengths), mode
+        self.metadata = {"autoreset_mode": mode}
+        self.single_observation_space = spaces.Box(-1e9, 1e9, (1,), np.float32)
+        self.single_action_space = spaces.Discrete(2)
+        self.observation_space = gym.vector.utils.batch_space(
+            self.single_observation_space, self.num_envs
+        )
+        self.action_space = gym.vector.utils.batch_space(
+            self.single_action_space, self.num_envs
+        )
+        self.t = np.zeros(self.num_envs, np.int64)
+        self.episode = np.zeros(self.num_envs, np.int64)
+        self.pending = np.zeros(self.num_envs, np.bool_)
+        self.fail = self.fail_reset = False
+
+    def _obs(self) -> Any:
+        return (self.episode * 100 + self.t).astype(np.float32)[:, None]
+
+    def reset(self, *, seed: Any = None, options: Any = None) -> Any:
+        mask = np.ones(self.num_envs, np.bool_)
+        if options is not None and "reset_mask" in options:
+            mask = np.asarray(options["reset_mask"])
+        self.episode[mask] += 1
+        self.t[mask] = 0
+        self.pending[mask] = False
+        if self.fail_reset:
+            self.fail_reset = False
+            msg = "the reset failed after resetting"
+            raise RuntimeError(msg)
+        return self._obs(), {}
+
+    def step(self, actions: Any) -> Any:
+        reward = np.ones(self.num_envs)
+        truncated = np.zeros(self.num_envs, np.bool_)
+        infos: dict[str, Any] = {}
+        for i in range(self.num_envs):
+            if self.pending[i]:
+                self.episode[i] += 1
+                self.t[i], self.pending[i], reward[i] = 0, False, 0.0
+                continue
+            self.t[i] += 1
+            truncated[i] = self.t[i] >= self.lengths[i]
+        obs = self._obs()
+        if self.mode is gym.vector.AutoresetMode.SAME_STEP and truncated.any():
+            infos = {"final_obs": obs.copy(), "_final_obs": truncated.copy()}
+            self.episode[truncated] += 1
+            self.t[truncated] = 0
+            obs = self._obs()
+        elif self.mode is gym.vector.AutoresetMode.NEXT_STEP:
+            self.pending = truncated.copy()
+        if self.fail:
+            self.fail = False
+            msg = "the step failed after the envs moved on"
+            raise RuntimeError(msg)
+        return obs, reward, np.zeros(self.num_envs, np.bool_), truncated, infos
+
+
+def _env0_rows(envs: vecpool.ReplayPoolWrapper) -> list[tuple[int, int]]:
+    rows = envs.pool.get_rows(0, 0, int(envs.pool.lengths[0]))
+    return [
+        (int(o[0]), int(n[0])) for o, n in zip(rows.obs, rows.next_obs, strict=True)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("mode", "steps"),
+    [(gym.vector.AutoresetMode.NEXT_STEP, 8), (gym.vector.AutoresetMode.SAME_STEP, 7)],
+)
+def test_an_episode_that_ends_in_the_step_after_a_failure_leaves_the_next_counted(
+    mode, steps
+):
+    """Env 0 ends (unrecorded) in the step after the failed one: its cut episode
+    is over there, and its next episode, held whole, counts."""
+    inner = _Walk([3, 100], mode)
+    envs = vecpool.ReplayPoolWrapper(inner, pool_size=200)
+    envs.reset()
+    for step in range(1, steps + 1):
+        inner.fail = step == 2
+        with contextlib.suppress(RuntimeError):
+            envs.step(np.zeros(2, np.int64))
+    assert {(200, 201), (201, 202), (202, 203)} <= set(_env0_rows(envs))
+    assert envs.pool.episode_stats.count == 1
+
+
+def test_an_episode_that_ends_in_a_refused_step_leaves_the_next_counted():
+    """Env 0 ends in step 2, whose rows the pool refuses (env 1's action)."""
+    envs = vecpool.ReplayPoolWrapper(_Walk([2, 100]), pool_size=200)
+    envs.reset()
+    for step in range(1, 6):
+        with contextlib.suppress(ValueError):
+            envs.step(np.array([0, 7 if step == 2 else 0]))
+    assert _env0_rows(envs) == [(100, 101), (200, 201), (201, 202)]
+    assert envs.pool.episode_stats.count == 1
+
+
+def test_a_reset_that_raises_links_no_observation_across_it():
+    """A masked reset of env 0 raises after resetting it: the next step of env 0
+    starts from an observation the wrapper never saw."""
+    inner = _Walk([100, 100])
+    envs = vecpool.ReplayPoolWrapper(inner, pool_size=200)
+    envs.reset()
+    envs.step(np.zeros(2, np.int64))
+    envs.step(np.zeros(2, np.int64))
+    inner.fail_reset = True
+    with pytest.raises(RuntimeError):
+        envs.reset(options={"reset_mask": np.array([True, False])})
+    envs.step(np.zeros(2, np.int64))
+    envs.step(np.zeros(2, np.int64))
+    assert _env0_rows(envs) == [(100, 101), (101, 102), (201, 202)]
+    assert envs.pool.lengths.tolist() == [3, 4]  # env 1 was not reset: known
+
+
+def test_loading_drops_a_masked_add_not_yet_settled():
+    def make() -> vecpool.ReplayPool:
+        return vecpool.ReplayPool(
+            spaces.Box(-1, 1, (1,)), spaces.Discrete(2), num_envs=2, pool_size=20
+        )
+
+    source, target = make(), make()
+    obs, action = np.zeros((2, 1), np.float32), np.zeros(2, np.int64)
+    flags = np.zeros(2, np.bool_)
+    source.add(obs, action, obs, np.ones(2), flags, flags)
+    target.add(
+        obs, action, obs, np.ones(2), flags, flags, valid=np.array([True, False])
+    )
+    target.load_state_dict({k: np.copy(v) for k, v in source.state_dict().items()})
+    target.add(obs, action, obs, np.ones(2), flags, flags)
+    assert target.lengths.tolist() == [2, 2]

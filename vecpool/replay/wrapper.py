@@ -188,7 +188,11 @@ class ReplayPoolWrapper(_VectorWrapper):
         counted as finished, never merged with the next ones.
         """
         mask = None if options is None else options.get("reset_mask")
-        obs, infos = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]
+        try:
+            obs, infos = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]
+        except BaseException:  # some envs may be reset, unseen: those asked to be
+            self._forget(None if mask is None else np.asarray(mask, np.bool_))
+            raise
         current = self._split(obs)
         if mask is not None:
             mask = np.asarray(mask, np.bool_)
@@ -278,8 +282,11 @@ class ReplayPoolWrapper(_VectorWrapper):
             # the envs moved on, but this step could not be recorded (a value the
             # pool refuses, a Ctrl-C): as after a failed step, nothing links the
             # observations before it to those after it
+            ended = np.logical_or(terminations, truncations)
             self._forget()
-            self._boundaries.after_step(np.logical_or(terminations, truncations))
+            # the episodes that ended here are over: the next ones count
+            self.pool.abort_episodes(np.flatnonzero(ended))
+            self._boundaries.after_step(ended)
             raise
         if cut is not None:  # the crash cut these episodes: never finished
             self.pool.abort_episodes(np.flatnonzero(cut))
@@ -289,22 +296,30 @@ class ReplayPoolWrapper(_VectorWrapper):
             for store, leaf in zip(self._obs, current, strict=True):
                 store[...] = leaf
         if not self._all_known:
+            unseen = done & ~self._known  # a cut episode's end, not recorded:
+            if unseen.any():  # the next episode counts
+                self.pool.abort_episodes(np.flatnonzero(unseen))
             self._known[:] = True
             self._all_known = True
         self._boundaries.after_step(done, count=ended)
 
-    def _forget(self) -> None:
-        """The envs moved on unseen (a step failed): no observation is known.
+    def _forget(self, mask: npt.NDArray[np.bool_] | None = None) -> None:
+        """The envs moved on unseen (a step or reset failed): none is known.
 
+        ``mask``: only these envs (those a failed masked reset may have reset).
         No transition links the observations from before to those after: each
         env's recording resumes from the observation its next reset or step
         returns. Their episodes in progress are aborted in the pool, and so is
         what is left of them where the envs go on (``resumes``: never counted
         as episodes); a reset that follows starts the next ones.
         """
-        self._known[:] = False
-        self._all_known = False
-        self.pool.abort_episodes(np.arange(self.num_envs), resumes=True)
+        if mask is None:
+            self._known[:] = False
+            self.pool.abort_episodes(np.arange(self.num_envs), resumes=True)
+        else:  # only these (a masked reset that failed)
+            self._known[mask] = False
+            self.pool.abort_episodes(np.flatnonzero(mask), resumes=True)
+        self._all_known = bool(self._known.all())
 
     def _record(
         self,

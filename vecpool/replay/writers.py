@@ -246,6 +246,8 @@ class HotWriter:
         ring = self.ring
         self.pending, self.unsettled = 0, 0
         self.masks.clear()
+        self.masked = False
+        self.pending_env[:] = 0
         ring.aligned = self.enabled and bool((ring.end == ring.slot).all())
 
 
