@@ -461,3 +461,14 @@ def test_loading_drops_a_masked_add_not_yet_settled():
     target.load_state_dict({k: np.copy(v) for k, v in source.state_dict().items()})
     target.add(obs, action, obs, np.ones(2), flags, flags)
     assert target.lengths.tolist() == [2, 2]
+
+
+def test_a_reset_refused_for_its_mask_raises_the_env_s_own_error(make_async):
+    """The wrapper's bookkeeping after a failed reset never hides its error."""
+    envs = vecpool.ReplayPoolWrapper(make_async([ActionEchoEnv] * 2), pool_size=20)
+    envs.reset(seed=0)
+    with pytest.raises(ValueError, match="reset_mask"):
+        envs.reset(options={"reset_mask": np.array([True, False, True])})
+    envs.step(np.zeros(2))
+    envs.step(np.zeros(2))
+    assert envs.pool.lengths.tolist() == [1, 1]  # forgotten: one step not linked

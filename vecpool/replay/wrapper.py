@@ -191,7 +191,10 @@ class ReplayPoolWrapper(_VectorWrapper):
         try:
             obs, infos = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]
         except BaseException:  # some envs may be reset, unseen: those asked to be
-            self._forget(None if mask is None else np.asarray(mask, np.bool_))
+            asked = None if mask is None else np.asarray(mask)
+            if asked is not None and asked.shape != (self.num_envs,):
+                asked = None  # a mask the env refused: all, never a second error
+            self._forget(None if asked is None else asked.astype(np.bool_))
             raise
         current = self._split(obs)
         if mask is not None:
