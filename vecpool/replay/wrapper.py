@@ -270,7 +270,7 @@ class ReplayPoolWrapper(_VectorWrapper):
             if not self._all_known:  # the first step from an unknown observation
                 valid = self._known.copy() if valid is None else valid & self._known
             self.last_step = (valid, cut, done, ended)
-            if valid is None or valid.any():
+            if valid is None or self._all_known or valid.any():
                 self._record(
                     actions,
                     current,
