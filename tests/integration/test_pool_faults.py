@@ -417,15 +417,30 @@ def test_an_episode_that_ends_in_the_step_after_a_failure_leaves_the_next_counte
     assert envs.pool.episode_stats.count == 1
 
 
-def test_an_episode_that_ends_in_a_refused_step_leaves_the_next_counted():
-    """Env 0 ends in step 2, whose rows the pool refuses (env 1's action)."""
-    envs = vecpool.ReplayPoolWrapper(_Walk([2, 100]), pool_size=200)
+@pytest.mark.parametrize(
+    ("mode", "steps", "rows", "count"),
+    [
+        # step 3 is env 0's reset step: its next episode (steps 4-5) is whole
+        (
+            gym.vector.AutoresetMode.NEXT_STEP,
+            5,
+            [(100, 101), (200, 201), (201, 202)],
+            1,
+        ),
+        # env 0's next episode began in step 2, unseen: its step 3 is lost
+        (gym.vector.AutoresetMode.SAME_STEP, 4, [(100, 101), (201, 202)], 0),
+    ],
+)
+def test_an_episode_that_ends_in_a_refused_step(mode, steps, rows, count):
+    """Env 0 ends in step 2, whose rows the pool refuses (env 1's action): its
+    next episode counts only where the wrapper saw it whole."""
+    envs = vecpool.ReplayPoolWrapper(_Walk([2, 100], mode), pool_size=200)
     envs.reset()
-    for step in range(1, 6):
+    for step in range(1, steps + 1):
         with contextlib.suppress(ValueError):
             envs.step(np.array([0, 7 if step == 2 else 0]))
-    assert _env0_rows(envs) == [(100, 101), (200, 201), (201, 202)]
-    assert envs.pool.episode_stats.count == 1
+    assert _env0_rows(envs) == rows
+    assert envs.pool.episode_stats.count == count
 
 
 def test_a_reset_that_raises_links_no_observation_across_it():

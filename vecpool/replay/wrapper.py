@@ -287,8 +287,11 @@ class ReplayPoolWrapper(_VectorWrapper):
             # observations before it to those after it
             ended = np.logical_or(terminations, truncations)
             self._forget()
-            # the episodes that ended here are over: the next ones count
-            self.pool.abort_episodes(np.flatnonzero(ended))
+            if self.autoreset_mode is AutoresetMode.NEXT_STEP:
+                # the episodes that ended here are over, and the next step only
+                # resets those envs: their next episodes count. (SAME_STEP's began
+                # in this step, unseen; DISABLED's begin at the reset that follows.)
+                self.pool.abort_episodes(np.flatnonzero(ended))
             self._boundaries.after_step(ended)
             raise
         if cut is not None:  # the crash cut these episodes: never finished
