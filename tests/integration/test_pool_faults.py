@@ -487,3 +487,22 @@ def test_a_reset_refused_for_its_mask_raises_the_env_s_own_error(make_async):
     envs.step(np.zeros(2))
     envs.step(np.zeros(2))
     assert envs.pool.lengths.tolist() == [1, 1]  # forgotten: one step not linked
+
+
+@pytest.mark.parametrize("read_between", [False, True])
+def test_many_cut_episodes_ending_together_are_none_counted(read_between):
+    """The cut mark is found from the sum of the ended lengths: many at once too."""
+    num_envs = 64
+    pool = vecpool.ReplayPool(
+        spaces.Box(-1, 1, (1,)), spaces.Discrete(2), num_envs=num_envs, pool_size=640
+    )
+    obs = np.zeros((num_envs, 1), np.float32)
+    flags = np.zeros(num_envs, np.bool_)
+    pool.abort_episodes(np.arange(num_envs), resumes=True)
+    for done in (False, True, False, True):
+        pool.add(obs, np.zeros(num_envs, np.int64), obs, np.ones(num_envs),
+                 np.full(num_envs, done), flags)  # fmt: skip
+        if read_between:
+            pool.sample(1)
+    stats = pool.episode_stats  # the first ends close cut episodes; the next count
+    assert (stats.count, stats.mean_length) == (num_envs, 2.0)

@@ -20,10 +20,12 @@ from vecpool.replay.settings import RECENT_EPISODES
 
 __all__ = ["CUT", "EpisodeLog"]
 
-CUT = -(2**62)
+CUT = -(2**40)
 """The running length of an episode whose start was lost (:meth:`EpisodeLog.cut`):
-it stays below 0 as steps add to it, so its end is told apart from an episode's
-end (and kept in a pool file with the lengths, no other field needed)."""
+it stays below ``CUT // 2`` as steps add to it, so its end is told apart from an
+episode's end by the sum of the ended lengths the log takes anyway (a million
+cut ends in one sum still fit in int64), and a pool file keeps it with the
+lengths, no other field needed."""
 
 
 class EpisodeLog:
@@ -76,10 +78,12 @@ class EpisodeLog:
         if np.count_nonzero(done):
             returns = self.episode_return[ended]
             lengths = self.episode_length[ended]
-            if lengths.min() < 0:  # the end of a cut episode: no episode
+            total = lengths.sum()
+            if total < 0:  # the end of a cut episode among them: no episode
                 whole = lengths >= 0
                 returns, lengths = returns[whole], lengths[whole]
-            self.episodes += (lengths.size, returns.sum(), lengths.sum())
+                total = lengths.sum()
+            self.episodes += (lengths.size, returns.sum(), total)
             self._remember(returns, lengths)
             self.episode_return[ended] = 0.0
             self.episode_length[ended] = 0
@@ -124,16 +128,14 @@ class EpisodeLog:
         episode_returns = carry + sums[stretch]
         episode_lengths = carried + (ends + 1 - begins[stretch])
         ticks = tick[ends]
-        if episode_lengths.min() < 0:  # the end of a cut episode: no episode
+        total = episode_lengths.sum()
+        if total < 0:  # the end of a cut episode among them: no episode
             whole = episode_lengths >= 0
             episode_returns = episode_returns[whole]
             episode_lengths = episode_lengths[whole]
             end_env, ticks = end_env[whole], ticks[whole]
-        self.episodes += (
-            episode_lengths.size,
-            episode_returns.sum(),
-            episode_lengths.sum(),
-        )
+            total = episode_lengths.sum()
+        self.episodes += (episode_lengths.size, episode_returns.sum(), total)
         order = np.lexsort((end_env, ticks))  # by vector step, then env
         self._remember(episode_returns[order], episode_lengths[order])
         # what is left after each env's last end, or added to what it had

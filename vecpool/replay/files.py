@@ -1111,7 +1111,7 @@ def _check_counters(pool: StoredPool, data: dict[str, npt.NDArray[Any]]) -> None
         refuse("received", "at least the sub-pool's length")
     length = data["episode_length"]
     if ((length < 0) & (length >= CUT // 2)).any():  # below: a cut episode's
-        refuse("episode_length", ">= 0 (or below -2**61: an episode cut short)")
+        refuse("episode_length", f">= 0 (or below {CUT // 2}: an episode cut short)")
     count, returns, lengths = data["episodes"].tolist()
     if not (
         np.isfinite([count, returns, lengths]).all()
