@@ -15,6 +15,8 @@ from gymnasium import spaces
 
 import vecpool
 from vecpool.testing import ActionEchoEnv
+from vecpool.testing.envs import CountingEnv
+from vecpool.testing.faults import RaisingEnv
 
 
 def test_no_transition_spans_a_failed_step(make_async):
@@ -183,9 +185,8 @@ def _true_transitions(
 
 
 @pytest.mark.parametrize("ends_at", [3, 4, 5])  # before, in, after the failed step
-@pytest.mark.parametrize("num_workers", [0, 1, 2])
 def test_a_failed_step_then_a_masked_reset_records_only_real_transitions(
-    num_workers, ends_at, make_async
+    ends_at, make_placed
 ):
     """Env 0 goes on through the step env 1 fails in (step 4); only env 1 is reset.
 
@@ -198,16 +199,9 @@ def test_a_failed_step_then_a_masked_reset_records_only_real_transitions(
     Sync is left out: a step that raises leaves its autoreset flags half-set, so
     its envs do not go on as they would alone.)
     """
-    from vecpool.testing.envs import CountingEnv
-    from vecpool.testing.faults import RaisingEnv
-
     keep_going = functools.partial(CountingEnv, max_steps=ends_at, terminate_prob=0.0)
     fns = [keep_going, functools.partial(RaisingEnv, at=4, terminate_prob=0.0)]
-    inner = make_async(
-        fns,
-        num_workers=num_workers,
-        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
-    )
+    inner = make_placed(fns, autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP)
     envs = vecpool.ReplayPoolWrapper(inner, pool_size=100)
     envs.reset(seed=[7, 8])
     actions = [1, 2, 0, 1, 2, 2, 0, 1, 1, 2]
@@ -243,15 +237,13 @@ def _kept_steps(pool: vecpool.ReplayPool, env: int, truth: list[Any]) -> list[in
 
 
 def test_a_step_the_pool_refuses_then_a_masked_reset_records_only_real_transitions(
-    make_async,
+    make_placed,
 ):
     """Step 3 gives env 0 an action outside its space: the env takes it, the pool
     refuses the row. Env 1 ends in that step, unseen; only env 0 is reset."""
-    from vecpool.testing.envs import CountingEnv
-
     ends = functools.partial(CountingEnv, max_steps=3, terminate_prob=0.0)
     fns = [functools.partial(CountingEnv, terminate_prob=0.0), ends]
-    envs = vecpool.ReplayPoolWrapper(make_async(fns, num_workers=0), pool_size=100)
+    envs = vecpool.ReplayPoolWrapper(make_placed(fns), pool_size=100)
     envs.reset(seed=[7, 8])
     for step in range(1, 8):
         try:
@@ -298,16 +290,13 @@ def test_the_rest_of_a_cut_episode_is_not_counted_as_an_episode(
     assert len(pool) == 10  # the transitions themselves stay
 
 
-def test_a_failed_step_does_not_count_the_rest_of_an_episode_as_one(make_async):
+def test_a_failed_step_does_not_count_the_rest_of_an_episode_as_one(make_placed):
     """Env 1 fails in step 3; env 0 goes on to its end at step 6 (truncated)."""
-    from vecpool.testing.envs import CountingEnv
-    from vecpool.testing.faults import RaisingEnv
-
     fns = [
         functools.partial(CountingEnv, max_steps=6, terminate_prob=0.0),
         functools.partial(RaisingEnv, at=3, terminate_prob=0.0, max_steps=50),
     ]
-    envs = vecpool.ReplayPoolWrapper(make_async(fns, num_workers=0), pool_size=100)
+    envs = vecpool.ReplayPoolWrapper(make_placed(fns), pool_size=100)
     envs.reset(seed=0)
     for step in range(1, 12):
         try:
@@ -478,9 +467,9 @@ def test_loading_drops_a_masked_add_not_yet_settled():
     assert target.lengths.tolist() == [2, 2]
 
 
-def test_a_reset_refused_for_its_mask_raises_the_env_s_own_error(make_async):
+def test_a_reset_refused_for_its_mask_raises_the_env_s_own_error(make_placed):
     """The wrapper's bookkeeping after a failed reset never hides its error."""
-    envs = vecpool.ReplayPoolWrapper(make_async([ActionEchoEnv] * 2), pool_size=20)
+    envs = vecpool.ReplayPoolWrapper(make_placed([ActionEchoEnv] * 2), pool_size=20)
     envs.reset(seed=0)
     with pytest.raises(ValueError, match="reset_mask"):
         envs.reset(options={"reset_mask": np.array([True, False, True])})
