@@ -224,16 +224,23 @@ def _same_stats(mine: Any, theirs: Any) -> None:
     assert mine.mean_return == pytest.approx(theirs.mean_return, rel=1e-12)
 
 
+@pytest.mark.parametrize("routed", [False, True])
 @pytest.mark.parametrize("masked", [False, True])
 @pytest.mark.parametrize("alpha", [None, 0.6])
 def test_settling_every_step_holds_what_settling_a_run_holds(
-    alpha: float | None, masked: bool
+    alpha: float | None, masked: bool, routed: bool
 ) -> None:
-    """A ``sample()`` after each add settles one step (``HotWriter._settle_step``);
-    a pool never sampled settles whole runs: both hold the same rows and episodes.
+    """Reads between the adds change nothing a pool holds.
+
+    A plain ``sample()``, ``len()`` or ``update_priorities`` only shows the rows
+    added since the last read (``HotWriter.show``); ``episode_stats`` and an
+    n-step draw settle the marks and episodes of the steps since the last settle
+    (``HotWriter.sync``); a pool never read settles whole runs. All hold the same
+    rows, marks and episodes.
 
     ``masked``: some steps leave some envs out (``valid``), as ``NEXT_STEP``'s reset
-    rows do in the wrapper."""
+    rows do in the wrapper; ``routed``: some adds name their envs (``env_ids``),
+    which leaves the hot path."""
     num_envs, steps = 4, 300
     rng = np.random.default_rng(7)
     settings: dict[str, Any] = {} if alpha is None else {"alpha": alpha}
@@ -250,9 +257,36 @@ def test_settling_every_step_holds_what_settling_a_run_holds(
         valid = None
         if masked and rng.random() < 0.4:
             valid = rng.random(num_envs) < 0.7
+        env_ids = None
+        if routed and rng.random() < 0.1:
+            env_ids, valid = np.flatnonzero(rng.random(num_envs) < 0.6), None
+            obs, next_obs, action = obs[env_ids], next_obs[env_ids], action[env_ids]
+            reward = reward[env_ids]
+            terminated, truncated = terminated[env_ids], truncated[env_ids]
         for pool in (each, runs):
-            pool.add(obs, action, next_obs, reward, terminated, truncated, valid=valid)
-        each.sample(4)  # settles the step just added
+            pool.add(
+                obs,
+                action,
+                next_obs,
+                reward,
+                terminated,
+                truncated,
+                env_ids,
+                valid=valid,
+            )
+        read = rng.random()
+        if read < 0.6:
+            each.sample(4)  # shows the rows just added
+        elif read < 0.7:
+            _ = len(each)
+        elif read < 0.8:
+            _ = each.episode_stats  # settles the steps since the last settle
+        elif read < 0.85:
+            each.sample(4, n_step=3, gamma=0.9)  # settles too: windows read marks
+        elif read < 0.9 and alpha is not None:
+            batch = each.sample(4)
+            each.update_priorities(batch.indices, np.ones(4))
+            runs.update_priorities(batch.indices, np.ones(4))
         if step % 97 == 96:
             for k in (1, 5, 100):
                 _same_stats(each.recent_episode_stats(k), runs.recent_episode_stats(k))

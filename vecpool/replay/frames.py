@@ -38,7 +38,19 @@ from gymnasium import spaces
 
 from vecpool.replay.ring import SubPoolRing
 
-__all__ = ["FrameLayout", "FrameStore", "compact_items"]
+__all__ = ["FrameLayout", "FrameStore", "compact_items", "given"]
+
+
+def given(newest: npt.NDArray[np.bool_] | None) -> npt.NDArray[np.bool_]:
+    """``newest`` for a layout that reads it (``reads_newest``: never ``None``).
+
+    Raises:
+        TypeError: If the reader did not compute it.
+    """
+    if newest is None:
+        msg = "this layout reads `newest`: compute it where `reads_newest` is set"
+        raise TypeError(msg)
+    return newest
 
 
 class _Store:
@@ -418,6 +430,7 @@ class FrameLayout:
     """
 
     hot = True
+    reads_newest = True
 
     def __init__(
         self,
@@ -503,9 +516,10 @@ class FrameLayout:
         env: npt.NDArray[np.int64],
         row: npt.NDArray[np.int64],
         next_row: npt.NDArray[np.int64],
-        newest: npt.NDArray[np.bool_],
+        newest: npt.NDArray[np.bool_] | None,
     ) -> tuple[list[npt.NDArray[Any]], list[npt.NDArray[Any]]]:
         """The stacks rebuilt (a shared gather when both are of the same rows)."""
+        newest = given(newest)
         if next_row is row:
             stacks, next_stacks = self.store.pair(row, env, newest)
         else:

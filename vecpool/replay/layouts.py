@@ -24,7 +24,7 @@ import numpy.typing as npt
 from gymnasium import spaces
 
 from vecpool._util.spaces import leaves
-from vecpool.replay.frames import FrameLayout
+from vecpool.replay.frames import FrameLayout, given
 from vecpool.replay.ring import SubPoolRing
 from vecpool.replay.storage import same_value, storage_leaves
 
@@ -55,6 +55,9 @@ class ObservationLayout(Protocol):
 
     hot: bool
     """Whether the flat hot path may write it (one row per env, any row order)."""
+
+    reads_newest: bool
+    """Whether :meth:`read` looks at ``newest`` (else it is given ``None``)."""
 
     @property
     def nbytes(self) -> int:
@@ -98,7 +101,7 @@ class ObservationLayout(Protocol):
         env: npt.NDArray[np.int64],
         row: npt.NDArray[np.int64],
         next_row: npt.NDArray[np.int64],
-        newest: npt.NDArray[np.bool_],
+        newest: npt.NDArray[np.bool_] | None,
     ) -> tuple[Leaves, Leaves]:
         """``obs`` of ``row`` and ``next_obs`` of ``next_row``, as leaves.
 
@@ -142,6 +145,7 @@ class ArrayLayout:
     """``obs`` and ``next_obs`` whole: one array per leaf, one row per slot."""
 
     hot = True
+    reads_newest = False
 
     def __init__(self, space: spaces.Space[Any], rows: int) -> None:
         """Preallocate both."""
@@ -193,11 +197,11 @@ class ArrayLayout:
         env: npt.NDArray[np.int64],  # noqa: ARG002 - the protocol's signature
         row: npt.NDArray[np.int64],
         next_row: npt.NDArray[np.int64],
-        newest: npt.NDArray[np.bool_],  # noqa: ARG002 - the protocol's signature
+        newest: npt.NDArray[np.bool_] | None,  # noqa: ARG002 - the protocol's signature
     ) -> tuple[Leaves, Leaves]:
         """Two gathers."""
-        obs = [np.take(array, row, axis=0) for array in self.obs]
-        return obs, [np.take(array, next_row, axis=0) for array in self.next_obs]
+        obs = [array.take(row, axis=0) for array in self.obs]
+        return obs, [array.take(next_row, axis=0) for array in self.next_obs]
 
     def state_dict(self, ring: SubPoolRing) -> dict[str, npt.NDArray[Any]]:  # noqa: ARG002 - the protocol's signature
         """``obs_i`` and ``next_obs_i``."""
@@ -225,6 +229,7 @@ class ApartLayout:
     """
 
     hot = False  # the newest row's next observation moves on every append
+    reads_newest = True
 
     def __init__(self, space: spaces.Space[Any], rows: int, num_envs: int) -> None:
         """Preallocate the observations and tails; the store starts empty."""
@@ -328,9 +333,10 @@ class ApartLayout:
         env: npt.NDArray[np.int64],
         row: npt.NDArray[np.int64],
         next_row: npt.NDArray[np.int64],
-        newest: npt.NDArray[np.bool_],
+        newest: npt.NDArray[np.bool_] | None,
     ) -> tuple[Leaves, Leaves]:
         """``next_obs``: the following row's, the tail, or the one kept apart."""
+        newest = given(newest)
         obs = [np.take(array, row, axis=0) for array in self.obs]
         own = self.own_next[next_row]
         following = self.next_row[next_row].astype(np.intp)

@@ -216,7 +216,7 @@ class ReplayPool:
     @property
     def lengths(self) -> npt.NDArray[np.int64]:
         """Number of transitions in each sub-pool (a copy)."""
-        self._hot.sync()
+        self._hot.show()
         return self._ring.length.copy()
 
     @classmethod
@@ -245,12 +245,12 @@ class ReplayPool:
     @property
     def received(self) -> npt.NDArray[np.int64]:
         """Transitions each sub-pool has received so far, kept or not (a copy)."""
-        self._hot.sync()
+        self._hot.show()
         return self._ring.received.copy()
 
     def __len__(self) -> int:
         """Total number of stored transitions."""
-        self._hot.sync()
+        self._hot.show()
         return int(self._ring.length.sum())
 
     @property
@@ -334,7 +334,7 @@ class ReplayPool:
         Raises:
             ValueError: If the range is not within the sub-pool.
         """
-        self._hot.sync()
+        self._hot.show()
         env = check_int("env", env, 0, self.num_envs - 1)
         held = int(self._ring.length[env])
         start = check_int("start", start, 0, held)
@@ -390,7 +390,10 @@ class ReplayPool:
                 )
                 raise ValueError(msg)
             beta = _check_unit("beta", beta)
-        self._hot.sync()
+        if reader is None:
+            self._hot.show()  # a plain draw reads no marks
+        else:
+            self._hot.sync()  # n-step windows stop at the marks
         env, offset, row = self._sampler.draw(batch_size)
         if reader is None and not self._sampler.weighs and beta is None:
             return Transitions(*read_rows(self._stored, env, offset, row=row))
@@ -500,7 +503,7 @@ class ReplayPool:
                 f"1e-6`), got min {values.min()}, max {values.max()}."
             )
             raise ValueError(msg)
-        self._hot.sync()
+        self._hot.show()
         ids = rows.astype(np.int64)
         received = self._ring.received[ids % self.num_envs]
         if ids.size and (ids.min() < 0 or np.any(ids // self.num_envs >= received)):
@@ -535,7 +538,7 @@ class ReplayPool:
 
     def _held(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """Sub-pool and offset of every held row, in the order of :meth:`get_pool`."""
-        self._hot.sync()
+        self._hot.show()
         return self._ring.held()
 
     # -- writing -----------------------------------------------------------------------

@@ -56,18 +56,17 @@ def read_rows(
         next_row, next_offset = row, offset
     else:
         next_row = ring.row_of(env, next_offset)
-    newest = next_offset == ring.length[env] - 1
-    obs, next_obs = stored.layout.read(env, row, next_row, newest)
+    layout = stored.layout
+    newest = next_offset == ring.length[env] - 1 if layout.reads_newest else None
+    obs, next_obs = layout.read(env, row, next_row, newest)
     # object leaves: copies, never the pool's own objects
     return (
         make_views(stored.observation_space, [fresh_objects(a) for a in obs]),
-        make_views(
-            stored.action_space, [np.take(a, row, axis=0) for a in columns.action]
-        ),
+        make_views(stored.action_space, [a.take(row, axis=0) for a in columns.action]),
         make_views(stored.observation_space, [fresh_objects(a) for a in next_obs]),
-        columns.reward[row],
-        columns.terminated[row],
-        columns.truncated[row],
+        columns.reward.take(row),
+        columns.terminated.take(row),
+        columns.truncated.take(row),
     )
 
 

@@ -71,7 +71,7 @@ class IndexSampler(Protocol):
         env_ids: npt.NDArray[np.int64],
         end: npt.NDArray[np.int64],
         length: npt.NDArray[np.int64],
-        adds: npt.NDArray[np.int64],
+        adds: npt.NDArray[np.int64] | int,
         new_length: npt.NDArray[np.int64],
     ) -> None:
         """Rows were added to sub-pools (and some dropped).
@@ -165,7 +165,7 @@ class UniformSampler:
         env_ids: npt.NDArray[np.int64],
         end: npt.NDArray[np.int64],
         length: npt.NDArray[np.int64],
-        adds: npt.NDArray[np.int64],
+        adds: npt.NDArray[np.int64] | int,
         new_length: npt.NDArray[np.int64],
     ) -> None:
         """Nothing to keep."""
@@ -251,7 +251,7 @@ class PrioritizedSampler:
         env_ids: npt.NDArray[np.int64],
         end: npt.NDArray[np.int64],
         length: npt.NDArray[np.int64],
-        adds: npt.NDArray[np.int64],
+        adds: npt.NDArray[np.int64] | int,
         new_length: npt.NDArray[np.int64],
     ) -> None:
         """Priority 0 for the rows no longer held, the largest so far for new ones.

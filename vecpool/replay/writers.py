@@ -55,14 +55,17 @@ class HotWriter:
         self.ring, self.layout, self.columns = ring, layout, columns
         self.log, self.sampler, self.enabled = log, sampler, enabled
         ring.aligned = enabled
-        self.pending = 0  # adds of every env not counted yet
-        self.pending_env = np.zeros(ring.num_envs, np.int64)  # masked adds
-        self._one_each = np.ones(ring.num_envs, np.int64)  # a step's rows, settled
+        # what sampling sees lags the writes: the adds of every env, and the
+        # masked ones per env, since the last `show`
+        self.pending = 0
+        self.pending_env = np.zeros(ring.num_envs, np.int64)
         self.masked = False
-        # hot-path adds since the last `sync`: settled before a row could be
-        # written twice (the ring's slots minus one)
+        # what the marks and the episode log lag: the vector steps since the last
+        # `sync`, settled before a row could be written twice (the ring's slots
+        # minus one), and each sub-pool's rows among them already shown
         self.unsettled = 0
         self.settle_limit = max(1, ring.slots - 1)
+        self.shown = np.zeros(ring.num_envs, np.int64)
         # the masks of the run's masked adds, by their place in the run: which
         # vector step each row came at, so its episodes are logged as they ended
         self.masks: list[tuple[int, npt.NDArray[np.bool_]]] = []
@@ -88,9 +91,9 @@ class HotWriter:
         columns.truncated[rows] = truncated
         slot += 1
         ring.slot = 0 if slot == ring.slots else slot
-        # aligned since the last `sync`: every add since then came this way
         self.pending += 1
-        if self.pending >= self.settle_limit:
+        self.unsettled += 1
+        if self.unsettled >= self.settle_limit:
             self.sync()
 
     def add_rows(
@@ -117,7 +120,6 @@ class HotWriter:
         if ring.aligned:
             ring.row = ring.base + ring.slot * ring.num_envs
             ring.aligned = False
-            self.unsettled = self.pending  # the aligned adds count too
 
     def _advance(
         self, row: npt.NDArray[np.intp], valid: npt.NDArray[np.bool_] | None
@@ -141,37 +143,47 @@ class HotWriter:
         self.sync()
         self.ring.aligned = False
 
-    def sync(self) -> None:
-        """Apply what was deferred: counters, marks, episodes, priorities."""
+    def show(self) -> None:
+        """Make the rows added so far visible to sampling: lengths, ends, priorities.
+
+        What a plain ``sample()`` needs, a few numpy calls whatever the run; the
+        marks and the episodes wait for :meth:`sync` (the DQN loop's case: a
+        ``sample()`` after every step shows that step, and a run of steps is
+        settled at once).
+        """
         adds: Any = self.pending
-        calls = max(self.pending, self.unsettled)  # vector steps in the run
         if self.masked:
             adds = adds + self.pending_env
             self.pending_env[:] = 0
             self.masked = False
         elif not adds:
             return
+        self.pending = 0
         ring = self.ring
-        self.pending, self.unsettled = 0, 0
         if ring.aligned:
             ring.row = ring.base + ring.slot * ring.num_envs
         end, length = ring.end, ring.length
-        if calls == 1:  # sample() after a step: one add, masked or not
-            valid = self.masks[0][1] if self.masks else None
-            per_env = self._one_each if valid is None else adds
-            self._settle_step(end, valid)
-        else:
-            per_env = np.broadcast_to(np.asarray(adds, np.int64), (ring.num_envs,))
-            self._settle(ring.envs, end, per_env, calls)
-        self.masks.clear()
         ring.end = (ring.row - ring.base) // ring.num_envs
         ring.received += adds
         ring.length = ring.wrapped(length + adds)
-        self.sampler.added(ring.envs, end, length, per_env, ring.length)
+        self.shown += adds
+        self.sampler.added(ring.envs, end, length, adds, ring.length)
         if self.enabled:
-            ring.slot = int(ring.end[0])
-            ring.aligned = aligned = bool((ring.end == ring.slot).all())
-            ring.even = aligned and bool((ring.length == ring.length[0]).all())
+            ring.slot = slot = int(ring.end[0])
+            ring.aligned = aligned = not np.count_nonzero(ring.end != slot)
+            ring.even = aligned and not np.count_nonzero(ring.length != ring.length[0])
+
+    def sync(self) -> None:
+        """Apply everything deferred: :meth:`show`, then the marks and episodes."""
+        self.show()
+        calls = self.unsettled  # vector steps in the run
+        if not calls:
+            return
+        self.unsettled = 0
+        ring, counts = self.ring, self.shown  # each sub-pool's rows in the run
+        self._settle(ring.envs, (ring.end - counts) % ring.slots, counts, calls)
+        self.masks.clear()
+        counts[:] = 0
 
     def _settle(
         self,
@@ -206,28 +218,6 @@ class HotWriter:
             env_ids, counts, columns.reward[row], done, self._ticks(step, calls)
         )
 
-    def _settle_step(
-        self, end: npt.NDArray[np.int64], valid: npt.NDArray[np.bool_] | None
-    ) -> None:
-        """:meth:`_settle` of one vector step's rows (``valid``: the envs that had one).
-
-        The DQN loop's case (a ``sample()`` after every step settles that step;
-        under ``NEXT_STEP`` a third of CartPole's steps leave a reset row out):
-        a few array operations, where the general run's bookkeeping costs ten
-        times an add. An env left out has no row: its free slot is read, never
-        kept.
-        """
-        ring, columns = self.ring, self.columns
-        row = ring.base + end % ring.slots * ring.num_envs
-        done = columns.terminated[row] | columns.truncated[row]
-        if valid is None:
-            ring.starts[row] = ring.fresh
-            ring.fresh[:] = done
-        else:
-            ring.starts[row[valid]] = ring.fresh[valid]
-            np.copyto(ring.fresh, done, where=valid)
-        self.log.record(None, columns.reward[row], done, valid)
-
     def _ticks(self, step: npt.NDArray[np.int64], calls: int) -> npt.NDArray[Any]:
         """The vector step (in the run) of each row, env after env.
 
@@ -248,6 +238,7 @@ class HotWriter:
         self.masks.clear()
         self.masked = False
         self.pending_env[:] = 0
+        self.shown[:] = 0
         ring.aligned = self.enabled and bool((ring.end == ring.slot).all())
 
 
