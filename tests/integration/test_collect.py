@@ -20,7 +20,8 @@ from gymnasium.vector import AutoresetMode
 
 import vecpool
 from vecpool import cli
-from vecpool._util.validation import available_cpus
+from vecpool._util.placement import plan
+from vecpool.sampling import collect as collect_module
 from vecpool.sampling.collect import (
     CollectArgumentError,
     collect,
@@ -28,6 +29,7 @@ from vecpool.sampling.collect import (
     load_policy,
     parse_autoreset_mode,
 )
+from vecpool.vector import arguments
 
 
 def small_run(tmp_path, **kwargs):
@@ -652,6 +654,66 @@ def test_overlap_records_what_the_plain_loop_records(tmp_path, mode):
     assert overlapped.pool.episode_stats == plain.pool.episode_stats
 
 
+def _jittery_policy(obs: np.ndarray) -> np.ndarray:
+    """CartPole: an action that changes with every observation (a digit of it)."""
+    return (np.abs(obs[:, 2]) * 1e4).astype(np.int64) % 2
+
+
+def _in_turn(mode: str, policy: Any, *, num_envs: int, vector_steps: int, seed: int):
+    """The loop ``collect`` runs ahead of: step, then record, in turn."""
+    autoreset = parse_autoreset_mode(mode)
+    env = vecpool.make_vec(
+        "CartPole-v1",
+        num_envs,
+        vector_kwargs={"autoreset_mode": autoreset, "num_workers": 2},
+    )
+    envs = vecpool.ReplayPoolWrapper(env, num_envs * vector_steps)
+    try:
+        obs, _ = envs.reset(seed=seed)
+        envs.action_space.seed(seed)
+        for _ in range(vector_steps):
+            actions = envs.action_space.sample() if policy is None else policy(obs)
+            obs, _, terminated, truncated, _ = envs.step(actions)
+            ended = terminated | truncated
+            if autoreset is AutoresetMode.DISABLED and ended.any():
+                obs, _ = envs.reset(options={"reset_mask": ended})
+    finally:
+        envs.close()
+    return envs.pool
+
+
+@pytest.mark.parametrize("with_policy", [False, True])
+@pytest.mark.parametrize("mode", ["next_step", "same_step", "disabled"])
+def test_collect_holds_what_stepping_and_recording_in_turn_holds(
+    tmp_path, mode, with_policy
+):
+    # collect sends each step before it records the one before (the pool writes
+    # while the workers step): the pool must hold what the plain loop's holds,
+    # row for row, marks and episodes included
+    policy = _jittery_policy if with_policy else None
+    num_envs, vector_steps = 4, 150
+    result = small_run(
+        tmp_path,
+        num_envs=num_envs,
+        steps=num_envs * vector_steps,
+        pool_size=num_envs * vector_steps,
+        out=None,
+        seed=3,
+        policy=policy,
+        autoreset_mode=mode,
+    )
+    expected = _in_turn(
+        mode, policy, num_envs=num_envs, vector_steps=vector_steps, seed=3
+    )
+    assert result.vector_steps == vector_steps
+    assert expected.episode_stats.count > 4
+    got, want = result.pool.state_dict(), expected.state_dict()
+    assert got.keys() == want.keys()
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    assert result.pool.episode_stats == expected.episode_stats
+
+
 def test_overlap_calls_the_policy_with_batches_of_at_most_half_of_the_envs():
     rows: list[int] = []
 
@@ -769,15 +831,38 @@ def test_the_cpu_sharing_advice_only_with_a_policy(monkeypatch, with_policy):
 SHORT_RUN = ["collect", "CartPole-v1", "--num-envs", "4", "--steps", "40", "--quiet"]
 
 
-@pytest.mark.skipif(available_cpus() != 2, reason="a share is taken on 2 CPUs only")
-def test_the_header_says_where_the_envs_step(tmp_path):
-    # the default on 2 CPUs: one worker process, and half the envs in this process
+@pytest.fixture
+def cores(monkeypatch):
+    """Fake the machine's physical cores, for collect and the vector env alike."""
+
+    def fake(count: int) -> None:
+        monkeypatch.setattr(collect_module, "physical_cores", lambda: count)
+        monkeypatch.setattr(arguments, "physical_cores", lambda: count)
+
+    return fake
+
+
+def test_the_header_says_where_the_envs_step(tmp_path, cores):
+    # on 2 cores: one worker process and a share in this process, which records
+    # each step while the worker steps, so its share is smaller than half
+    # (vecpool/_util/placement.py, RECORD_STEPS)
+    cores(2)
     out = str(tmp_path / "share.npz")
     code, stdout, stderr = run_cli([*SHORT_RUN, "--pool-size", "40", "--out", out])
     assert code == 0, stderr
     first = stdout.splitlines()[0]
-    assert "4 envs on 1 worker process and this process (2 envs here)" in first
+    assert "4 envs on 1 worker process and this process (1 env here)" in first
+    assert first.endswith("1 worker x 3 envs + 1 in this process (2 cores)")
     argv = [*SHORT_RUN, "--pool-size", "40", "--num-workers", "0", "--out", out]
     code, stdout, stderr = run_cli(argv)
     assert code == 0, stderr
     assert "4 envs in this process," in stdout.splitlines()[0]
+    # a placement asked for, or isolation (restart), is not changed
+    argv = [*SHORT_RUN, "--pool-size", "40", "--num-workers", "1", "--out", out]
+    code, stdout, stderr = run_cli(argv)
+    assert code == 0, stderr
+    assert stdout.splitlines()[0].endswith("1 worker x 4 envs (2 cores)")
+    cores(16)  # many cores: no share, as without recording
+    code, stdout, stderr = run_cli([*SHORT_RUN, "--pool-size", "40", "--out", out])
+    assert code == 0, stderr
+    assert stdout.splitlines()[0].endswith(plan(4, 16).describe(4))

@@ -13,7 +13,7 @@ import math
 import pytest
 
 from vecpool._util import topology
-from vecpool._util.placement import Placement, plan
+from vecpool._util.placement import RECORD_STEPS, Placement, plan
 from vecpool.testing import CountingEnv
 from vecpool.vector import arguments
 
@@ -80,6 +80,31 @@ def test_two_cores_keep_the_parents_share():
     assert plan(1, 2) == Placement(num_workers=1, parent_envs=0, cores=2)
     # every env in workers (isolation asked): two workers, the parent blocks
     assert plan(8, 2, share=False) == Placement(num_workers=2, parent_envs=0, cores=2)
+
+
+@pytest.mark.parametrize("cores", CORES)
+@pytest.mark.parametrize("num_envs", NUM_ENVS)
+def test_a_parent_that_records_steps_a_smaller_share(cores, num_envs):
+    # vecpool collect records each step while the workers step: the model counts
+    # that work (m), so the parent keeps fewer envs, and on more cores none
+    alone, recording = (
+        plan(num_envs, cores),
+        plan(num_envs, cores, parent_work=RECORD_STEPS),
+    )
+    assert recording.parent_envs <= alone.parent_envs
+    assert recording.num_workers + 1 <= max(2, cores) or recording.parent_envs == 0
+    if cores != 2:
+        assert recording == alone
+    elif num_envs >= 8:
+        assert 0 < recording.parent_envs < alone.parent_envs
+        assert recording.num_workers == 1
+
+
+def test_the_measured_share_of_a_recording_parent():
+    # 8 CartPole envs on 2 cores, collect (11-28): shares of 2 and 3 ran 1.3-1.4x
+    # the share of 4; the model takes 3 (the larger of two near-equal costs)
+    assert plan(8, 2, parent_work=RECORD_STEPS) == Placement(1, 3, 2)
+    assert plan(8, 2, parent_work=0.0) == plan(8, 2)
 
 
 def test_one_core_has_one_worker_and_no_share():

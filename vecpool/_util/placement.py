@@ -5,12 +5,14 @@ spaces of the env it builds), so the default is chosen from the machine alone, f
 the case where placement matters most: a cheap env, whose step costs less than a
 hand-off between processes. One vector step then costs about
 
-    T(w, k, p) = max(k * s + h, p * s) + w * r (+ b where w = cores)
+    T(w, k, p) = max(k * s + h, p * s + m) + w * r (+ b where w = cores)
 
 for ``w`` workers hosting at most ``k = ceil(hosted / w)`` envs each, ``p`` envs in
 the parent, ``s`` one env step, ``h`` a worker's hand-off (its wake and reply, about
 3 env steps), ``r`` the parent's own cost per worker (ringing it, taking its
-answer: about a fifth of an env step) and ``b`` waking the parent (3 env steps).
+answer: about a fifth of an env step), ``m`` the parent's own work while the
+workers step (0, or :data:`RECORD_STEPS` where it records every step: ``vecpool
+collect``) and ``b`` waking the parent (3 env steps).
 Two rules bound the choice:
 
 * **Never more spinners than CPUs.** The workers and the parent, which spins while
@@ -21,8 +23,9 @@ Two rules bound the choice:
   ran CartPole at 10x the CPU of 8 workers hosting 2 envs each, and slower
   (docs/performance.md).
 * **The parent's share only where it pays:** on 2 CPUs the parent and one worker
-  each step half the envs (measured 1.3x every env in workers); on more CPUs the
-  parent, which serves every worker, is the slowest runner and steps none.
+  each step about half the envs (measured 1.3x every env in workers), the parent
+  fewer where it has work of its own (``m``); on more CPUs the parent, which
+  serves every worker, is the slowest runner and steps none.
 
 Within those rules the model takes the fewest workers that reach the least cost:
 more workers than needed for the same ``k`` only add ``r`` each. The choice depends
@@ -38,6 +41,7 @@ from dataclasses import dataclass
 __all__ = [
     "HANDOFF_STEPS",
     "PER_WORKER_STEPS",
+    "RECORD_STEPS",
     "SHARE_MAX_CPUS",
     "WAKE_STEPS",
     "Placement",
@@ -53,6 +57,12 @@ PER_WORKER_STEPS = 0.2
 
 WAKE_STEPS = 3.0
 """Waking the parent, blocked because every core has a worker, in cheap env steps."""
+
+RECORD_STEPS = 5.0
+"""The parent's work to record a vector step into a replay pool and tally it
+(``ReplayPoolWrapper.record_step`` and ``vecpool collect``'s figures: 50-60 us for
+8 CartPole envs on a 2-CPU VM) in the model's cheap env steps. Calibrated on that
+run: shares of 2 and 3 envs ran 1.3-1.4x the share of 4 (docs/performance.md)."""
 
 SHARE_MAX_CPUS = 2
 """The parent steps a share on at most this many CPUs (measured: a share pays on 2,
@@ -103,6 +113,7 @@ def plan(
     *,
     share: bool = True,
     max_workers: int | None = None,
+    parent_work: float = 0.0,
 ) -> Placement:
     """The default placement of ``num_envs`` envs on ``cores`` cores.
 
@@ -113,6 +124,8 @@ def plan(
         Placement(num_workers=8, parent_envs=0, cores=16)
         >>> plan(64, 16).num_workers, plan(8, 64).num_workers, plan(8, 2, share=False)
         (13, 8, Placement(num_workers=2, parent_envs=0, cores=2))
+        >>> plan(8, 2, parent_work=RECORD_STEPS)  # it records: a smaller share
+        Placement(num_workers=1, parent_envs=3, cores=2)
 
     Args:
         num_envs: Number of sub-environments (at least 1).
@@ -120,15 +133,22 @@ def plan(
         share: Whether the parent may step a share (``parent_envs="auto"`` with
             nothing asking for isolation).
         max_workers: At most this many workers (``max_concurrency``).
+        parent_work: The parent's own work each vector step while the workers
+            step, in cheap env steps (``m`` above; e.g. :data:`RECORD_STEPS`).
 
     Returns:
         The placement.
     """
     cores = max(1, cores)
     if share and 2 <= cores <= SHARE_MAX_CPUS and num_envs >= 2:
-        # the parent and cores - 1 workers each step about num_envs / cores envs
-        workers = min(cores - 1, num_envs - num_envs // cores)
-        return Placement(workers, num_envs // cores, cores)
+        # the parent and cores - 1 workers each step about num_envs / cores envs,
+        # the parent fewer while its own work would make it the slowest runner
+        def runner(parent: int) -> float:
+            hosted = math.ceil((num_envs - parent) / (cores - 1))
+            return max(hosted + HANDOFF_STEPS, parent + parent_work)
+
+        parent = min(range(num_envs // cores, -1, -1), key=runner)
+        return Placement(min(cores - 1, num_envs - parent), parent, cores)
     limit = max(1, min(num_envs, cores, max_workers or num_envs))
     best, best_cost = 1, math.inf
     for workers in range(1, limit + 1):

@@ -32,7 +32,9 @@ import numpy.typing as npt
 from gymnasium.vector import AutoresetMode
 
 from vecpool._util.loading import load_callable
+from vecpool._util.placement import RECORD_STEPS, plan
 from vecpool._util.progress import Progress
+from vecpool._util.topology import physical_cores
 from vecpool._util.validation import check_int, require_matplotlib
 from vecpool.errors import (
     CollectArgumentError,
@@ -584,25 +586,57 @@ def _step(
     display: _CollectProgress,
     stop: _StopOnSigint,
 ) -> None:
-    """Reset, then step until ``planned`` vector steps or a stop request."""
+    """Reset, then step until ``planned`` vector steps or a stop request.
+
+    The next step is sent before the last one is recorded, so the pool writes
+    while the workers step (the policy needs only the observations): the same
+    rows as stepping and recording in turn. Not where a reset must come between
+    (``DISABLED``, an episode ended) or where the env cannot be sent a step.
+    """
     obs, _ = envs.reset(seed=seed)
     if seed is not None:
         envs.action_space.seed(seed)
     disabled = envs.autoreset_mode is AutoresetMode.DISABLED
+    inner: Any = envs.env
+    ahead = callable(getattr(inner, "step_async", None)) and callable(
+        getattr(inner, "step_wait", None)
+    )
     tracker.started = time.perf_counter()
-    while tracker.vector_steps < planned and not stop.requested:
-        actions = envs.action_space.sample() if policy is None else policy(obs)
-        result = envs.env.step(actions)  # a second Ctrl-C may cut this short ...
+
+    def act(obs: Any) -> Any:
+        return envs.action_space.sample() if policy is None else policy(obs)
+
+    going = planned > 0 and not stop.requested
+    actions = act(obs) if going else None
+    sent = False  # whether the step of `actions` is sent and not yet taken
+    while going:
+        # a second Ctrl-C may cut the step short ...
+        result = inner.step_wait() if sent else inner.step(actions)
+        sent = False
+        following = None
+        if (
+            ahead
+            and tracker.vector_steps + 1 < planned
+            and not stop.requested
+            and not (disabled and np.any(result[2] | result[3]))
+        ):
+            following = act(result[0])
+            inner.step_async(following)
+            sent = True
         stop.deferring = True  # ... but never the recording into the pool
         try:
             envs.record_step(actions, result)
         finally:
             stop.deferring = False
-        obs, rewards = result[0], result[1]
-        ended = tracker.record(rewards, envs.last_step)
-        if ended is not None and disabled:
-            obs, _ = envs.reset(options={"reset_mask": ended})
+        ended = tracker.record(result[1], envs.last_step)
         display.update(tracker)
+        going = sent or (tracker.vector_steps < planned and not stop.requested)
+        if going and not sent:
+            obs = result[0]
+            if ended is not None and disabled:
+                obs, _ = envs.reset(options={"reset_mask": ended})
+            following = act(obs)
+        actions = following
 
 
 class _RecordingPool:
@@ -808,6 +842,12 @@ def collect(
         vector_kwargs["batch_size"] = num_envs // 2
         chunk = min(OVERLAP_CHUNK, planned)
         planned = math.ceil(planned / chunk) * chunk
+    elif num_workers is None and on_worker_crash != "restart":
+        # the default placement, counting the parent's recording of every step,
+        # which it does while the workers step (see _step)
+        vector_kwargs["parent_envs"] = plan(
+            num_envs, physical_cores(), parent_work=RECORD_STEPS
+        ).parent_envs
     if pool_size is None:
         pool_size = planned * num_envs
     stream: TextIO | None
