@@ -682,15 +682,21 @@ def _in_turn(mode: str, policy: Any, *, num_envs: int, vector_steps: int, seed: 
     return envs.pool
 
 
-@pytest.mark.parametrize("with_policy", [False, True])
+def _scaling_policy(obs: np.ndarray) -> np.ndarray:
+    """:func:`_jittery_policy` after preprocessing its input in place."""
+    obs *= 0.5  # e.g. torch.from_numpy(obs).mul_(0.5): shares obs's memory
+    return _jittery_policy(obs * 2.0)
+
+
+@pytest.mark.parametrize("policy", [None, _jittery_policy, _scaling_policy])
 @pytest.mark.parametrize("mode", ["next_step", "same_step", "disabled"])
 def test_collect_holds_what_stepping_and_recording_in_turn_holds(
-    tmp_path, mode, with_policy
+    tmp_path, mode, policy
 ):
     # collect sends each step before it records the one before (the pool writes
     # while the workers step): the pool must hold what the plain loop's holds,
-    # row for row, marks and episodes included
-    policy = _jittery_policy if with_policy else None
+    # row for row, marks and episodes included; a policy that changes its input
+    # in place (after the plain loop recorded it) changes nothing recorded
     num_envs, vector_steps = 4, 150
     result = small_run(
         tmp_path,
@@ -712,6 +718,39 @@ def test_collect_holds_what_stepping_and_recording_in_turn_holds(
     for key in want:
         np.testing.assert_array_equal(got[key], want[key], err_msg=key)
     assert result.pool.episode_stats == expected.episode_stats
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
+def test_a_step_taken_is_recorded_when_the_next_ones_policy_raises(tmp_path, error):
+    # the policy runs after a step is taken and before it is recorded (collect
+    # sends the next step first): a second Ctrl-C there, or any error, must not
+    # lose the step taken
+    calls = []
+    recorded = []
+
+    def policy(obs: np.ndarray) -> np.ndarray:
+        calls.append(len(obs))
+        if len(calls) == 10:  # before step 10: steps 1-9 were taken
+            raise error("stop here")
+        return np.zeros(len(obs), np.int64)
+
+    original = vecpool.ReplayPoolWrapper.record_step
+
+    def record_step(self, actions, result):
+        original(self, actions, result)
+        recorded.append(len(self.pool))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(vecpool.ReplayPoolWrapper, "record_step", record_step)
+        if error is KeyboardInterrupt:  # a second Ctrl-C: what was taken is saved
+            result = small_run(tmp_path, out=None, policy=policy, steps=2 * 20)
+            assert result.interrupted
+            assert result.vector_steps == 9
+            assert len(result.pool) == result.transitions == recorded[-1]
+        else:
+            with pytest.raises(RuntimeError, match="stop here"):
+                small_run(tmp_path, out=None, policy=policy, steps=2 * 20)
+    assert len(recorded) == 9
 
 
 def test_overlap_calls_the_policy_with_batches_of_at_most_half_of_the_envs():

@@ -2,13 +2,15 @@
 
 :class:`HotWriter` is the fast path: one row per env in env order, written at each
 sub-pool's free row with a handful of numpy calls (slice writes while every
-sub-pool's free slot is the same, the aligned path), with the counting deferred:
-lengths, stretch marks, episodes and priorities of a whole run of steps are settled
-at once by :meth:`HotWriter.sync`, before anything reads them and before a row
-could be written twice. It applies where the storage kind allows it, without
-clearing or random routing. :class:`RoutedWriter` is the general path: rows routed
-to sub-pools (by ``env_ids``, or at random), appended one per sub-pool at a time
-and trimmed at once, in the documented order (append, clearing, overflow;
+sub-pool's free slot is the same, the aligned path), with the counting deferred.
+:meth:`HotWriter.show` makes the rows added since the last read visible to
+sampling (lengths, ends, priorities) in a few numpy calls whatever their number;
+:meth:`HotWriter.sync` also settles the stretch marks and episodes of every step
+since the last settle at once, before anything reads them and before a row could
+be written twice. It applies where the storage kind allows it, without clearing
+or random routing. :class:`RoutedWriter` is the general path: rows routed to
+sub-pools (by ``env_ids``, or at random), appended one per sub-pool at a time and
+trimmed at once, in the documented order (append, clearing, overflow;
 docs/replay-pool.md).
 """
 

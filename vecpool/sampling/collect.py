@@ -34,6 +34,7 @@ from gymnasium.vector import AutoresetMode
 from vecpool._util.loading import load_callable
 from vecpool._util.placement import RECORD_STEPS, plan
 from vecpool._util.progress import Progress
+from vecpool._util.spaces import copy_tree
 from vecpool._util.topology import physical_cores
 from vecpool._util.validation import check_int, require_matplotlib
 from vecpool.errors import (
@@ -589,9 +590,12 @@ def _step(
     """Reset, then step until ``planned`` vector steps or a stop request.
 
     The next step is sent before the last one is recorded, so the pool writes
-    while the workers step (the policy needs only the observations): the same
-    rows as stepping and recording in turn. Not where a reset must come between
-    (``DISABLED``, an episode ended) or where the env cannot be sent a step.
+    while the workers step (the policy needs only the observations, and gets a
+    copy of them: one that changes them in place changes nothing recorded): the
+    same rows as stepping and recording in turn. Not where a reset must come
+    between (``DISABLED``, an episode ended) or where the env cannot be sent a
+    step. A step taken is recorded even when the policy or sending the next step
+    raises (a second Ctrl-C there included).
     """
     obs, _ = envs.reset(seed=seed)
     if seed is not None:
@@ -614,21 +618,23 @@ def _step(
         result = inner.step_wait() if sent else inner.step(actions)
         sent = False
         following = None
-        if (
-            ahead
-            and tracker.vector_steps + 1 < planned
-            and not stop.requested
-            and not (disabled and np.any(result[2] | result[3]))
-        ):
-            following = act(result[0])
-            inner.step_async(following)
-            sent = True
-        stop.deferring = True  # ... but never the recording into the pool
         try:
-            envs.record_step(actions, result)
-        finally:
-            stop.deferring = False
-        ended = tracker.record(result[1], envs.last_step)
+            if (
+                ahead
+                and tracker.vector_steps + 1 < planned
+                and not stop.requested
+                and not (disabled and np.any(result[2] | result[3]))
+            ):
+                following = act(result[0] if policy is None else copy_tree(result[0]))
+                inner.step_async(following)
+                sent = True
+        finally:  # the step taken is recorded, whatever stopped the next one
+            stop.deferring = True  # ... but never the recording into the pool
+            try:
+                envs.record_step(actions, result)
+            finally:
+                stop.deferring = False
+            ended = tracker.record(result[1], envs.last_step)
         display.update(tracker)
         going = sent or (tracker.vector_steps < planned and not stop.requested)
         if going and not sent:
