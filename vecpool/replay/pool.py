@@ -855,7 +855,11 @@ class ReplayPool:
                 for files you trust.
 
         Returns:
-            A pool equal to the one saved, including its generator state.
+            A pool equal to the one saved, including its generator state: the
+            same transitions, statistics and uniform draws. Its rows lie at
+            other places in memory (each sub-pool from slot 0), so a
+            prioritized pool's draws after the load differ from the saved
+            pool's for the same generator state (each row's priority is kept).
 
         Raises:
             ValueError: If the file is truncated, corrupted, of another format or
