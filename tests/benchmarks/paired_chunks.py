@@ -1,0 +1,236 @@
+"""Two loops in one process, their short chunks alternated: ratios a noisy VM keeps.
+
+This project's 2-CPU VM changes speed by up to 2x within seconds, so whole runs
+timed one after the other (even interleaved rounds in fresh processes) often
+cannot separate two setups 10-20% apart. Here both setups live in one process and
+take turns in chunks of about 60 ms, the order flipped every turn, so every speed
+spell falls on both alike; the figures are totals over the run. Two comparisons:
+
+* ``vs-sync WORKLOAD N POLICY``: ``gymnasium.vector.SyncVectorEnv`` against
+  ``vecpool.AsyncVectorEnv`` at its defaults (issue 37's 2-core rows), with no
+  policy, a 1 ms one-thread CPU policy (``cpu1ms``, a busy loop) or a 1 ms policy
+  that waits without using the CPU (``gpu1ms``, a sleep) between steps. CPU per
+  env-step counts this process and vecpool's worker processes.
+* ``collect-shares 4,3,2``: ``vecpool collect``'s loop (send the next step, record
+  the last into a ``ReplayPoolWrapper``'s pool, vecpool/sampling/collect.py) over 8
+  CartPole envs with each share of envs in the parent (``--no-record``: the same
+  loop without the recording).
+
+Usage::
+
+    python tests/benchmarks/paired_chunks.py vs-sync cartpole 8 none --seconds 5
+    python tests/benchmarks/paired_chunks.py collect-shares 4,3,2
+
+What a setup's idle worker does while the other takes its turn (it spins a moment,
+then blocks) costs its first step of each turn a wake-up: about one step in a
+chunk. docs/performance.md has this machine's figures. Not collected by pytest
+(no ``test_`` prefix); no figure here is a pass/fail gate.
+"""
+
+# A command-line script: what it prints is its result.
+# ruff: noqa: T201
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+
+import vecpool
+from vecpool.bench.workloads import resolve_workload
+
+CHUNK_SECONDS = 0.06
+"""About how long one turn takes (sized on the first setup)."""
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_of(pids: list[int]) -> float:
+    """CPU seconds of these processes so far (``/proc``; 0 for one gone)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / _TICK
+    return total
+
+
+def _policy(kind: str) -> Callable[[], None]:
+    """What runs between two steps."""
+
+    def busy() -> None:
+        end = time.perf_counter() + 0.001
+        while time.perf_counter() < end:
+            pass
+
+    if kind == "cpu1ms":
+        return busy
+    if kind == "gpu1ms":
+        return lambda: time.sleep(0.001)
+    return lambda: None
+
+
+def _alternate(
+    turns: dict[str, Callable[[int], int]],
+    pids: dict[str, list[int]],
+    seconds: float,
+) -> dict[str, tuple[float, float, int]]:
+    """Run each setup's ``turn(steps)`` in turn for ``2 * seconds``.
+
+    Returns:
+        Per setup: wall seconds, CPU seconds (this process and ``pids``), env steps.
+    """
+    names = list(turns)
+    first = turns[names[0]]
+    started = time.perf_counter()
+    steps = 0
+    while time.perf_counter() - started < 5 * CHUNK_SECONDS:
+        steps += 1
+        first(1)
+    chunk = max(5, round(steps / 5))
+    for name in names:
+        turns[name](chunk)  # warm: the workers spinning, caches filled
+    totals = {name: [0.0, 0.0, 0] for name in names}
+    started = time.perf_counter()
+    flip = False
+    while time.perf_counter() - started < len(names) * seconds:
+        for name in reversed(names) if flip else names:
+            wall, cpu, other = (
+                time.perf_counter(),
+                time.process_time(),
+                _cpu_of(pids[name]),
+            )
+            env_steps = turns[name](chunk)
+            totals[name][0] += time.perf_counter() - wall
+            totals[name][1] += time.process_time() - cpu + _cpu_of(pids[name]) - other
+            totals[name][2] += env_steps
+        flip = not flip
+    return {name: (w, c, int(s)) for name, (w, c, s) in totals.items()}
+
+
+def _print(results: dict[str, tuple[float, float, int]], base: str) -> None:
+    rate = {name: steps / wall for name, (wall, _, steps) in results.items()}
+    cpu = {name: cpu / steps * 1e6 for name, (_, cpu, steps) in results.items()}
+    for name in results:
+        print(
+            f"  {name:12s} {rate[name]:10,.0f} env-steps/s "
+            f"{cpu[name]:7.1f} us CPU/env-step   "
+            f"{rate[name] / rate[base]:.2f}x at {cpu[name] / cpu[base]:.2f}x CPU"
+        )
+
+
+def vs_sync(workload: str, num_envs: int, policy: str, seconds: float) -> None:
+    """Sync against vecpool's default on ``workload``."""
+    make = resolve_workload(workload).env_fn
+    between = _policy(policy)
+    envs: dict[str, Any] = {
+        "sync": gym.vector.SyncVectorEnv([make] * num_envs),
+        "vecpool": vecpool.AsyncVectorEnv([make] * num_envs),
+    }
+    print(f"{workload} n={num_envs} policy={policy}: {envs['vecpool']!r}")
+    pids = {
+        "sync": [],
+        "vecpool": [p.pid for p in envs["vecpool"].processes if p.pid],
+    }
+    for env in envs.values():
+        env.reset(seed=0)
+        env.action_space.seed(0)
+
+    def turn(env: Any) -> Callable[[int], int]:
+        def run(steps: int) -> int:
+            space = env.action_space
+            for _ in range(steps):
+                between()
+                env.step(space.sample())
+            return steps * num_envs
+
+        return run
+
+    try:
+        results = _alternate({k: turn(e) for k, e in envs.items()}, pids, seconds)
+    finally:
+        for env in envs.values():
+            env.close()
+    _print(results, "sync")
+
+
+def collect_shares(shares: list[int], record: bool, seconds: float) -> None:
+    """``collect``'s loop with each parent share (8 CartPole envs, NEXT_STEP)."""
+    loops: dict[str, Any] = {}
+    for share in shares:
+        env = vecpool.make_vec(
+            "CartPole-v1",
+            8,
+            vector_kwargs={
+                "autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP,
+                "parent_envs": share,
+            },
+        )
+        wrapper = vecpool.ReplayPoolWrapper(env, 1_000_000, seed=0)
+        wrapper.reset(seed=0)
+        wrapper.action_space.seed(0)
+        actions = wrapper.action_space.sample()
+        loops[f"share {share}"] = [wrapper, env, (actions, env.step(actions))]
+    print(f"collect's loop, 8 CartPole envs, {'recording' if record else 'no pool'}")
+
+    def turn(loop: list[Any]) -> Callable[[int], int]:
+        def run(steps: int) -> int:
+            wrapper, env, pending = loop
+            for _ in range(steps):
+                actions, result = pending
+                following = wrapper.action_space.sample()
+                env.step_async(following)
+                if record:
+                    wrapper.record_step(actions, result)
+                pending = (following, env.step_wait())
+            loop[2] = pending
+            return steps * 8
+
+        return run
+
+    pids = {
+        name: [p.pid for p in loop[1].processes if p.pid]
+        for name, loop in loops.items()
+    }
+    try:
+        results = _alternate(
+            {name: turn(loop) for name, loop in loops.items()}, pids, seconds
+        )
+    finally:
+        for wrapper, _, _ in loops.values():
+            wrapper.close()
+    _print(results, next(iter(results)))
+
+
+def main() -> None:
+    """Parse the command line and run one comparison."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    pair = sub.add_parser("vs-sync", help="Sync against vecpool's default")
+    pair.add_argument("workload", help="a `vecpool bench` workload, e.g. cartpole")
+    pair.add_argument("num_envs", type=int)
+    pair.add_argument("policy", choices=["none", "cpu1ms", "gpu1ms"])
+    share = sub.add_parser("collect-shares", help="collect's loop, parent shares")
+    share.add_argument("shares", help="comma-separated, e.g. 4,3,2")
+    share.add_argument("--no-record", action="store_true")
+    for each in (pair, share):
+        each.add_argument("--seconds", type=float, default=6.0, help="per setup")
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    if args.what == "vs-sync":
+        vs_sync(args.workload, args.num_envs, args.policy, args.seconds)
+    else:
+        shares = [int(part) for part in args.shares.split(",")]
+        collect_shares(shares, not args.no_record, args.seconds)
+
+
+if __name__ == "__main__":
+    main()
