@@ -60,9 +60,10 @@ WAKE_STEPS = 3.0
 
 RECORD_STEPS = 5.0
 """The parent's work to record a vector step into a replay pool and tally it
-(``ReplayPoolWrapper.record_step`` and ``vecpool collect``'s figures: 50-60 us for
-8 CartPole envs on a 2-CPU VM) in the model's cheap env steps. Calibrated on that
-run: shares of 2 and 3 envs ran 1.3-1.4x the share of 4 (docs/performance.md)."""
+(``ReplayPoolWrapper.record_step`` and ``vecpool collect``'s figures: about 45-70
+us for 8 CartPole envs on a 2-CPU VM) in the model's cheap env steps. Calibrated
+on that loop: shares of 3 and 2 envs ran a median 1.06x and 1.11x the share of 4,
+close to each other (tests/benchmarks/paired_chunks.py, docs/performance.md)."""
 
 SHARE_MAX_CPUS = 2
 """The parent steps a share on at most this many CPUs (measured: a share pays on 2,
