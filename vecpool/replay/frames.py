@@ -38,19 +38,7 @@ from gymnasium import spaces
 
 from vecpool.replay.ring import SubPoolRing
 
-__all__ = ["FrameLayout", "FrameStore", "compact_items", "given"]
-
-
-def given(newest: npt.NDArray[np.bool_] | None) -> npt.NDArray[np.bool_]:
-    """``newest`` for a layout that reads it (``reads_newest``: never ``None``).
-
-    Raises:
-        TypeError: If the reader did not compute it.
-    """
-    if newest is None:
-        msg = "this layout reads `newest`: compute it where `reads_newest` is set"
-        raise TypeError(msg)
-    return newest
+__all__ = ["FrameLayout", "FrameStore", "compact_items"]
 
 
 class _Store:
@@ -430,7 +418,6 @@ class FrameLayout:
     """
 
     hot = True
-    reads_newest = True
 
     def __init__(
         self,
@@ -516,10 +503,9 @@ class FrameLayout:
         env: npt.NDArray[np.int64],
         row: npt.NDArray[np.int64],
         next_row: npt.NDArray[np.int64],
-        newest: npt.NDArray[np.bool_] | None,
+        newest: npt.NDArray[np.bool_],
     ) -> tuple[list[npt.NDArray[Any]], list[npt.NDArray[Any]]]:
         """The stacks rebuilt (a shared gather when both are of the same rows)."""
-        newest = given(newest)
         if next_row is row:
             stacks, next_stacks = self.store.pair(row, env, newest)
         else:

@@ -24,7 +24,7 @@ import numpy.typing as npt
 from gymnasium import spaces
 
 from vecpool._util.spaces import leaves
-from vecpool.replay.frames import FrameLayout, given
+from vecpool.replay.frames import FrameLayout
 from vecpool.replay.ring import SubPoolRing
 from vecpool.replay.storage import same_value, storage_leaves
 
@@ -55,9 +55,6 @@ class ObservationLayout(Protocol):
 
     hot: bool
     """Whether the flat hot path may write it (one row per env, any row order)."""
-
-    reads_newest: bool
-    """Whether :meth:`read` looks at ``newest`` (else it is given ``None``)."""
 
     @property
     def nbytes(self) -> int:
@@ -101,7 +98,7 @@ class ObservationLayout(Protocol):
         env: npt.NDArray[np.int64],
         row: npt.NDArray[np.int64],
         next_row: npt.NDArray[np.int64],
-        newest: npt.NDArray[np.bool_] | None,
+        newest: npt.NDArray[np.bool_],
     ) -> tuple[Leaves, Leaves]:
         """``obs`` of ``row`` and ``next_obs`` of ``next_row``, as leaves.
 
@@ -145,7 +142,6 @@ class ArrayLayout:
     """``obs`` and ``next_obs`` whole: one array per leaf, one row per slot."""
 
     hot = True
-    reads_newest = False
 
     def __init__(self, space: spaces.Space[Any], rows: int) -> None:
         """Preallocate both."""
@@ -197,7 +193,7 @@ class ArrayLayout:
         env: npt.NDArray[np.int64],  # noqa: ARG002 - the protocol's signature
         row: npt.NDArray[np.int64],
         next_row: npt.NDArray[np.int64],
-        newest: npt.NDArray[np.bool_] | None,  # noqa: ARG002 - the protocol's signature
+        newest: npt.NDArray[np.bool_],  # noqa: ARG002 - the protocol's signature
     ) -> tuple[Leaves, Leaves]:
         """Two gathers."""
         obs = [array.take(row, axis=0) for array in self.obs]
@@ -229,7 +225,6 @@ class ApartLayout:
     """
 
     hot = False  # the newest row's next observation moves on every append
-    reads_newest = True
 
     def __init__(self, space: spaces.Space[Any], rows: int, num_envs: int) -> None:
         """Preallocate the observations and tails; the store starts empty."""
@@ -333,10 +328,9 @@ class ApartLayout:
         env: npt.NDArray[np.int64],
         row: npt.NDArray[np.int64],
         next_row: npt.NDArray[np.int64],
-        newest: npt.NDArray[np.bool_] | None,
+        newest: npt.NDArray[np.bool_],
     ) -> tuple[Leaves, Leaves]:
         """``next_obs``: the following row's, the tail, or the one kept apart."""
-        newest = given(newest)
         obs = [np.take(array, row, axis=0) for array in self.obs]
         own = self.own_next[next_row]
         following = self.next_row[next_row].astype(np.intp)
