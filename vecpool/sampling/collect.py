@@ -593,14 +593,18 @@ def _step(
     while the workers step (the policy needs only the observations, and gets a
     copy of them: one that changes them in place changes nothing recorded): the
     same rows as stepping and recording in turn. Not where a reset must come
-    between (``DISABLED``, an episode ended). A step taken is recorded even when
-    the policy or sending the next step raises (a second Ctrl-C there included).
+    between (``DISABLED``, an episode ended) or where the env cannot be sent a
+    step. A step taken is recorded even when the policy or sending the next step
+    raises (a second Ctrl-C there included).
     """
     obs, _ = envs.reset(seed=seed)
     if seed is not None:
         envs.action_space.seed(seed)
     disabled = envs.autoreset_mode is AutoresetMode.DISABLED
-    inner: Any = envs.env  # the vecpool.AsyncVectorEnv of _start: step_async too
+    inner: Any = envs.env
+    ahead = callable(getattr(inner, "step_async", None)) and callable(
+        getattr(inner, "step_wait", None)
+    )
     tracker.started = time.perf_counter()
 
     def act(obs: Any) -> Any:
@@ -616,7 +620,8 @@ def _step(
         following = None
         try:
             if (
-                tracker.vector_steps + 1 < planned
+                ahead
+                and tracker.vector_steps + 1 < planned
                 and not stop.requested
                 and not (disabled and np.any(result[2] | result[3]))
             ):
