@@ -731,7 +731,8 @@ def test_a_step_taken_is_recorded_when_the_next_ones_policy_raises(tmp_path, err
     def policy(obs: np.ndarray) -> np.ndarray:
         calls.append(len(obs))
         if len(calls) == 10:  # before step 10: steps 1-9 were taken
-            raise error("stop here")
+            msg = "stop here"
+            raise error(msg)
         return np.zeros(len(obs), np.int64)
 
     original = vecpool.ReplayPoolWrapper.record_step
