@@ -13,9 +13,12 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
+from gymnasium.vector import SyncVectorEnv
+from gymnasium.wrappers import FrameStackObservation
 
 import vecpool
 from vecpool._util.files import _HOST, STALE_AGE, remove_stale_temporaries
@@ -209,6 +212,9 @@ def _broken(saved: Path, kind: str) -> Path:
     elif kind == "length-over-capacity":  # consistent CRCs, lying counters
         members["length"] = members["length"] + 100
         _write_archive(bad, members)
+    elif kind == "end-past-the-slots":
+        members["end"] = members["end"] + 100
+        _write_archive(bad, members)
     elif kind == "negative-length":
         members["length"] = members["length"] - 10
         _write_archive(bad, members)
@@ -243,6 +249,7 @@ BROKEN = [
     ("wrong-shape", "`obs_0` member has shape"),
     ("length-over-capacity", "`length` member is out of range"),
     ("negative-length", "`length` member is out of range"),
+    ("end-past-the-slots", "`end` member is out of range"),
     ("own-next-out-of-range", "`own_next` member is out of range"),
     ("free-twice", "`own_next/free` member is out of range"),
 ]
@@ -319,11 +326,11 @@ def _rows_of(pool: vecpool.ReplayPool) -> dict[str, Any]:
 
 def test_a_file_of_format_3_loads_its_window_size__as_clearing_size(tmp_path):
     # issue 29: format 3 (before `window_size_` became `clearing_size`) stored the
-    # setting under the old name; formats 4 and 5 store the new one, and all load
+    # setting under the old name; formats 4 on store the new one, and all load
     pool = _clearing_pool()
     members = _members(pool.save(tmp_path / "new.npz"))
     header = _header(members)
-    assert header["format"] == pool_files.FORMAT == "vecpool.ReplayPool/5"
+    assert header["format"] == pool_files.FORMAT == "vecpool.ReplayPool/6"
     assert header["clearing_size"] == 3
     assert "window_size_" not in header
     old_header = {key: value for key, value in header.items() if key != "clearing_size"}
@@ -363,7 +370,7 @@ def test_a_file_of_format_4_loads_with_marks_from_its_episode_ends(tmp_path):
     old_members = {
         name: array
         for name, array in members.items()
-        if name not in ("starts", "fresh")
+        if name not in ("starts", "fresh", "end")
     }
     old_members["config"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
     loaded = vecpool.ReplayPool.load(_write_archive(tmp_path / "old.npz", old_members))
@@ -497,3 +504,83 @@ def test_compress_makes_a_smaller_file_with_the_same_contents(tmp_path):
         assert_same_data(
             pool.get_pool(), vecpool.ReplayPool.load(path).get_pool(), path.name
         )
+
+
+def _prioritized(layout: str, ring: str) -> vecpool.ReplayPool:
+    """A prioritized pool of 3 frame-stacked CartPole envs whose sub-pools wrapped."""
+
+    def make() -> Any:
+        return FrameStackObservation(gym.make("CartPole-v1"), 3)
+
+    settings: dict[str, Any] = {
+        "window": {"window_size": 12},
+        "clearing": {"clearing_freq": 5, "clearing_size": 2},
+        "plain": {},
+    }[ring]
+    envs = vecpool.ReplayPoolWrapper(
+        SyncVectorEnv([make] * 3),
+        48,  # 16 rows a sub-pool: 70 steps go round about four times
+        seed=3,
+        alpha=0.6,
+        store_next_obs=layout != "apart",
+        frame_stack=3 if layout == "frames" else None,
+        **settings,
+    )
+    envs.reset(seed=0)
+    envs.action_space.seed(0)
+    rng = np.random.default_rng(1)
+    for _ in range(70):
+        envs.step(envs.action_space.sample())
+        if rng.random() < 0.3:  # priorities set now and then, as a learner does
+            batch = envs.pool.sample(8, beta=0.4)
+            envs.pool.update_priorities(batch.indices, rng.random(8) + 1e-3)
+    envs.close()
+    return envs.pool
+
+
+@pytest.mark.parametrize("ring", ["plain", "window", "clearing"])
+@pytest.mark.parametrize("layout", ["arrays", "apart", "frames"])
+def test_a_loaded_prioritized_pool_draws_as_the_saved_one(tmp_path, layout, ring):
+    # a file keeps each sub-pool's end (format 6), so its rows go back to the slots
+    # they held, which the sum tree follows: the same draws for the same generator
+    # state (format 5 put them at slots 0.. and the draws differed)
+    pool = _prioritized(layout, ring)
+    assert (pool.received > pool.lengths).all()  # every sub-pool wrapped
+    loaded = vecpool.ReplayPool.load(pool.save(tmp_path / "pool.npz"))
+    assert_same_data(pool.get_pool(), loaded.get_pool(), "get_pool")
+    if layout != "frames":  # a frame store's items are renumbered in a file
+        before, after = pool.state_dict(), loaded.state_dict()
+        assert sorted(before) == sorted(after)
+        held = pool.filled_rows(before["length"], before["end"])
+        for name in before:  # each held row where it was; the slots not held are
+            # stale in the saved pool, but their priority is 0 in both
+            if pool_files.per_row(name) and name != "priority":
+                assert_same_data(before[name][held], after[name][held], name)
+            else:
+                assert_same_data(before[name], after[name], name)
+    rng = np.random.default_rng(2)
+    for draw in range(6):
+        kwargs: dict[str, Any] = {"beta": 0.4}
+        if draw % 2:
+            kwargs.update(n_step=3, gamma=0.9)
+        drawn = pool.sample(32, **kwargs)
+        assert_same_data(drawn, loaded.sample(32, **kwargs), f"draw {draw}")
+        priorities = rng.random(32) + 1e-3
+        pool.update_priorities(drawn.indices, priorities)
+        loaded.update_priorities(drawn.indices, priorities)
+
+
+def test_a_file_of_format_5_loads_each_sub_pool_from_its_first_slot(tmp_path):
+    # format 6 added `end`; a format-5 file has none: its rows go to slots 0.., so
+    # what the pool holds and returns, and its uniform draws, are the saved pool's
+    pool = _clearing_pool()
+    for _ in range(4):  # round the ring, so that slot 0 is not the oldest row
+        pool.add(**_rows_of(pool))
+    members = _members(pool.save(tmp_path / "new.npz"))
+    assert members["end"].tolist() != members["length"].tolist()
+    old = {name: array for name, array in members.items() if name != "end"}
+    old = _with_header(old, format="vecpool.ReplayPool/5")
+    loaded = vecpool.ReplayPool.load(_write_archive(tmp_path / "old.npz", old))
+    assert loaded.state_dict()["end"].tolist() == pool.lengths.tolist()
+    assert_same_data(pool.get_pool(), loaded.get_pool(), "format 5")
+    assert_same_data(pool.sample(9), loaded.sample(9), "uniform draws")

@@ -12,7 +12,9 @@ key: the constructor argument ``clearing_size`` was ``window_size_`` (issue 29),
 under which formats 2 and 3 store it; both still load. Format 5 (issue 31) adds
 each row's stretch mark, the recent episodes, the priorities and the frame store;
 for older files the marks are derived from the episode ends
-(:func:`_derived_marks`).
+(:func:`_derived_marks`). Format 6 adds each sub-pool's ``end``, so its rows go
+back to the slots they held: a prioritized pool's sum tree follows the slots, and
+the loaded pool draws what the saved one would (older files load from slot 0).
 
 It never imports the pool: it works on any :class:`StoredPool`, through the
 pool's public state (:meth:`ReplayPool.state_dict`, :meth:`ReplayPool.load_state_dict`).
@@ -91,7 +93,8 @@ class StoredPool(Protocol):
         ...
 
 
-FORMAT = "vecpool.ReplayPool/5"  # 5: `starts`, `fresh`; prioritized pools
+FORMAT = "vecpool.ReplayPool/6"  # 6: `end`: rows go back to their slots
+_MARKED_FORMAT = "vecpool.ReplayPool/5"  # 5: `starts`, `fresh`; prioritized pools
 _CLEARING_FORMAT = "vecpool.ReplayPool/4"  # 4: `clearing_size` in the header
 _RENAMED_FORMAT = "vecpool.ReplayPool/3"  # 3: JSON header, no pickle; `window_size_`
 _PICKLED_FORMAT = "vecpool.ReplayPool/2"
@@ -367,7 +370,7 @@ def write(
         The path written.
     """
     state = pool.state_dict()
-    rows = pool.filled_rows(state["length"], state.pop("end"))
+    rows = pool.filled_rows(state["length"], state["end"])
     for name in list(state):
         if per_row(name):
             state[name] = state[name][rows]
@@ -512,7 +515,7 @@ def _read(cls: Callable[..., StoredPool], handle: Any, trusted: bool) -> Any:
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         msg = f"its generator state is not valid: {exc!r}"
         raise _BadFile(msg) from exc
-    _restore(pool, data, compact, header["format"] != FORMAT)
+    _restore(pool, data, header["format"])
     return pool
 
 
@@ -526,7 +529,7 @@ builds in Python objects stays within ~100 MB whatever it holds."""
 
 def _stored_name(name: str, file_format: str) -> str:
     """The header key under which a file of ``file_format`` stores argument ``name``."""
-    if file_format in (FORMAT, _CLEARING_FORMAT):
+    if file_format in (FORMAT, _MARKED_FORMAT, _CLEARING_FORMAT):
         return name
     return _OLD_NAMES.get(name, name)
 
@@ -957,14 +960,15 @@ def _header(data: _Archive) -> dict[str, Any]:
         raise _BadFile(msg)
     if header["format"] not in (
         FORMAT,
+        _MARKED_FORMAT,
         _CLEARING_FORMAT,
         _RENAMED_FORMAT,
         _PICKLED_FORMAT,
     ):
         msg = (
             f"its format is {header['format']!r}; this vecpool reads {FORMAT!r}, "
-            f"{_CLEARING_FORMAT!r}, {_RENAMED_FORMAT!r} (and {_PICKLED_FORMAT!r} "
-            "with trusted=True)"
+            f"{_MARKED_FORMAT!r}, {_CLEARING_FORMAT!r}, {_RENAMED_FORMAT!r} (and "
+            f"{_PICKLED_FORMAT!r} with trusted=True)"
         )
         raise _BadFile(msg)
     stored = [
@@ -1000,17 +1004,22 @@ def _shape(data: _Archive, name: str) -> tuple[int, ...]:
     return data.describe(name)[0]
 
 
-def _restore(pool: StoredPool, data: _Archive, compact: bool, old: bool) -> None:
+def _restore(pool: StoredPool, data: _Archive, file_format: str) -> None:
     """Copy the file's arrays into ``pool``, each checked against the fresh one.
 
-    A compact file (format 3 to 5) holds each sub-pool's filled rows, oldest first:
-    they go to slots ``0..length-1`` (the ring starts over; what the pool holds,
-    returns and samples is unchanged). A format-2 file holds every row as it lay.
-    Files before format 5 (``old``) have no ``starts`` and ``fresh`` marks: they
-    are derived from the episode ends (:func:`_derived_marks`).
+    A compact file (format 3 on) holds each sub-pool's filled rows, oldest first.
+    Format 6 keeps each sub-pool's ``end``: the rows go back to the slots they
+    held. Formats 3 to 5 have none: they go to slots ``0..length-1`` (the ring
+    starts over; what the pool holds and returns, and its uniform draws, are
+    unchanged, a prioritized pool's draws are not). A format-2 file holds every
+    row as it lay. Files before format 5 have no ``starts`` and ``fresh`` marks:
+    they are derived from the episode ends (:func:`_derived_marks`).
     """
+    compact = file_format != _PICKLED_FORMAT
+    old = file_format not in (FORMAT, _MARKED_FORMAT)
     fresh = pool.state_dict()
-    if compact:
+    slots = fresh["starts"].shape[0] // pool.num_envs
+    if compact and file_format != FORMAT:
         fresh.pop("end")
     if old:
         for name in ("starts", "fresh", "recent", "recent_count"):
@@ -1038,11 +1047,11 @@ def _restore(pool: StoredPool, data: _Archive, compact: bool, old: bool) -> None
             msg = f"its `{name}` member has shape {shape}, expected {expected}"
             raise _BadFile(msg)
         loaded[name] = data[name]
-    if compact:
+    if "end" not in loaded:  # formats 3 to 5: each sub-pool from its first slot
         loaded["end"] = loaded["length"].copy()
     if old:
         _derived_marks(pool, loaded, compact)
-    _check_counters(pool, loaded)
+    _check_counters(pool, loaded, slots)
     pool.load_state_dict(loaded, compact=compact)
 
 
@@ -1096,8 +1105,13 @@ def _check_frame_store(
             refuse(f"{store}_free", "used once: no slot both owned and free, or twice")
 
 
-def _check_counters(pool: StoredPool, data: dict[str, npt.NDArray[Any]]) -> None:
-    """Refuse counters that would make the pool read rows it never wrote."""
+def _check_counters(
+    pool: StoredPool, data: dict[str, npt.NDArray[Any]], slots: int
+) -> None:
+    """Refuse counters that would make the pool read rows it never wrote.
+
+    ``slots``: the slots of each sub-pool (vecpool/replay/ring.py).
+    """
 
     def refuse(name: str, rule: str) -> None:
         msg = f"its `{name}` member is out of range (each value must be {rule})"
@@ -1105,8 +1119,8 @@ def _check_counters(pool: StoredPool, data: dict[str, npt.NDArray[Any]]) -> None
 
     if ((data["length"] < 0) | (data["length"] > pool.capacity)).any():
         refuse("length", f"between 0 and the capacity {pool.capacity}")
-    if ((data["end"] < 0) | (data["end"] > pool.capacity)).any():
-        refuse("end", f"between 0 and {pool.capacity}")
+    if ((data["end"] < 0) | (data["end"] >= slots)).any():
+        refuse("end", f"between 0 and {slots - 1}")
     if (data["received"] < data["length"]).any():
         refuse("received", "at least the sub-pool's length")
     length = data["episode_length"]

@@ -775,14 +775,17 @@ class ReplayPool:
 
         The arrays must have the shapes and dtypes of this pool's own state (the
         file reader checks them). ``compact`` state (a saved file) holds each
-        sub-pool's filled rows, oldest first: they go to slots ``0..length-1`` (the
-        ring starts over; what the pool holds, returns and samples is unchanged).
+        sub-pool's filled rows, oldest first: they go back to the slots that
+        ``end`` says they held (the reader gives ``end = length`` for a file that
+        has none: slots ``0..length-1``).
 
         Args:
             state: The arrays, by name.
             compact: Whether the per-row arrays hold only the filled rows.
         """
-        targets = self._ring.filled_rows(state["length"], None) if compact else None
+        targets = (
+            self._ring.filled_rows(state["length"], state["end"]) if compact else None
+        )
         self._stored.columns.load_state_dict(state, targets)
         self._ring.load_state_dict(state, targets)
         self._log.load_state_dict(state)
@@ -855,11 +858,11 @@ class ReplayPool:
                 for files you trust.
 
         Returns:
-            A pool equal to the one saved, including its generator state: the
-            same transitions, statistics and uniform draws. Its rows lie at
-            other places in memory (each sub-pool from slot 0), so a
-            prioritized pool's draws after the load differ from the saved
-            pool's for the same generator state (each row's priority is kept).
+            A pool equal to the one saved, including its generator state and
+            each row's slot: the same transitions, statistics, priorities and
+            draws, uniform or prioritized. (A file of format 3 to 5 has no
+            slots: its rows go to each sub-pool's first slots, and prioritized
+            and some uniform draws then differ from the saved pool's.)
 
         Raises:
             ValueError: If the file is truncated, corrupted, of another format or
