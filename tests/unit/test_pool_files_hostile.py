@@ -161,6 +161,20 @@ def test_random_bytes_and_truncations_are_one_value_error(tmp_path, seed):
     assert error is None or str(path) in str(error)
 
 
+def test_a_zip_version_zipfile_refuses_is_a_value_error(tmp_path):
+    # a flipped byte in the central directory's "version needed to extract" made
+    # zipfile raise NotImplementedError while the archive was opened (found when
+    # format 6 moved the bytes the random flips above land on)
+    data = bytearray(_saved(tmp_path).read_bytes())
+    entry = data.index(b"PK\x01\x02")  # the first central directory entry
+    data[entry + 6 : entry + 8] = (210).to_bytes(2, "little")  # "version 21.0"
+    path = tmp_path / "future-zip.npz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="not a whole numpy archive") as info:
+        vecpool.ReplayPool.load(path)
+    assert str(path) in str(info.value)
+
+
 def _config_member(good: Path) -> dict[str, Any]:
     with zipfile.ZipFile(good) as archive:
         config = np.lib.format.read_array(archive.open("config.npy"))

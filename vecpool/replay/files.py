@@ -821,7 +821,7 @@ class _Archive(Mapping[str, npt.NDArray[Any]]):
             handle.seek(0)
             self._zip = zipfile.ZipFile(handle)
             entries = self._zip.infolist()
-        except (OSError, EOFError, ValueError, zipfile.BadZipFile) as exc:
+        except _READ_OR_VALUE_ERRORS as exc:  # e.g. a version zipfile refuses
             msg = f"it is not a whole numpy archive ({type(exc).__name__}: {exc})"
             raise _BadFile(msg) from exc
         # the arrays (other members, never read, are not the pool's)
