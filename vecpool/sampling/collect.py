@@ -46,6 +46,7 @@ from vecpool.replay.minari import to_minari
 from vecpool.replay.pool import ReplayPool
 from vecpool.replay.settings import PoolSettings, renamed_clearing_size
 from vecpool.replay.wrapper import ReplayPoolWrapper
+from vecpool.sampling.random_actions import RandomActions
 from vecpool.sampling.sampler import Sampler
 from vecpool.vector.make import make_vec
 
@@ -607,8 +608,10 @@ def _step(
     )
     tracker.started = time.perf_counter()
 
+    random_actions = RandomActions(envs.action_space)  # sample()'s, in blocks
+
     def act(obs: Any) -> Any:
-        return envs.action_space.sample() if policy is None else policy(obs)
+        return random_actions() if policy is None else policy(obs)
 
     going = planned > 0 and not stop.requested
     actions = act(obs) if going else None
