@@ -1004,3 +1004,48 @@ def test_compact_layout_halves_image_memory():
             current = rng.integers(0, 256, size=(num_envs, 84, 84, 4), dtype=np.uint8)
     assert_same_data(plain.get_pool(), compact.get_pool(), "compact vs plain")
     assert compact.nbytes <= 0.6 * plain.nbytes, (compact.nbytes, plain.nbytes)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"clearing_freq": 50, "clearing_size": 1},
+        {"store_next_obs": False, "alpha": 0.6},
+        {"frame_stack": 2, "window_size": 4},
+    ],
+    ids=["arrays", "apart-prioritized", "frames"],
+)
+def test_a_pool_loaded_from_a_state_dict_owns_its_arrays(settings):
+    # state_dict() returns the live arrays; load_state_dict used to take them as
+    # they were, so the copy changed with the pool it came from (found by the
+    # issue 39 review): lengths, rows, priorities and marks of another pool
+    space = spaces.Box(-1, 1, (2, 3), np.float32)
+
+    def make() -> vecpool.ReplayPool:
+        return vecpool.ReplayPool(space, spaces.Discrete(3), 2, 16, seed=0, **settings)
+
+    def add(pool: vecpool.ReplayPool, step: int) -> None:
+        obs = np.full((2, 2, 3), step, np.float32)
+        ended = np.array([step % 3 == 2, False])
+        pool.add(obs, np.array([0, 1]), obs, np.full(2, step), ended, ended & False)
+
+    pool = make()
+    for step in range(5):
+        add(pool, step)
+    twin = make()
+    twin.load_state_dict(pool.state_dict())
+    twin.generator_state = pool.generator_state
+    held = twin.get_pool()
+    for step in range(5, 30):  # the source goes on, round its ring
+        add(pool, step)
+    assert twin.lengths.tolist() == [5, 5]
+    assert_same_data(held, twin.get_pool(), "the twin's rows")
+    fresh = make()  # the twin is the pool as it was: driven alike, alike
+    for step in range(5):
+        add(fresh, step)
+    fresh.generator_state = twin.generator_state
+    for step in range(30, 34):
+        add(fresh, step)
+        add(twin, step)
+    assert_same_data(fresh.state_dict(), twin.state_dict(), "state_dict")
+    assert_same_data(fresh.sample(8), twin.sample(8), "sample")

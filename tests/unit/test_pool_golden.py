@@ -63,7 +63,7 @@ def test_a_pool_loaded_from_its_file_gives_what_its_in_memory_twin_gives(
 ) -> None:
     # both start from the saved pool's generator state: the twin took its
     # state_dict, the loaded pool its file (format 6 puts every row back in its
-    # slot). Before format 6, prioritized, n-step and some uniform draws differed.
+    # slot). Before format 6, a prioritized pool's draws differed.
     compared = 0
     for name, twin in recomputed.items():
         parts = name.split(".")

@@ -87,7 +87,7 @@ class StoredPool(Protocol):
         ...
 
     def filled_rows(
-        self, length: npt.NDArray[np.int64], end: npt.NDArray[np.int64] | None
+        self, length: npt.NDArray[np.int64], end: npt.NDArray[np.int64]
     ) -> npt.NDArray[np.int64]:
         """The rows of every sub-pool, oldest to newest."""
         ...

@@ -760,21 +760,20 @@ class ReplayPool:
     def filled_rows(
         self,
         length: npt.NDArray[np.int64],
-        end: npt.NDArray[np.int64] | None,
+        end: npt.NDArray[np.int64],
     ) -> npt.NDArray[np.int64]:
-        """The rows of every sub-pool, oldest to newest, sub-pool after sub-pool.
-
-        With ``end=None``, the rows a loaded pool puts them in: slots ``0..length-1``.
-        """
+        """The rows of every sub-pool, oldest to newest, sub-pool after sub-pool."""
         return self._ring.filled_rows(length, end)
 
     def load_state_dict(
         self, state: dict[str, npt.NDArray[Any]], *, compact: bool = False
     ) -> None:
-        """Take every array of :meth:`state_dict` (as read from a pool file).
+        """Take every array of :meth:`state_dict` (another pool's, or a file's).
 
         The arrays must have the shapes and dtypes of this pool's own state (the
-        file reader checks them). ``compact`` state (a saved file) holds each
+        file reader checks them). They are copied: the pool they came from (whose
+        :meth:`state_dict` holds its live arrays) goes on without changing this
+        one. ``compact`` state (read from a pool file, taken as it is) holds each
         sub-pool's filled rows, oldest first: they go back to the slots that
         ``end`` says they held (the reader gives ``end = length`` for a file that
         has none: slots ``0..length-1``).
@@ -783,9 +782,11 @@ class ReplayPool:
             state: The arrays, by name.
             compact: Whether the per-row arrays hold only the filled rows.
         """
-        targets = (
-            self._ring.filled_rows(state["length"], state["end"]) if compact else None
-        )
+        if compact:
+            targets = self._ring.filled_rows(state["length"], state["end"])
+        else:
+            targets = None
+            state = {name: np.array(array) for name, array in state.items()}
         self._stored.columns.load_state_dict(state, targets)
         self._ring.load_state_dict(state, targets)
         self._log.load_state_dict(state)
@@ -861,8 +862,8 @@ class ReplayPool:
             A pool equal to the one saved, including its generator state and
             each row's slot: the same transitions, statistics, priorities and
             draws, uniform or prioritized. (A file of format 3 to 5 has no
-            slots: its rows go to each sub-pool's first slots, and prioritized
-            and some uniform draws then differ from the saved pool's.)
+            slots: its rows go to each sub-pool's first slots, and a
+            prioritized pool's draws then differ from the saved pool's.)
 
         Raises:
             ValueError: If the file is truncated, corrupted, of another format or

@@ -142,17 +142,17 @@ class SubPoolRing:
         return rows
 
     def filled_rows(
-        self, length: npt.NDArray[np.int64], end: npt.NDArray[np.int64] | None
+        self, length: npt.NDArray[np.int64], end: npt.NDArray[np.int64]
     ) -> npt.NDArray[np.int64]:
         """The rows of every sub-pool, oldest to newest, sub-pool after sub-pool.
 
-        With ``end=None``, the rows a loaded pool puts them in: slots ``0..length-1``.
+        Sub-pool ``j``'s ``length[j]`` rows end before slot ``end[j]``.
         """
         env = np.repeat(self.envs, length)
         offset = np.arange(env.size, dtype=np.int64) - np.repeat(
             np.cumsum(length) - length, length
         )
-        slot = offset if end is None else (end[env] - length[env] + offset) % self.slots
+        slot = (end[env] - length[env] + offset) % self.slots
         rows: npt.NDArray[np.int64] = env + slot * self.num_envs
         return rows
 
