@@ -613,3 +613,78 @@ def test_window_size__is_a_deprecated_name_of_clearing_size(make_sync):
         vecpool.ReplayPoolWrapper(
             env, 12, clearing_freq=2, clearing_size=1, window_size_=1
         )
+
+
+def _cartpoles(mode: AutoresetMode, frame_stack: int | None = None) -> Any:
+    def make() -> Any:
+        env = gym.make("CartPole-v1")
+        if frame_stack is None:
+            return env
+        return gym.wrappers.FrameStackObservation(env, frame_stack)
+
+    return gym.vector.SyncVectorEnv([make] * 3, autoreset_mode=mode)
+
+
+def _steps(envs: Any, seed: int, count: int) -> None:
+    envs.reset(seed=seed)
+    actions = np.random.default_rng(seed).integers(0, 2, (count, 3))
+    for row in actions:
+        envs.step(row)
+
+
+@pytest.mark.parametrize("frame_stack", [None, 2])
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_recording_into_a_loaded_pool_goes_on_as_one_run(tmp_path, mode, frame_stack):
+    # a run checkpointed (pool.save), then resumed in a new process (a new env, the
+    # pool loaded and passed as `pool=`) holds what one run through both holds:
+    # the resumed run starts with a reset, as the one run does there
+    def wrap(**kwargs: Any) -> vecpool.ReplayPoolWrapper:
+        return vecpool.ReplayPoolWrapper(_cartpoles(mode, frame_stack), **kwargs)
+
+    settings = {"pool_size": 60, "seed": 1, "alpha": 0.6, "frame_stack": frame_stack}
+    whole = wrap(**settings)
+    first = wrap(**settings)
+    for envs in (whole, first):
+        _steps(envs, 0, 45)  # round the 20-row sub-pools twice
+    path = first.pool.save(tmp_path / "checkpoint.npz")
+    first.close()
+    resumed = wrap(pool=vecpool.ReplayPool.load(path))
+    for envs in (whole, resumed):
+        _steps(envs, 5, 30)
+    assert resumed.pool.lengths.tolist() == whole.pool.lengths.tolist()
+    assert_same_data(whole.pool.get_pool(), resumed.pool.get_pool(), "get_pool")
+    assert whole.pool.episode_stats == resumed.pool.episode_stats
+    assert_same_data(
+        whole.pool.recent_episode_stats(50),
+        resumed.pool.recent_episode_stats(50),
+        "recent episodes",
+    )
+    for kwargs in ({"beta": 0.4}, {"n_step": 3, "gamma": 0.9, "beta": 0.4}):
+        assert_same_data(
+            whole.pool.sample(32, **kwargs), resumed.pool.sample(32, **kwargs), "draw"
+        )
+    whole.close()
+    resumed.close()
+
+
+def test_a_pool_to_record_into_must_fit_the_env():
+    envs = _cartpoles(AutoresetMode.NEXT_STEP)
+    box = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    other = vecpool.ReplayPool(box, envs.single_action_space, 3, 30)
+    with pytest.raises(ValueError, match=r"`pool`.*observation space"):
+        vecpool.ReplayPoolWrapper(envs, pool=other)
+    fitting = vecpool.ReplayPool(
+        envs.single_observation_space, envs.single_action_space, 2, 30
+    )
+    with pytest.raises(ValueError, match=r"`pool`.*2 sub-pools.*3 envs"):
+        vecpool.ReplayPoolWrapper(envs, pool=fitting)
+    pool = vecpool.ReplayPool(
+        envs.single_observation_space, envs.single_action_space, 3, 30
+    )
+    with pytest.raises(ValueError, match=r"either `pool` or the pool's settings"):
+        vecpool.ReplayPoolWrapper(envs, 30, pool=pool)
+    with pytest.raises(TypeError, match="`pool_size`"):
+        vecpool.ReplayPoolWrapper(envs)
+    wrapped = vecpool.ReplayPoolWrapper(envs, pool=pool)
+    assert wrapped.pool is pool
+    wrapped.close()  # closes envs

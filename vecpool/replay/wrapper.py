@@ -69,6 +69,12 @@ class ReplayPoolWrapper(_VectorWrapper):
         (20, [10, 10])
         >>> envs.close()
 
+    To go on recording into a pool saved earlier (a checkpoint), pass it as
+    ``pool`` instead of the settings: ``ReplayPoolWrapper(envs,
+    pool=ReplayPool.load(path))``. Recording starts at the first ``reset``, which
+    aborts the pool's episodes in progress, so the pool then holds what one run
+    through both would have held had it reset there.
+
     Args:
         env: The vector env to record.
         pool_size: Total capacity; each sub-pool holds ``ceil(pool_size / num_envs)``.
@@ -83,16 +89,20 @@ class ReplayPoolWrapper(_VectorWrapper):
             :class:`ReplayPool`.
         window_size_: Deprecated name of ``clearing_size``; gives a
             :class:`DeprecationWarning`.
+        pool: A pool to record into (e.g. :meth:`ReplayPool.load`'s), in place
+            of the settings above: one sub-pool per env, the env's spaces.
 
     Raises:
-        ValueError: As :class:`ReplayPool`.
-        TypeError: If both ``clearing_size`` and ``window_size_`` are given.
+        ValueError: As :class:`ReplayPool`; if ``pool`` does not fit ``env``, or
+            comes with pool settings.
+        TypeError: If neither ``pool_size`` nor ``pool`` is given, or both
+            ``clearing_size`` and ``window_size_``.
     """
 
     def __init__(
         self,
         env: VectorEnv[Any, Any, Any],
-        pool_size: int,
+        pool_size: int | None = None,
         window_size: int | None = None,
         clearing_freq: int | None = None,
         clearing_size: int | None = None,
@@ -103,11 +113,31 @@ class ReplayPoolWrapper(_VectorWrapper):
         frame_stack: int | None = None,
         *,
         window_size_: int | None = None,
+        pool: ReplayPool | None = None,
     ) -> None:
-        """Wrap ``env`` and preallocate its pool."""
+        """Wrap ``env`` and preallocate its pool (or take ``pool``)."""
         clearing_size = renamed_clearing_size(
             "ReplayPoolWrapper", clearing_size, window_size_
         )
+        tuning = (window_size, clearing_freq, clearing_size, random, seed)
+        storage = (store_next_obs, alpha, frame_stack)
+        if pool is not None:
+            given = pool_size is not None or tuning != (None, None, None, False, None)
+            _check_fits(pool, env, given or storage != (True, None, None))
+        elif pool_size is None:
+            msg = (
+                "ReplayPoolWrapper needs `pool_size` (the pool's capacity), or "
+                "`pool=`: a ReplayPool to record into, e.g. ReplayPool.load(path)."
+            )
+            raise TypeError(msg)
+        else:
+            pool = ReplayPool.from_settings(
+                env.single_observation_space,
+                env.single_action_space,
+                env.num_envs,
+                PoolSettings(pool_size, *tuning, *storage),
+            )
+        self.pool = pool
         super().__init__(env)
         mode = env.metadata.get("autoreset_mode")
         if mode is None:
@@ -118,22 +148,6 @@ class ReplayPoolWrapper(_VectorWrapper):
             )
             mode = AutoresetMode.NEXT_STEP
         self.autoreset_mode = AutoresetMode(mode)
-        self.pool = ReplayPool.from_settings(
-            env.single_observation_space,
-            env.single_action_space,
-            env.num_envs,
-            PoolSettings(
-                pool_size,
-                window_size,
-                clearing_freq,
-                clearing_size,
-                random,
-                seed,
-                store_next_obs,
-                alpha,
-                frame_stack,
-            ),
-        )
         space = env.single_observation_space
         n = env.num_envs
         self._obs = [
@@ -370,3 +384,35 @@ class ReplayPoolWrapper(_VectorWrapper):
         return [
             np.asarray(leaf) for leaf in flatten_stored(space, actions, n, "actions")
         ]
+
+
+def _check_fits(
+    pool: ReplayPool, env: VectorEnv[Any, Any, Any], settings_given: bool
+) -> None:
+    """Refuse a ``pool`` to record into that does not fit ``env``.
+
+    Raises:
+        ValueError: Naming ``pool`` and what differs (or the settings given too).
+    """
+    if settings_given:
+        msg = (
+            "ReplayPoolWrapper takes either `pool` or the pool's settings "
+            "(`pool_size`, `window_size`, ...), not both: a pool keeps its own."
+        )
+        raise ValueError(msg)
+    for name, ours, theirs in (
+        ("observation space", pool.observation_space, env.single_observation_space),
+        ("action space", pool.action_space, env.single_action_space),
+    ):
+        if ours != theirs:
+            msg = (
+                f"`pool` has the {name} {ours}, but the env's is {theirs}: pass a "
+                "pool made (or saved) for this env."
+            )
+            raise ValueError(msg)
+    if pool.num_envs != env.num_envs:
+        msg = (
+            f"`pool` has {pool.num_envs} sub-pools, but the env has {env.num_envs} "
+            "envs (one sub-pool each): pass a pool made (or saved) for this env."
+        )
+        raise ValueError(msg)
