@@ -29,6 +29,7 @@ from vecpool.sampling.collect import (
     load_policy,
     parse_autoreset_mode,
 )
+from vecpool.testing import assert_same_data
 from vecpool.vector import arguments
 
 
@@ -659,7 +660,15 @@ def _jittery_policy(obs: np.ndarray) -> np.ndarray:
     return (np.abs(obs[:, 2]) * 1e4).astype(np.int64) % 2
 
 
-def _in_turn(mode: str, policy: Any, *, num_envs: int, vector_steps: int, seed: int):
+def _in_turn(
+    mode: str,
+    policy: Any,
+    *,
+    num_envs: int,
+    vector_steps: int,
+    seed: int,
+    pool: vecpool.ReplayPool | None = None,
+):
     """The loop ``collect`` runs ahead of: step, then record, in turn."""
     autoreset = parse_autoreset_mode(mode)
     env = vecpool.make_vec(
@@ -667,7 +676,10 @@ def _in_turn(mode: str, policy: Any, *, num_envs: int, vector_steps: int, seed: 
         num_envs,
         vector_kwargs={"autoreset_mode": autoreset, "num_workers": 2},
     )
-    envs = vecpool.ReplayPoolWrapper(env, num_envs * vector_steps)
+    if pool is None:
+        envs = vecpool.ReplayPoolWrapper(env, num_envs * vector_steps)
+    else:
+        envs = vecpool.ReplayPoolWrapper(env, pool=pool)
     try:
         obs, _ = envs.reset(seed=seed)
         envs.action_space.seed(seed)
@@ -906,3 +918,76 @@ def test_the_header_says_where_the_envs_step(tmp_path, cores):
     code, stdout, stderr = run_cli([*SHORT_RUN, "--pool-size", "40", "--out", out])
     assert code == 0, stderr
     assert stdout.splitlines()[0].endswith(plan(4, 16).describe(4))
+
+
+@pytest.mark.parametrize("mode", ["next_step", "disabled"])
+def test_collect_goes_on_recording_into_a_saved_pool(tmp_path, mode):
+    # `--resume FILE`: a second collection records into the pool the first one
+    # saved, as a hand loop over that pool loaded would (starting with a reset)
+    num_envs = 4
+    first = small_run(
+        tmp_path,
+        num_envs=num_envs,
+        steps=num_envs * 90,
+        pool_size=num_envs * 50,  # full: the second run goes round the ring
+        out=tmp_path / "first.npz",
+        seed=3,
+        autoreset_mode=mode,
+    )
+    checkpoint = tmp_path / "checkpoint.npz"
+    checkpoint.write_bytes(first.path.read_bytes())
+    resumed = small_run(
+        tmp_path,
+        num_envs=num_envs,
+        steps=num_envs * 70,
+        pool_size=None,
+        out=tmp_path / "first.npz",  # the same file, written over
+        seed=5,
+        autoreset_mode=mode,
+        resume=first.path,
+    )
+    expected = _in_turn(
+        mode,
+        None,
+        num_envs=num_envs,
+        vector_steps=70,
+        seed=5,
+        pool=vecpool.ReplayPool.load(checkpoint),
+    )
+    got, want = resumed.pool.state_dict(), expected.state_dict()
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    assert resumed.pool.episode_stats == expected.episode_stats
+    assert resumed.transitions <= num_envs * 70  # this run's
+    assert resumed.kept == len(expected) == num_envs * 50  # the pool's, full
+    saved = vecpool.ReplayPool.load(tmp_path / "first.npz")
+    assert_same_data(saved.get_pool(), expected.get_pool(), "the file written")
+
+
+def test_resume_refuses_pool_settings_a_bad_file_and_other_envs(tmp_path):
+    first = small_run(tmp_path, num_envs=2, steps=40, pool_size=40)
+    code, _, err = run_cli(
+        ["collect", "--resume", str(first.path), "--num-envs", "2", "--pool-size",
+         "10", "--window-size", "4", "--out", str(tmp_path / "x.npz")]
+    )  # fmt: skip
+    assert code == 2
+    assert "leave out pool_size (--pool-size), window_size (--window-size)" in err
+    code, _, err = run_cli(
+        ["collect", "--resume", str(first.path), "--num-envs", "3", "--out",
+         str(tmp_path / "x.npz")]
+    )  # fmt: skip
+    assert code == 2
+    assert "has 2 sub-pools" in err
+    assert "--num-envs 2" in err
+    missing = tmp_path / "missing.npz"
+    code, _, err = run_cli(["collect", "--resume", str(missing), "--num-envs", "2"])
+    assert code == 2
+    assert f"Cannot resume from {str(missing)!r}" in err
+    code, _, err = run_cli(
+        ["collect", "Pendulum-v1", "--resume", str(first.path), "--num-envs", "2",
+         "--out", str(tmp_path / "x.npz")]
+    )  # fmt: skip
+    assert code == 2
+    assert "`pool` has the observation space" in err
+    assert not (tmp_path / "x.npz").exists()
+

@@ -312,6 +312,42 @@ def _check_space(path: Path | None, pool: ReplayPool, env_steps: int) -> None:
         raise CollectArgumentError(msg)
 
 
+def _resumed(
+    path: str | os.PathLike[str], num_envs: int, settings: dict[str, bool]
+) -> ReplayPool:
+    """The pool saved in ``path`` that a collection goes on recording into.
+
+    Args:
+        path: The pool file (``ReplayPool.save``'s).
+        num_envs: The collection's envs (one sub-pool each).
+        settings: Each pool setting's name (and option), and whether it was given.
+
+    Raises:
+        CollectArgumentError: If pool settings were given too (the pool keeps its
+            own), the file does not load, or its sub-pools are not one per env.
+    """
+    given = [name for name, was_given in settings.items() if was_given]
+    if given:
+        msg = (
+            f"`resume` goes on recording into the saved pool, which keeps its own "
+            f"settings: leave out {', '.join(given)}."
+        )
+        raise CollectArgumentError(msg)
+    try:
+        pool = ReplayPool.load(path)
+    except (OSError, ValueError) as error:
+        msg = f"Cannot resume from {str(path)!r}: {error}"
+        raise CollectArgumentError(msg) from error
+    if pool.num_envs != num_envs:
+        msg = (
+            f"The pool in {str(path)!r} has {pool.num_envs} sub-pools (one per env): "
+            f"collect with num_envs={pool.num_envs} (--num-envs {pool.num_envs}) to "
+            "go on recording into it."
+        )
+        raise CollectArgumentError(msg)
+    return pool
+
+
 def _check_out(out: str | os.PathLike[str] | None) -> Path | None:
     """Fail before collecting, not after, if ``out`` cannot be written."""
     if out is None:
@@ -557,22 +593,26 @@ def _start(
     env_id: str,
     num_envs: int,
     vector_kwargs: dict[str, Any],
-    settings: PoolSettings,
+    settings: PoolSettings | ReplayPool,
 ) -> tuple[ReplayPoolWrapper, int]:
-    """Start the workers and wrap them with the pool.
+    """Start the workers and wrap them with a new pool (or the pool given).
 
     Returns:
         The wrapped vector env and its number of worker processes.
 
     Raises:
-        CollectArgumentError: On an unknown env id or an invalid pool argument.
+        CollectArgumentError: On an unknown env id, an invalid pool argument or a
+            pool given that does not fit the env.
     """
     try:
         vector_env = make_vec(env_id, num_envs, vector_kwargs=vector_kwargs)
     except (gym.error.Error, ValueError) as error:
         raise CollectArgumentError(str(error)) from error
     try:
-        wrapper = ReplayPoolWrapper(vector_env, **dataclasses.asdict(settings))
+        if isinstance(settings, ReplayPool):
+            wrapper = ReplayPoolWrapper(vector_env, pool=settings)
+        else:
+            wrapper = ReplayPoolWrapper(vector_env, **dataclasses.asdict(settings))
     except ValueError as error:
         vector_env.close()
         raise CollectArgumentError(str(error)) from error
@@ -749,6 +789,7 @@ def collect(
     minari: str | None = None,
     overlap: bool = False,
     window_size_: int | None = None,
+    resume: str | os.PathLike[str] | None = None,
 ) -> CollectResult:
     """Step ``num_envs`` copies of ``env_id`` and save every transition to a pool.
 
@@ -817,9 +858,15 @@ def collect(
             ``episode_ends`` are the ends of the chunks. Needs ``num_envs >= 2``.
         window_size_: Deprecated name of ``clearing_size``; gives a
             :class:`DeprecationWarning`.
+        resume: A pool file (``ReplayPool.save``'s, e.g. an earlier ``out``) to go
+            on recording into, in place of a new pool: it keeps its settings and
+            generator (so no pool setting may be given), it needs one sub-pool per
+            env, and the collection starts with a reset, which aborts its
+            episodes in progress. ``out`` may name the same file.
 
     Returns:
-        The figures of the collection and the pool.
+        The figures of the collection and the pool (``transitions`` and the
+        episode figures count this collection's; ``kept``, what the pool holds).
 
     Raises:
         CollectArgumentError: On an invalid argument or combination (the message
@@ -857,8 +904,30 @@ def collect(
         vector_kwargs["parent_envs"] = plan(
             num_envs, physical_cores(), parent_work=RECORD_STEPS
         ).parent_envs
-    if pool_size is None:
-        pool_size = planned * num_envs
+    source: PoolSettings | ReplayPool  # a new pool's settings, or the pool
+    if resume is not None:
+        source = _resumed(
+            resume,
+            num_envs,
+            {
+                "pool_size (--pool-size)": pool_size is not None,
+                "window_size (--window-size)": window_size is not None,
+                "clearing_freq (--clearing-freq)": clearing_freq is not None,
+                "clearing_size (--clearing-size)": clearing_size is not None,
+                "random_routing (--random-routing)": random_routing,
+                "store_next_obs=False (--no-store-next-obs)": not store_next_obs,
+            },
+        )
+    else:
+        source = PoolSettings(
+            planned * num_envs if pool_size is None else pool_size,
+            window_size,
+            clearing_freq,
+            clearing_size,
+            random=random_routing,
+            seed=seed,
+            store_next_obs=store_next_obs,
+        )
     stream: TextIO | None
     if progress is True:
         stream = sys.stderr
@@ -871,21 +940,9 @@ def collect(
     with _StopOnSigint() as stop, warnings.catch_warnings():  # no unguarded window
         if policy_fn is None:  # random actions: no policy to compete with the workers
             warnings.filterwarnings("ignore", category=VecPoolPerformanceWarning)
-        envs, num_workers = _start(
-            env_id,
-            num_envs,
-            vector_kwargs,
-            PoolSettings(
-                pool_size,
-                window_size,
-                clearing_freq,
-                clearing_size,
-                random=random_routing,
-                seed=seed,
-                store_next_obs=store_next_obs,
-            ),
-        )
+        envs, num_workers = _start(env_id, num_envs, vector_kwargs, source)
         pool = envs.pool
+        held = "" if resume is None else f", resumed from {resume} ({len(pool):,} held)"
         try:
             _check_space(path, pool, planned * num_envs)
         except CollectArgumentError:
@@ -912,7 +969,7 @@ def collect(
                 f"{_describe_policy(policy)}{halves}, "
                 f"{'unseeded' if seed is None else f'seed {seed}'}; pool of "
                 f"{num_envs * pool.capacity:,} transitions "
-                f"({num_envs} sub-pools x {pool.capacity:,}){placed}"
+                f"({num_envs} sub-pools x {pool.capacity:,}){held}{placed}"
             )
             display = _CollectProgress(stream, planned, num_envs)
             run = _overlap if overlap else _step

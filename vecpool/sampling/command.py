@@ -72,6 +72,7 @@ def _collect(args: argparse.Namespace) -> int:
             store_next_obs=args.store_next_obs,
             minari=args.minari,
             overlap=args.overlap,
+            resume=args.resume,
             progress=not args.quiet,
             log=functools.partial(print, flush=True),
         )
@@ -244,6 +245,14 @@ def add_collect_parser(
         metavar="FILE",
         default="pool.npz",
         help="where to save the pool, written atomically (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--resume",
+        metavar="FILE",
+        default=None,
+        help="go on recording into the pool saved in FILE (an earlier --out; "
+        "--out may name it again): it keeps its own settings, so no pool option "
+        "may be given, and needs --num-envs equal to its sub-pools",
     )
     parser.add_argument(
         "--plot",
