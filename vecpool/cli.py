@@ -8,6 +8,7 @@ It only dispatches: each sub-command's parser and runner live with its feature
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from collections.abc import Callable
@@ -75,4 +76,11 @@ def main(argv: list[str] | None = None) -> int:
             # advice on the parent's threads is for training loops (and `collect
             # --policy`, which decides itself)
             warnings.filterwarnings("ignore", category=VecPoolPerformanceWarning)
-        return handler(args)
+        try:
+            return handler(args)
+        except BrokenPipeError:  # `vecpool collect ... | head`: stop quietly
+            # Python flushes stdout again at exit: point it at nothing first
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
+            return 141  # 128 + SIGPIPE, as a shell reports a command cut off

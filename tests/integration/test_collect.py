@@ -991,3 +991,25 @@ def test_resume_refuses_pool_settings_a_bad_file_and_other_envs(tmp_path):
     assert "`pool` has the observation space" in err
     assert not (tmp_path / "x.npz").exists()
 
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path):
+    # `vecpool collect ... | head -1`: the summary goes to a closed pipe. The pool
+    # is saved first; then no traceback, and the exit code a shell gives a
+    # command cut off by SIGPIPE (141)
+    import subprocess
+
+    out = tmp_path / "pool.npz"
+    # long enough (about a second) that the reader has closed its end by the
+    # time the summary comes
+    command = [sys.executable, "-m", "vecpool", "collect", "--num-envs", "2",
+               "--steps", "20000", "--quiet", "--out", str(out)]  # fmt: skip
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as process:
+        assert process.stdout is not None
+        assert process.stdout.readline().startswith(b"collecting CartPole-v1")
+        process.stdout.close()  # the reader stops: later prints hit a closed pipe
+        _, err = process.communicate(timeout=120)
+    assert process.returncode == 141, err.decode()
+    assert b"Traceback" not in err
+    assert vecpool.ReplayPool.load(out).lengths.sum() > 0
