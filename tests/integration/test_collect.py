@@ -657,7 +657,8 @@ def test_overlap_records_what_the_plain_loop_records(tmp_path, mode):
 
 def _jittery_policy(obs: np.ndarray) -> np.ndarray:
     """CartPole: an action that changes with every observation (a digit of it)."""
-    return (np.abs(obs[:, 2]) * 1e4).astype(np.int64) % 2
+    actions: np.ndarray = (np.abs(obs[:, 2]) * 1e4).astype(np.int64) % 2
+    return actions
 
 
 def _in_turn(

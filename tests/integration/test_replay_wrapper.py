@@ -659,7 +659,11 @@ def test_recording_into_a_loaded_pool_goes_on_as_one_run(tmp_path, mode, frame_s
         resumed.pool.recent_episode_stats(50),
         "recent episodes",
     )
-    for kwargs in ({"beta": 0.4}, {"n_step": 3, "gamma": 0.9, "beta": 0.4}):
+    draws: list[dict[str, Any]] = [
+        {"beta": 0.4},
+        {"n_step": 3, "gamma": 0.9, "beta": 0.4},
+    ]
+    for kwargs in draws:
         assert_same_data(
             whole.pool.sample(32, **kwargs), resumed.pool.sample(32, **kwargs), "draw"
         )
