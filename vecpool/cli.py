@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import sys
 import warnings
 from collections.abc import Callable
@@ -78,9 +79,30 @@ def main(argv: list[str] | None = None) -> int:
             warnings.filterwarnings("ignore", category=VecPoolPerformanceWarning)
         try:
             return handler(args)
-        except BrokenPipeError:  # `vecpool collect ... | head`: stop quietly
+        except BrokenPipeError:
+            if not _reader_gone():  # another pipe broke (an env's, a policy's)
+                raise
+            # `vecpool collect ... | head -1`: its reader stopped, so do we, quietly.
             # Python flushes stdout again at exit: point it at nothing first
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
             os.close(devnull)
             return 141  # 128 + SIGPIPE, as a shell reports a command cut off
+
+
+def _reader_gone() -> bool:
+    """Whether standard output is a pipe whose reading end is closed.
+
+    The write end of such a pipe polls as an error (``POLLERR``); any other stdout
+    (a file, a terminal, a ``StringIO``, a platform without ``poll``) is not.
+    """
+    poll = getattr(select, "poll", None)
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation
+        return False
+    if poll is None:
+        return False
+    poller = poll()
+    poller.register(fd, select.POLLOUT)
+    return any(event & select.POLLERR for _, event in poller.poll(0))

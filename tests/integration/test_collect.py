@@ -465,6 +465,25 @@ def test_too_little_free_space_is_refused_before_collecting(tmp_path, monkeypatc
     assert runs == []
 
 
+def test_the_free_space_check_counts_what_a_resumed_pool_holds(tmp_path, monkeypatch):
+    # a resumed pool's file holds its old rows too (found by the review of
+    # --resume: the check counted this run's steps only, and the save then failed)
+    import shutil as shutil_module
+
+    first = small_run(tmp_path, num_envs=2, steps=4000, pool_size=4000)
+    usage = shutil_module.disk_usage(tmp_path)
+    monkeypatch.setattr(  # room for the archive and 10 steps, not for 4,000 rows
+        "vecpool.sampling.collect.shutil.disk_usage",
+        lambda path: usage._replace(free=2**20 + 20_000),
+    )
+    out = tmp_path / "resumed.npz"
+    argv = ["collect", "--num-envs", "2", "--steps", "10", "--resume", str(first.path)]
+    code, _, err = run_cli([*argv, "--out", str(out), "--quiet"])
+    assert code == 2, err
+    assert "Not enough free space" in err
+    assert not out.exists()
+
+
 def test_a_failed_save_exits_2_with_nothing_half_written(tmp_path, monkeypatch):
     import errno
 
@@ -989,6 +1008,7 @@ def test_resume_refuses_pool_settings_a_bad_file_and_other_envs(tmp_path):
          "--out", str(tmp_path / "x.npz")]
     )  # fmt: skip
     assert code == 2
+    assert f"Cannot resume from {str(first.path)!r} with Pendulum-v1" in err
     assert "`pool` has the observation space" in err
     assert not (tmp_path / "x.npz").exists()
 
@@ -1014,3 +1034,17 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path):
     assert process.returncode == 141, err.decode()
     assert b"Traceback" not in err
     assert vecpool.ReplayPool.load(out).lengths.sum() > 0
+
+
+def test_a_broken_pipe_of_the_users_own_code_is_raised(tmp_path, monkeypatch):
+    # only a stdout whose reader is gone ends the command quietly (141): a policy
+    # whose connection to its server broke is an error to report, not a reader
+    # that stopped (found by the review of the quiet ending)
+    (tmp_path / "server_policy.py").write_text(
+        "def act(obs):\n    raise BrokenPipeError(32, 'the policy server went away')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    argv = ["collect", "--num-envs", "2", "--steps", "40", "--quiet", "--policy",
+            "server_policy:act", "--out", str(tmp_path / "pool.npz")]  # fmt: skip
+    with pytest.raises(BrokenPipeError, match="the policy server went away"):
+        run_cli(argv)

@@ -692,3 +692,94 @@ def test_a_pool_to_record_into_must_fit_the_env():
     wrapped = vecpool.ReplayPoolWrapper(envs, pool=pool)
     assert wrapped.pool is pool
     wrapped.close()  # closes envs
+
+
+@pytest.mark.parametrize("how", ["env reset before wrapping", "first reset masked"])
+def test_a_given_pool_starts_new_episodes_without_a_full_reset(tmp_path, how):
+    # a checkpoint's episodes in progress can never go on (the env is a new one):
+    # recording into the loaded pool starts as recording into a new pool does,
+    # however the env was reset (found by the review of `pool=`)
+    import functools
+
+    from vecpool.testing import CountingEnv
+
+    make = functools.partial(CountingEnv, max_steps=9, terminate_prob=0.0)
+    first = vecpool.ReplayPoolWrapper(gym.vector.SyncVectorEnv([make] * 2), 100)
+    first.reset(seed=0)
+    for _ in range(5):  # mid-episode: both envs' episodes are in progress
+        first.step(np.array([1, 1]))
+    path = first.pool.save(tmp_path / "checkpoint.npz")
+    first.close()
+
+    def run(**pool: Any) -> vecpool.ReplayPool:
+        env = gym.vector.SyncVectorEnv([make] * 2)
+        if how == "env reset before wrapping":
+            env.reset(seed=1)
+            envs = vecpool.ReplayPoolWrapper(env, **pool)
+        else:
+            envs = vecpool.ReplayPoolWrapper(env, **pool)
+            env.reset(seed=1)  # reset behind the wrapper, which resets env 0 only
+            envs.reset(options={"reset_mask": np.array([True, False])})
+        for _ in range(12):
+            envs.step(np.array([1, 1]))
+        envs.close()
+        return envs.pool
+
+    resumed = run(pool=vecpool.ReplayPool.load(path))
+    fresh = run(pool_size=100)
+    saved = vecpool.ReplayPool.load(path)
+    for env in range(2):  # the new rows are the fresh pool's, marks and all
+        held = int(saved.lengths[env])
+        new = resumed.get_rows(env, held, int(resumed.lengths[env]))
+        assert_same_data(fresh.get_rows(env, 0, int(fresh.lengths[env])), new, "rows")
+    count = fresh.episode_stats.count
+    assert resumed.episode_stats.count == saved.episode_stats.count + count > 0
+    assert resumed.recent_episode_stats(count) == fresh.recent_episode_stats(count)
+    # the stretch marks (n-step windows and sequences stop at them) of the new
+    # rows are the fresh pool's: none links a new row to the checkpoint's
+    marks = [_marks(pool) for pool in (resumed, fresh)]
+    for env in range(2):
+        held = int(saved.lengths[env])
+        assert marks[0][env][held:].tolist() == marks[1][env].tolist()
+        assert marks[0][env][held]  # the first new row starts a stretch
+
+
+def _marks(pool: vecpool.ReplayPool) -> list[np.ndarray]:
+    """Each sub-pool's stretch marks, oldest row first."""
+    state = pool.state_dict()
+    rows = pool.filled_rows(state["length"], state["end"])
+    return np.split(state["starts"][rows], np.cumsum(state["length"])[:-1])
+
+
+def test_a_pool_saved_from_a_custom_string_space_records_that_env_again(tmp_path):
+    # a MiniGrid-style mission space is saved as Text (vecpool/replay/portable.py):
+    # the loaded pool must still take that env's observations (found by review)
+    from vecpool.testing import MissionEnv
+
+    first = vecpool.ReplayPoolWrapper(
+        gym.vector.SyncVectorEnv([MissionEnv] * 2), 100, seed=0
+    )
+    first.reset(seed=0)
+    first.action_space.seed(0)
+    for _ in range(10):
+        first.step(first.action_space.sample())
+    path = first.pool.save(tmp_path / "mission.npz")
+    first.close()
+    loaded = vecpool.ReplayPool.load(path)
+    stored = loaded.observation_space
+    assert isinstance(stored, spaces.Dict)
+    assert isinstance(stored["mission"], spaces.Text)
+    again = vecpool.ReplayPoolWrapper(
+        gym.vector.SyncVectorEnv([MissionEnv] * 2), pool=loaded
+    )
+    again.reset(seed=1)
+    again.action_space.seed(1)
+    held = len(loaded)
+    for _ in range(10):
+        again.step(again.action_space.sample())
+    assert len(again.pool) > held
+    missions = again.pool.get_rows(0, 0, int(again.pool.lengths[0])).obs["mission"]
+    assert all(isinstance(m, str) and m for m in missions.tolist())
+    again.close()
+    box = spaces.Dict({"mission": spaces.Box(0, 1, (2,)), "image": spaces.Discrete(2)})
+    assert not vecpool.replay.portable.records(box, MissionEnv().observation_space)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import os
 
+import pytest
+
 from vecpool._util.progress import Progress
 
 
@@ -81,3 +83,27 @@ def test_quiet_writes_nothing():
     display.count(2, 2, unit="steps")
     display.clear()
     assert stream.getvalue() == ""
+
+
+class _ClosedPipe(io.StringIO):
+    """A stream whose reader went away: every write is a broken pipe."""
+
+    def __init__(self, isatty: bool) -> None:
+        super().__init__()
+        self._isatty = isatty
+
+    def isatty(self) -> bool:
+        return self._isatty
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+@pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "log"])
+def test_a_stream_that_breaks_ends_the_display_not_the_job(terminal):
+    # `vecpool collect ... 2>&1 | head -2`: the job goes on without a display
+    progress = Progress(stream=_ClosedPipe(terminal))
+    progress.update("working")
+    assert not progress.enabled
+    progress.count(10, 10)  # nothing written, nothing raised
+    progress.clear()

@@ -70,18 +70,28 @@ class Progress:
         if not self.enabled or (minor and not self.overwrite):
             return
         if self.overwrite:
-            self.stream.write("\r\x1b[K" + _fit(text, self.width))
+            self._write("\r\x1b[K" + _fit(text, self.width))
             self._pending = True
         else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
+            self._write(text + "\n")
 
     def clear(self) -> None:
         """Erase the overwritten line (before results are printed)."""
         if self.enabled and self._pending:
-            self.stream.write("\r\x1b[K")
-            self.stream.flush()
+            self._write("\r\x1b[K")
             self._pending = False
+
+    def _write(self, text: str) -> None:
+        """Write and flush; a stream that breaks (its reader gone) ends the display.
+
+        A long job must not stop because the pipe its progress went to closed
+        (``vecpool collect ... 2>&1 | head``): it goes on without a display.
+        """
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):  # BrokenPipeError; a closed file
+            self.enabled = False
 
     def count(
         self,
@@ -137,6 +147,5 @@ class Progress:
                 line += f", {extra}"
         self.update(line)
         if done >= total and self._pending:  # keep the last count on screen
-            self.stream.write("\n")
-            self.stream.flush()
+            self._write("\n")
             self._pending = False

@@ -22,7 +22,7 @@ from gymnasium import spaces
 
 from vecpool.replay.storage import storage_leaves
 
-__all__ = ["leaf_paths", "portable"]
+__all__ = ["leaf_paths", "portable", "records"]
 
 _DEFAULT_CHARSET = frozenset(string.ascii_letters + string.digits)
 
@@ -111,22 +111,48 @@ def portable(
     return _replace(space, replaced, [0]), converted
 
 
+def records(stored: spaces.Space[Any], live: spaces.Space[Any]) -> bool:
+    """Whether a pool of observation space ``stored`` can record ``live``'s.
+
+    Equal spaces can; so can a space loaded from a pool file where a custom string
+    leaf (MiniGrid's ``MissionSpace``) came back as ``Text`` (:func:`portable`):
+    the same leaves, each equal, or a ``Text`` where ``live`` stores ``object``
+    values (its strings are checked against the ``Text`` as they are recorded).
+
+    Example:
+        >>> class Mission(spaces.Space[str]):  # a custom string space
+        ...     def contains(self, x): return isinstance(x, str)
+        >>> image = spaces.Discrete(3)
+        >>> live = spaces.Dict({"image": image, "mission": Mission()})
+        >>> stored = spaces.Dict({"image": image, "mission": spaces.Text(9)})
+        >>> records(stored, live), records(stored, spaces.Discrete(3))
+        (True, False)
+    """
+    if stored == live:
+        return True
+    if leaf_paths(stored) != leaf_paths(live):
+        return False
+    kinds = [dtype.kind for dtype, _ in storage_leaves(live)]
+    return all(
+        mine == theirs or (isinstance(mine, spaces.Text) and kind == "O")
+        for mine, theirs, kind in zip(
+            _leaves(stored), _leaves(live), kinds, strict=True
+        )
+    )
+
+
+def _leaves(space: spaces.Space[Any]) -> list[spaces.Space[Any]]:
+    """The leaf spaces of ``space``, in ``storage_leaves`` order."""
+    if isinstance(space, spaces.Dict):
+        return [leaf for sub in space.spaces.values() for leaf in _leaves(sub)]
+    if isinstance(space, spaces.Tuple):
+        return [leaf for sub in space.spaces for leaf in _leaves(sub)]
+    return [space]
+
+
 def _leaf(space: spaces.Space[Any], index: int) -> spaces.Space[Any]:
     """Leaf ``index`` of ``space`` (``storage_leaves`` order)."""
-    found: list[spaces.Space[Any]] = []
-
-    def walk(sub: spaces.Space[Any]) -> None:
-        if isinstance(sub, spaces.Dict):
-            for value in sub.spaces.values():
-                walk(value)
-        elif isinstance(sub, spaces.Tuple):
-            for value in sub.spaces:
-                walk(value)
-        else:
-            found.append(sub)
-
-    walk(space)
-    return found[index]
+    return _leaves(space)[index]
 
 
 def _replace(

@@ -13,6 +13,7 @@ from vecpool._util.spaces import NATIVE_LEAVES, make_writer
 from vecpool.errors import VecPoolWarning
 from vecpool.replay.boundaries import AutoresetTracker, restarted_rows
 from vecpool.replay.pool import ReplayPool, Transitions
+from vecpool.replay.portable import records
 from vecpool.replay.settings import PoolSettings, renamed_clearing_size
 from vecpool.replay.storage import flatten_stored, put_value, storage_leaves
 
@@ -71,9 +72,10 @@ class ReplayPoolWrapper(_VectorWrapper):
 
     To go on recording into a pool saved earlier (a checkpoint), pass it as
     ``pool`` instead of the settings: ``ReplayPoolWrapper(envs,
-    pool=ReplayPool.load(path))``. Recording starts at the first ``reset``, which
-    aborts the pool's episodes in progress, so the pool then holds what one run
-    through both would have held had it reset there.
+    pool=ReplayPool.load(path))``. The pool's episodes in progress are aborted
+    (never counted, never continued): recording goes on as into a new pool, and
+    after a full ``reset`` the pool holds what one run through both would have
+    held had it reset there.
 
     Args:
         env: The vector env to record.
@@ -124,6 +126,10 @@ class ReplayPoolWrapper(_VectorWrapper):
         if pool is not None:
             given = pool_size is not None or tuning != (None, None, None, False, None)
             _check_fits(pool, env, given or storage != (True, None, None))
+            # its episodes in progress are another env's: they end here, unfinished,
+            # and each env's next row starts a stretch (as in a new pool), however
+            # the env is reset (fully, masked, or before it was wrapped)
+            pool.abort_episodes(np.arange(pool.num_envs))
         elif pool_size is None:
             msg = (
                 "ReplayPoolWrapper needs `pool_size` (the pool's capacity), or "
@@ -400,11 +406,21 @@ def _check_fits(
             "(`pool_size`, `window_size`, ...), not both: a pool keeps its own."
         )
         raise ValueError(msg)
-    for name, ours, theirs in (
-        ("observation space", pool.observation_space, env.single_observation_space),
-        ("action space", pool.action_space, env.single_action_space),
+    for name, ours, theirs, fits in (
+        (
+            "observation space",
+            pool.observation_space,
+            env.single_observation_space,
+            records(pool.observation_space, env.single_observation_space),
+        ),
+        (
+            "action space",
+            pool.action_space,
+            env.single_action_space,
+            pool.action_space == env.single_action_space,
+        ),
     ):
-        if ours != theirs:
+        if not fits:
             msg = (
                 f"`pool` has the {name} {ours}, but the env's is {theirs}: pass a "
                 "pool made (or saved) for this env."

@@ -289,14 +289,16 @@ def _describe_policy(policy: Policy | str | None) -> str:
 def _check_space(path: Path | None, pool: ReplayPool, env_steps: int) -> None:
     """Fail before collecting if the file cannot fit on its disk.
 
-    The file holds at most ``min(env_steps, capacity)`` transitions (a save writes
-    only the filled rows), plus a little for the archive.
+    The file holds at most ``min(held + env_steps, capacity)`` transitions (a
+    save writes only the filled rows; ``held``: what a resumed pool holds
+    already), plus a little for the archive.
     """
     if path is None:
         return
     rows = pool.num_envs * (pool.capacity + 1)
     per_transition = pool.nbytes / max(rows, 1)
-    needed = int(per_transition * min(env_steps, pool.num_envs * pool.capacity))
+    held = len(pool) + env_steps
+    needed = int(per_transition * min(held, pool.num_envs * pool.capacity))
     needed += 2**20
     try:
         free = shutil.disk_usage(path.parent).free
@@ -594,8 +596,16 @@ def _start(
     num_envs: int,
     vector_kwargs: dict[str, Any],
     settings: PoolSettings | ReplayPool,
+    origin: str | os.PathLike[str] | None = None,
 ) -> tuple[ReplayPoolWrapper, int]:
     """Start the workers and wrap them with a new pool (or the pool given).
+
+    Args:
+        env_id: The env id.
+        num_envs: Sub-environments.
+        vector_kwargs: ``AsyncVectorEnv`` options.
+        settings: A new pool's settings, or the pool to record into.
+        origin: The file the pool given was loaded from (for the message).
 
     Returns:
         The wrapped vector env and its number of worker processes.
@@ -615,7 +625,10 @@ def _start(
             wrapper = ReplayPoolWrapper(vector_env, **dataclasses.asdict(settings))
     except ValueError as error:
         vector_env.close()
-        raise CollectArgumentError(str(error)) from error
+        msg = str(error)
+        if origin is not None:
+            msg = f"Cannot resume from {str(origin)!r} with {env_id}: {msg}"
+        raise CollectArgumentError(msg) from error
     return wrapper, vector_env.num_workers
 
 
@@ -940,7 +953,7 @@ def collect(
     with _StopOnSigint() as stop, warnings.catch_warnings():  # no unguarded window
         if policy_fn is None:  # random actions: no policy to compete with the workers
             warnings.filterwarnings("ignore", category=VecPoolPerformanceWarning)
-        envs, num_workers = _start(env_id, num_envs, vector_kwargs, source)
+        envs, num_workers = _start(env_id, num_envs, vector_kwargs, source, resume)
         pool = envs.pool
         held = "" if resume is None else f", resumed from {resume} ({len(pool):,} held)"
         try:

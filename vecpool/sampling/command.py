@@ -89,9 +89,10 @@ def _collect(args: argparse.Namespace) -> int:
         return 130
     if result.interrupted:
         _ignore_ctrl_c()  # saved; what is left is printing and exiting with 130
+    if args.plot is not None:  # written before anything is printed, which may fail
+        collect.plot_collection(result, args.plot)
     print("\n".join(result.summary_lines()))
     if args.plot is not None:
-        collect.plot_collection(result, args.plot)
         print(f"wrote {args.plot}")
     return 130 if result.interrupted else 0
 
