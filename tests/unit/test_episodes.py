@@ -168,3 +168,24 @@ def test_cartpole_episodes_replay_exactly_from_their_actions():
             np.testing.assert_allclose(obs, episode.observations[t + 1], atol=1e-5)
             assert reward == episode.rewards[t]
             assert terminated == episode.terminations[t]
+
+
+def test_an_episode_cut_where_the_next_one_starts_alike_is_not_joined():
+    # an episode aborted (a checkpoint resumed, a worker restarted) whose last
+    # next_obs equals the next episode's first obs (FrozenLake's start state): no
+    # jump in the observations shows the cut, the pool's stretch marks do
+    pool = vecpool.ReplayPool(spaces.Box(0, 9, (1,)), spaces.Discrete(2), 1, 10)
+
+    def add(obs: float, ended: bool) -> None:
+        pool.add(np.array([[obs]], np.float32), np.array([0]),
+                 np.array([[obs + 1]], np.float32), np.ones(1),
+                 np.array([ended]), np.array([False]))  # fmt: skip
+
+    add(0, False)
+    add(1, False)  # its next_obs: 2.0, and the episode is cut here
+    pool.abort_episodes(np.array([0]))
+    add(2, False)  # the next episode starts from 2.0
+    add(3, True)
+    episodes, partial = complete_episodes(pool)
+    assert [e.observations[:, 0].tolist() for e in episodes] == [[2.0, 3.0, 4.0]]
+    assert partial == 1

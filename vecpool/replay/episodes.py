@@ -49,6 +49,10 @@ class RecordedPool(Protocol):
         """Transitions ``start:stop`` of sub-pool ``env``, oldest first."""
         ...
 
+    def stretch_starts(self, env: int, start: int, stop: int) -> npt.NDArray[np.bool_]:
+        """Whether each of those transitions begins a stretch (after a cut)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Episode:
@@ -151,13 +155,15 @@ class EpisodeScan:
                 # one row more: whether the last row's next_obs is the next obs
                 chunk = pool.get_rows(env, start, min(stop + 1, length))
                 obs, next_obs, ended = self._leaves(chunk)
+                # a row after a cut (a reset, an abort, a restart) starts a stretch
+                cuts = pool.stretch_starts(env, start, min(stop + 1, length))
                 for row in range(start, stop):
                     here = row - start
                     last_row = row == length - 1
                     jump = (
                         not last_row
                         and not ended[here]
-                        and not _same(next_obs, obs, here)
+                        and (cuts[here + 1] or not _same(next_obs, obs, here))
                     )
                     if not (ended[here] or jump or last_row):
                         continue

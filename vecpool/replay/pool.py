@@ -343,6 +343,35 @@ class ReplayPool:
         envs = np.full(offset.size, env, np.int64)
         return Transitions(*read_rows(self._stored, envs, offset))
 
+    def stretch_starts(self, env: int, start: int, stop: int) -> npt.NDArray[np.bool_]:
+        """Whether each of transitions ``start:stop`` of sub-pool ``env`` starts one.
+
+        A stretch of transitions starts at the sub-pool's oldest, after an episode
+        end, and at the first transition after a reset, an abort or a worker
+        restart: n-step windows and sequences never cross one, and the episode
+        export (:func:`vecpool.replay.episodes.complete_episodes`) splits there.
+
+        Args:
+            env: The sub-pool (env index).
+            start: First offset (0: its oldest).
+            stop: One past the last offset (at most ``lengths[env]``).
+
+        Returns:
+            One bool per transition.
+
+        Raises:
+            ValueError: If the range is not within the sub-pool.
+        """
+        self._hot.sync()
+        env = check_int("env", env, 0, self.num_envs - 1)
+        held = int(self._ring.length[env])
+        start = check_int("start", start, 0, held)
+        stop = check_int("stop", stop, start, held)
+        offset = np.arange(start, stop, dtype=np.int64)
+        rows = self._ring.row_of(np.full(offset.size, env, np.int64), offset)
+        marks: npt.NDArray[np.bool_] = self._ring.starts[rows]
+        return marks
+
     def sample(
         self,
         batch_size: int,
