@@ -16,10 +16,20 @@ spell falls on both alike; the figures are totals over the run. Two comparisons:
   CartPole envs with each share of envs in the parent (``--no-record``: the same
   loop without the recording).
 
+* ``flat-probe N``: issue 37's measure of the step path's layers. Sync and the
+  default ``vecpool.AsyncVectorEnv`` (N CartPole envs) beside a *probe*: the same
+  kind of env stepped by a flat step written here (the actions and buffer placed,
+  the worker's bell rung, the parent's share stepped by ``Host.step``, a spin on
+  the bell, the buffers read), with none of the guarantees the layers carry, and
+  the probe with the real pieces put back one at a time (the real ``send_step``,
+  then ``wait_step``, then ``step_async``). The probe must never be used for
+  anything else: it reads the engine's private state and checks nothing.
+
 Usage::
 
     python tests/benchmarks/paired_chunks.py vs-sync cartpole 8 none --seconds 5
     python tests/benchmarks/paired_chunks.py collect-shares 4,3,2
+    python tests/benchmarks/paired_chunks.py flat-probe 8
 
 What a setup's idle worker does while the other takes its turn (it spins a moment,
 then blocks) costs its first step of each turn a wake-up: about one step in a
@@ -210,6 +220,115 @@ def collect_shares(shares: list[int], record: bool, seconds: float) -> None:
     _print(results, next(iter(results)))
 
 
+def _flat_step(envs: Any, *, real_send: bool, real_wait: bool) -> Callable[[Any], Any]:
+    """A step of ``envs`` (1 worker with a bell, the parent's share) written flat."""
+    from vecpool._wire.bell import ANSWERED, BUFFER, COMMAND, LISTENING, fence
+    from vecpool._wire.bell import NUMBER_MASK as MASK
+
+    buffers, group = envs._buffers, envs._group
+    worker, local = group.handles
+    host, bell = local.local_channel.host, worker.bell
+    wake = bytes(4)  # an empty message: a blocked worker's wake
+
+    def step(actions: Any) -> Any:
+        per_env = buffers.actions.place(actions, shared=True)
+        buffer = buffers.obs.choose()
+        if real_send:
+            group.send_step(buffers.obs.step_messages[buffer], per_env)
+            number = worker.rung
+        else:
+            numbers = worker.numbers
+            bell[BUFFER] = buffer
+            fence()
+            number = numbers.sent + 1
+            bell[COMMAND] = number & MASK
+            numbers.sent = number
+            fence()
+            if not bell[LISTENING]:
+                os.write(worker.channel.fd, wake)
+        if real_wait:
+            group.wait_step()
+        else:
+            if real_send:
+                local.step_here()
+            else:
+                host.step(None, None, buffer)
+            while bell[ANSWERED] != number & MASK:
+                pass
+            worker.numbers.received = number
+            worker.rung = 0
+            worker.numbers.expected.clear()
+        return (
+            buffers.obs.read(),
+            buffers.rewards.copy(),
+            buffers.terminations.copy(),
+            buffers.truncations.copy(),
+            {},
+        )
+
+    return step
+
+
+def flat_probe(num_envs: int, seconds: float) -> None:
+    """Sync, vecpool's default and the flat probe with the real pieces put back."""
+    from vecpool.vector.async_env import AsyncState
+
+    def make() -> Any:
+        return gym.make("CartPole-v1")
+
+    def place() -> Any:  # the default placement on 2 CPUs: 1 worker + a share
+        fns = [make] * num_envs
+        return vecpool.AsyncVectorEnv(fns, num_workers=1, parent_envs=num_envs // 2)
+
+    envs: dict[str, Any] = {"sync": gym.vector.SyncVectorEnv([make] * num_envs)}
+    envs.update((name, place()) for name in (
+        "vecpool", "flat", "+send_step", "+wait_step", "+step_async"
+    ))  # fmt: skip
+    print(f"CartPole-v1 n={num_envs}: {envs['vecpool']!r}")
+    for env in envs.values():
+        env.reset(seed=0)
+        env.action_space.seed(0)
+    with_async = envs["+step_async"]
+
+    def step_async_then_wait(actions: Any) -> Any:
+        with_async.step_async(actions)
+        with_async._group.wait_step()
+        with_async._state = AsyncState.DEFAULT
+        buffers = with_async._buffers
+        return buffers.obs.read(), buffers.rewards.copy()
+
+    steps: dict[str, Callable[[Any], Any]] = {
+        "sync": envs["sync"].step,
+        "vecpool": envs["vecpool"].step,
+        "flat": _flat_step(envs["flat"], real_send=False, real_wait=False),
+        "+send_step": _flat_step(envs["+send_step"], real_send=True, real_wait=False),
+        "+wait_step": _flat_step(envs["+wait_step"], real_send=True, real_wait=True),
+        "+step_async": step_async_then_wait,
+    }
+
+    def turn(name: str) -> Callable[[int], int]:
+        space, step = envs[name].action_space, steps[name]
+
+        def run(count: int) -> int:
+            for _ in range(count):
+                step(space.sample())
+            return count * num_envs
+
+        return run
+
+    pids = {
+        name: [p.pid for p in getattr(env, "processes", []) if p.pid]
+        for name, env in envs.items()
+    }
+    try:
+        results = _alternate({name: turn(name) for name in envs}, pids, seconds)
+    finally:
+        for name, env in envs.items():
+            # the probes stepped behind their groups' backs: end their workers
+            env.close(**({} if name in ("sync", "vecpool") else {"terminate": True}))
+    _print(results, "sync")
+
+
 def main() -> None:
     """Parse the command line and run one comparison."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -221,12 +340,16 @@ def main() -> None:
     share = sub.add_parser("collect-shares", help="collect's loop, parent shares")
     share.add_argument("shares", help="comma-separated, e.g. 4,3,2")
     share.add_argument("--no-record", action="store_true")
-    for each in (pair, share):
+    probe = sub.add_parser("flat-probe", help="the step path against a flat step")
+    probe.add_argument("num_envs", type=int)
+    for each in (pair, share, probe):
         each.add_argument("--seconds", type=float, default=6.0, help="per setup")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     if args.what == "vs-sync":
         vs_sync(args.workload, args.num_envs, args.policy, args.seconds)
+    elif args.what == "flat-probe":
+        flat_probe(args.num_envs, args.seconds)
     else:
         shares = [int(part) for part in args.shares.split(",")]
         collect_shares(shares, not args.no_record, args.seconds)
