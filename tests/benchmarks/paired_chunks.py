@@ -52,7 +52,10 @@ from typing import Any
 import gymnasium as gym
 
 import vecpool
+from vecpool._wire.bell import ANSWERED, BUFFER, COMMAND, LISTENING, fence
+from vecpool._wire.bell import NUMBER_MASK as MASK
 from vecpool.bench.workloads import resolve_workload
+from vecpool.vector.async_env import AsyncState
 
 CHUNK_SECONDS = 0.06
 """About how long one turn takes (sized on the first setup)."""
@@ -222,9 +225,6 @@ def collect_shares(shares: list[int], record: bool, seconds: float) -> None:
 
 def _flat_step(envs: Any, *, real_send: bool, real_wait: bool) -> Callable[[Any], Any]:
     """A step of ``envs`` (1 worker with a bell, the parent's share) written flat."""
-    from vecpool._wire.bell import ANSWERED, BUFFER, COMMAND, LISTENING, fence
-    from vecpool._wire.bell import NUMBER_MASK as MASK
-
     buffers, group = envs._buffers, envs._group
     worker, local = group.handles
     host, bell = local.local_channel.host, worker.bell
@@ -271,7 +271,6 @@ def _flat_step(envs: Any, *, real_send: bool, real_wait: bool) -> Callable[[Any]
 
 def flat_probe(num_envs: int, seconds: float) -> None:
     """Sync, vecpool's default and the flat probe with the real pieces put back."""
-    from vecpool.vector.async_env import AsyncState
 
     def make() -> Any:
         return gym.make("CartPole-v1")

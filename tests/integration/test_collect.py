@@ -10,6 +10,8 @@ import doctest
 import importlib
 import io
 import re
+import shutil as shutil_module
+import subprocess
 import sys
 import textwrap
 from typing import Any
@@ -443,8 +445,6 @@ def test_a_missing_policy_module_names_where_it_was_looked_for(tmp_path, monkeyp
 
 
 def test_too_little_free_space_is_refused_before_collecting(tmp_path, monkeypatch):
-    import shutil as shutil_module
-
     usage = shutil_module.disk_usage(tmp_path)
     monkeypatch.setattr(
         "vecpool.sampling.collect.shutil.disk_usage",
@@ -468,8 +468,6 @@ def test_too_little_free_space_is_refused_before_collecting(tmp_path, monkeypatc
 def test_the_free_space_check_counts_what_a_resumed_pool_holds(tmp_path, monkeypatch):
     # a resumed pool's file holds its old rows too (found by the review of
     # --resume: the check counted this run's steps only, and the save then failed)
-    import shutil as shutil_module
-
     first = small_run(tmp_path, num_envs=2, steps=4000, pool_size=4000)
     usage = shutil_module.disk_usage(tmp_path)
     monkeypatch.setattr(  # room for the archive and 10 steps, not for 4,000 rows
@@ -1017,8 +1015,6 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path):
     # `vecpool collect ... | head -1`: the summary goes to a closed pipe. The pool
     # is saved first; then no traceback, and the exit code a shell gives a
     # command cut off by SIGPIPE (141)
-    import subprocess
-
     out = tmp_path / "pool.npz"
     # long enough (about a second) that the reader has closed its end by the
     # time the summary comes

@@ -11,6 +11,7 @@ wrapper is compared with the reference env's too (it must pass them through).
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import re
 from collections import Counter
@@ -30,7 +31,12 @@ from gymnasium.vector.utils import (
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 import vecpool
-from vecpool.testing import assert_same_data, make_env_fns
+from vecpool.testing import (
+    CountingEnv,
+    MissionEnv,
+    assert_same_data,
+    make_env_fns,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -699,10 +705,6 @@ def test_a_given_pool_starts_new_episodes_without_a_full_reset(tmp_path, how):
     # a checkpoint's episodes in progress can never go on (the env is a new one):
     # recording into the loaded pool starts as recording into a new pool does,
     # however the env was reset (found by the review of `pool=`)
-    import functools
-
-    from vecpool.testing import CountingEnv
-
     make = functools.partial(CountingEnv, max_steps=9, terminate_prob=0.0)
     first = vecpool.ReplayPoolWrapper(gym.vector.SyncVectorEnv([make] * 2), 100)
     first.reset(seed=0)
@@ -754,8 +756,6 @@ def _marks(pool: vecpool.ReplayPool) -> list[np.ndarray]:
 def test_a_pool_saved_from_a_custom_string_space_records_that_env_again(tmp_path):
     # a MiniGrid-style mission space is saved as Text (vecpool/replay/portable.py):
     # the loaded pool must still take that env's observations (found by review)
-    from vecpool.testing import MissionEnv
-
     first = vecpool.ReplayPoolWrapper(
         gym.vector.SyncVectorEnv([MissionEnv] * 2), 100, seed=0
     )
