@@ -335,13 +335,7 @@ class ReplayPool:
             ValueError: If the range is not within the sub-pool.
         """
         self._hot.show()
-        env = check_int("env", env, 0, self.num_envs - 1)
-        held = int(self._ring.length[env])
-        start = check_int("start", start, 0, held)
-        stop = check_int("stop", stop, start, held)
-        offset = np.arange(start, stop, dtype=np.int64)
-        envs = np.full(offset.size, env, np.int64)
-        return Transitions(*read_rows(self._stored, envs, offset))
+        return Transitions(*read_rows(self._stored, *self._span(env, start, stop)))
 
     def stretch_starts(self, env: int, start: int, stop: int) -> npt.NDArray[np.bool_]:
         """Whether each of transitions ``start:stop`` of sub-pool ``env`` starts one.
@@ -363,14 +357,24 @@ class ReplayPool:
             ValueError: If the range is not within the sub-pool.
         """
         self._hot.sync()
+        rows = self._ring.row_of(*self._span(env, start, stop))
+        marks: npt.NDArray[np.bool_] = self._ring.starts[rows]
+        return marks
+
+    def _span(
+        self, env: int, start: int, stop: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """Env and offset of each transition ``start:stop`` of sub-pool ``env``.
+
+        Raises:
+            ValueError: If the range is not within the sub-pool.
+        """
         env = check_int("env", env, 0, self.num_envs - 1)
         held = int(self._ring.length[env])
         start = check_int("start", start, 0, held)
         stop = check_int("stop", stop, start, held)
         offset = np.arange(start, stop, dtype=np.int64)
-        rows = self._ring.row_of(np.full(offset.size, env, np.int64), offset)
-        marks: npt.NDArray[np.bool_] = self._ring.starts[rows]
-        return marks
+        return np.full(offset.size, env, np.int64), offset
 
     def sample(
         self,
