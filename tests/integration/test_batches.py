@@ -184,7 +184,9 @@ def test_finished_but_unreturned_envs_cannot_be_sent(make_placed):
     envs.send(np.zeros(4, dtype=np.int64), np.arange(4))
     *_, infos = envs.recv()
     returned = set(infos["env_id"].tolist())
-    envs._batches.finish_in_flight()  # let the other worker's envs finish too
+    batches = envs._batches
+    while batches.flying:  # let the other worker's envs finish too
+        batches._wait(None, batches._busy(), None)
     waiting = sorted(set(range(4)) - returned)
     with pytest.raises(ValueError, match=re.escape("has not returned them yet")):
         envs.send(np.zeros(2, dtype=np.int64), waiting)

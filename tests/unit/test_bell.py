@@ -15,6 +15,7 @@ import pytest
 
 from vecpool._engine.group import WorkerGroup
 from vecpool._engine.handle import WorkerHandle
+from vecpool._engine.numbering import ReplyNumbers
 from vecpool._engine.spinning import SpinPolicy
 from vecpool._wire.bell import (
     ANSWERED,
@@ -261,6 +262,7 @@ def _handle(pipe_ends):
     """A handle whose "worker" is this test: its bell, and the pipe's far end."""
     parent_end, worker_end = pipe_ends
     handle = WorkerHandle(0, range(2), _FakeProcess(), parent_end)  # type: ignore[arg-type]
+    handle.numbers = ReplyNumbers()  # started and answered: nothing awaited
     handle.bell = _bell()
     handle.bell[LISTENING] = 1  # it spins: the ring needs no wake
     return handle, Channel(worker_end.fileno())

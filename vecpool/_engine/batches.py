@@ -61,17 +61,6 @@ class Batches:
         self.flying = 0  # in_flight.sum(), kept as an int (the loops test it)
         self.ready: deque[int] = deque()
         self.ready_infos: dict[int, dict[str, Any]] = {}
-        self._worker_of: list[int] = []
-
-    @property
-    def worker_of(self) -> list[int]:
-        """Env -> position of its worker in ``group.handles`` (once they started)."""
-        if len(self._worker_of) != self.num_envs:
-            self._worker_of = [0] * self.num_envs
-            for position, handle in enumerate(self.group.handles):
-                for index in handle.env_indices:
-                    self._worker_of[index] = position
-        return self._worker_of
 
     @property
     def pending(self) -> list[int]:
@@ -189,7 +178,7 @@ class Batches:
             )
             listed = ids.tolist()
             order = sorted(range(len(listed)), key=listed.__getitem__)
-            worker_of = self.worker_of
+            worker_of = self.group.handle_of
             chunk = self.chunk
             # the sorted ids, cut where the worker changes and every `chunk` envs
             lo = 0
@@ -220,14 +209,9 @@ class Batches:
         start = handle.env_indices.start
         local = [index - start for index in chosen]
         handle.numbers.start_batch()  # drops the last plain call's answers
-        try:
-            number = handle.send_step_some(local, actions)
-        except OSError:
-            number = 0
-        if not number:  # restart mode: a replacement gets it
-            handle, number = self.group.send_to(
-                handle, "send", lambda new: new.send_step_some(local, actions)
-            )
+        handle, number = self.group.send_to(
+            handle, "send", lambda new: new.send_step_some(local, actions)
+        )
         handle.numbers.expect_batch(number, chosen)
         self.in_flight[chosen] = True
         self.flying += len(chosen)
@@ -290,12 +274,6 @@ class Batches:
             buffers.truncations[rows].copy(),
             infos,
         )
-
-    def finish_in_flight(self, timeout: float | None = None) -> None:
-        """Wait until no env is in flight; finished envs wait in :attr:`ready`."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.flying:
-            self._wait(timeout, self._busy(), deadline)
 
     def _wait(
         self, timeout: float | None, busy: list[WorkerHandle], deadline: float | None

@@ -42,8 +42,6 @@ OBS_BUFFERS_MAX_BYTES = 64 * 2**20
 OBS_BUFFERS_MIN_BYTES = 16 * 2**10
 """Smaller observation batches get one buffer, copied out: copying a few KiB costs
 less than the rotation's bookkeeping (cutting fresh views, reference counts)."""
-_MAX_SCHEMAS = 1024
-"""Info schemas the parent keeps loaded (more: it starts over)."""
 
 
 def batch_nbytes(space: Space[Any], num_envs: int) -> int:

@@ -95,23 +95,14 @@ class EnvStates:
         groups: Groups,
         message: Callable[[list[int], list[int]], tuple[Command, Any]],
     ) -> dict[int, Reply | None]:
-        handles = [self.group.handles[index] for index in groups]
         with HELD:
-            for position, handle in enumerate(handles):
-                positions, local = groups[handle.index]
-                command, payload = message(local, positions)
-                try:
-                    number = handle.send(command, payload)
-                except OSError:
-                    number = 0
-                if not number:  # restart mode: a replacement gets it
-                    handle, number = self.group.send_to(
-                        handle,
-                        what,
-                        lambda new: new.send(command, payload),  # noqa: B023
-                    )
-                    handles[position] = handle
-                handle.expect(number)
+            handles = self.group.send_all(
+                what,
+                lambda handle: handle.send(
+                    *message(groups[handle.index][1], groups[handle.index][0])
+                ),
+                [self.group.handles[index] for index in groups],
+            )
         try:
             self.group.wait(what, None, handles)
         except BaseException:

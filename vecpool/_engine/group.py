@@ -17,7 +17,6 @@ The group holds handles of any kind through
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import multiprocessing
 import os
@@ -230,30 +229,31 @@ class WorkerGroup:
                 raise OutOfStepError(msg)
 
     def send_all(
-        self, what: str, send: Callable[[WorkerHandle], int]
+        self,
+        what: str,
+        send: Callable[[WorkerHandle], int],
+        handles: list[WorkerHandle] | None = None,
     ) -> list[WorkerHandle]:
-        """Send one command to every worker; each then awaits its reply.
+        """Send one command to every worker (or ``handles``); each awaits its reply.
 
         Args:
             what: The call's name, for a crash message.
             send: Sends the command on one handle and returns its number.
+            handles: The workers to send it to (default: all).
 
         Returns:
-            The handles.
+            The handles that took it (a replacement in a dead worker's place).
 
         Raises:
             WorkerCrashedError: If a worker's pipe is broken.
         """
         # callers hold Ctrl-C back around this (``with HELD``) and their state change
-        for handle in self.handles:
-            try:
-                number = send(handle)
-            except OSError:
-                number = 0
-            if not number:  # restart mode: a replacement gets it
-                handle, number = self.send_to(handle, what, send)
+        took = []
+        for handle in self.handles if handles is None else handles:
+            handle, number = self.send_to(handle, what, send)
             handle.expect(number)
-        return self.handles
+            took.append(handle)
+        return took
 
     def send_step(self, message: bytes, per_env: list[Any] | None) -> None:
         """Send one step command to every worker: the one step path's send.
@@ -328,21 +328,17 @@ class WorkerGroup:
             for handle in rung:
                 handle.cut_off()
             raise
-        for handle in piped:
-            actions = (
-                None
-                if per_env is None
-                else per_env[handle.env_indices.start : handle.env_indices.stop]
+        if piped:
+            self.send_all(
+                "step",
+                lambda handle: handle.send_step(
+                    message,
+                    None
+                    if per_env is None
+                    else per_env[handle.env_indices.start : handle.env_indices.stop],
+                ),
+                piped,
             )
-            try:
-                number = handle.send_step(message, actions)
-            except OSError:
-                number = 0
-            if not number:  # restart mode: a replacement gets it (see send_to)
-                handle, number = self.send_to(
-                    handle, "step", functools.partial(_send_step, message, actions)
-                )
-            handle.numbers.expect(number)
 
     def wait_step(self) -> bool:
         """Wait for a step sent by :meth:`send_step`: the one step path's wait.
@@ -510,33 +506,21 @@ class WorkerGroup:
                 return False
             handle = entry[0]
             channel = handle.channel
-            # a read and its count go together: Ctrl-C held back, inline (HOLD)
-            main = threading.get_ident() == MAIN
-            if main:
-                HOLD["depth"] += 1
-            try:
-                chunk = os.read(fd, 1 << 16)
-                if chunk != _WAKE_MESSAGE or channel.buffer:  # a reply, not a wake
-                    channel.buffer += chunk
-                    handle.receive()  # the whole reply (its worker is writing it)
-                    while channel.buffer and channel.has_message():
-                        handle.receive()
-                # a wake alone: the answer is on the bell (vecpool/_wire/bell.py)
-            except (EOFError, OSError):  # a broken pipe: the general wait judges it
-                chunk = b""
-            except KeyboardInterrupt:  # a second Ctrl-C: the read may be lost
-                if main:
-                    drop_held()
-                handle.cut_off()
-                raise
-            except BaseException:
-                if main:
-                    drop_held()
-                raise
-            if main:
-                HOLD["depth"] -= 1
-                if HOLD["pending"] and not HOLD["depth"]:
-                    raise_deferred()
+            # a read and its count go together: Ctrl-C held back (a blocked wait)
+            with HELD:
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                    if chunk != _WAKE_MESSAGE or channel.buffer:  # a reply, not a wake
+                        channel.buffer += chunk
+                        handle.receive()  # the whole reply (its worker is writing it)
+                        while channel.buffer and channel.has_message():
+                            handle.receive()
+                    # a wake alone: the answer is on the bell (vecpool/_wire/bell.py)
+                except (EOFError, OSError):  # a broken pipe: the general wait judges
+                    chunk = b""
+                except KeyboardInterrupt:  # a second Ctrl-C: the read may be lost
+                    handle.cut_off()
+                    raise
             if not chunk:  # its end, or a broken pipe: the general wait judges it
                 return False
         return True
@@ -797,7 +781,7 @@ class WorkerGroup:
     def send_to(
         self, handle: WorkerHandle, what: str, send: Callable[[WorkerHandle], int]
     ) -> tuple[WorkerHandle, int]:
-        """Send to ``handle``, whose pipe broke, through replacements (restart mode).
+        """Send to ``handle``; if its pipe is broken, through replacements (restart).
 
         Each replacement is started outside any exception handler: a forked child
         would inherit the exception being handled.
@@ -806,14 +790,14 @@ class WorkerGroup:
             The handle that took the command, and the command's number.
 
         Raises:
-            WorkerCrashedError: If no restart is allowed.
+            WorkerCrashedError: If a pipe is broken and no restart is allowed.
         """
         while True:
-            handle = self.lose_at_send(handle, what)
             try:
                 return handle, send(handle)
             except OSError:
-                pass  # died again before its first command: replace it too
+                pass  # dead (a replacement may die before its first command too)
+            handle = self.lose_at_send(handle, what)
 
     def lose_at_send(self, handle: WorkerHandle, what: str) -> WorkerHandle:
         """A worker's pipe broke as a command was sent: replace it, or raise.
@@ -931,14 +915,6 @@ _EMPTY_MESSAGE = bytes(4)
 
 _WAKE_MESSAGE = len(WAKE).to_bytes(4, "big") + WAKE
 """A worker's :data:`~vecpool._wire.messages.WAKE` as it comes through the pipe."""
-
-
-def _sleep_zero() -> None:
-    time.sleep(0)  # macOS has no sched_yield: a zero sleep yields the CPU there
-
-
-def _send_step(message: bytes, actions: list[Any] | None, handle: WorkerHandle) -> int:
-    return handle.send_step(message, actions)
 
 
 def poll_set(

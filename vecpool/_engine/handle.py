@@ -1,11 +1,13 @@
-"""The parent's handle on one worker: the base every kind of worker shares.
+"""The parent's handle on one worker process, and the base of the in-process one.
 
 A handle sends numbered commands and reads numbered replies (its
 :class:`~vecpool._engine.numbering.ReplyNumbers`), over a
-:class:`~vecpool._wire.channel.Channel`. The kinds, one file each:
+:class:`~vecpool._wire.channel.Channel`. The kinds:
 
-* :class:`vecpool._engine.process.ProcessHandle`: a vecpool worker process;
-* :class:`vecpool._engine.in_process.InProcessHandle`: ``num_workers=0``.
+* :class:`WorkerHandle` itself: a vecpool worker process (it runs
+  :func:`vecpool._worker.loop.run_worker`);
+* :class:`vecpool._engine.in_process.InProcessHandle`: ``num_workers=0`` and the
+  parent's own share.
 
 (A custom Gymnasium ``worker=`` has no handle: Gymnasium's own ``AsyncVectorEnv``
 runs it, see :mod:`vecpool.vector.gymnasium_worker`.)
@@ -25,7 +27,6 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-import cloudpickle
 import numpy as np
 import numpy.typing as npt
 
@@ -45,6 +46,7 @@ from vecpool._wire.messages import (
     WAKE,
     Command,
     Reply,
+    encode,
 )
 from vecpool._wire.wide_infos import WideOffer, acceptance, map_offer
 
@@ -116,16 +118,23 @@ class WorkerHandle:
         env_indices: range,
         process: multiprocessing.process.BaseProcess,
         conn: Connection,
-        numbers: ReplyNumbers | None = None,
+        after: int = 0,
     ) -> None:
-        """Wrap a started worker."""
+        """Wrap a started worker, awaiting its start-up check.
+
+        A worker answers its start-up space check unasked, so that answer is
+        awaited from the start: as command 1, or, for a replacement
+        (``on_worker_crash="restart"``), as the command after the ``after``
+        commands of the pipe it replaces (answers already read keep their numbers).
+        """
         self.index = index
         self.env_indices = env_indices
         self.process = process
         self.conn = conn
         self.channel = Channel(conn.fileno())
         self.sentinel: int = process.sentinel
-        self.numbers = numbers if numbers is not None else ReplyNumbers()
+        self.numbers = ReplyNumbers(sent=after)
+        self.numbers.expect_also(self.numbers.sent_one())  # sent unasked
         self.out_of_step = False
         self.on_cut: Callable[[], None] | None = None
         self.last_sent = b""
@@ -246,13 +255,7 @@ class WorkerHandle:
 
     def send(self, command: Command, payload: Any) -> int:
         """Pickle and send a command; return its number."""
-        try:
-            data = pickle.dumps((command, payload), protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:  # noqa: BLE001 - e.g. a lambda in `call` arguments
-            data = bytes(
-                cloudpickle.dumps((command, payload), protocol=pickle.HIGHEST_PROTOCOL)
-            )
-        return self.write(data)
+        return self.write(encode((command, payload)))  # a lambda in `call`: cloudpickle
 
     def write(self, data: bytes) -> int:
         """Write one framed command; return its number.
@@ -282,10 +285,6 @@ class WorkerHandle:
         """Drop the commands not run yet (a handle whose envs step here)."""
 
     # -- receiving -------------------------------------------------------------------
-
-    def has_message(self) -> bool:
-        """Whether a whole reply is already buffered (no system call)."""
-        return self.channel.has_message()
 
     def poll(self) -> bool:
         """Whether a reply (or EOF) can be read now."""

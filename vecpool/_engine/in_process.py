@@ -207,8 +207,6 @@ class InProcessHandle(WorkerHandle):
             self.quiet,  # type: ignore[arg-type]
         )
         self.channel = channel  # type: ignore[assignment]
-        # like a worker process, it answers its start-up space check unasked
-        self.numbers.expect_also(self.numbers.sent_one())
 
     runs_here = True
 
@@ -216,10 +214,6 @@ class InProcessHandle(WorkerHandle):
     """The observation buffer of a plain step sent and not run yet (the one step
     path: :meth:`WorkerGroup.send_step` sets it instead of queueing a message, and
     :meth:`step_here` runs it), or ``None``."""
-
-    def poll(self) -> bool:
-        """Whether an answer is queued."""
-        return self.channel.has_message()
 
     def step_here(self) -> None:
         """Run the plain step sent (:attr:`direct`) and take its answer at once.

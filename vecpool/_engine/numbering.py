@@ -203,11 +203,6 @@ class ReplyNumbers:
         return bool(self.expected) or bool(self.answers and self.batches)
 
     @property
-    def idle(self) -> bool:
-        """Whether every command sent has been answered (shared memory is free)."""
-        return self.received >= self.sent
-
-    @property
     def abandoned(self) -> bool:
         """Whether a command whose call gave up is still unanswered."""
         return self.sent - self.received > len(self.expected)

@@ -3,7 +3,7 @@
 :class:`Starter` starts every worker at construction (:meth:`Starter.start`) and,
 with ``on_worker_crash="restart"``, each replacement (:meth:`Starter.spawn`). The
 kind of handle follows from the settings: a vecpool worker process
-(:class:`~vecpool._engine.process.ProcessHandle`), or no process at all
+(:class:`~vecpool._engine.handle.WorkerHandle`), or no process at all
 (``num_workers=0``: :class:`~vecpool._engine.in_process.InProcessHandle`). A custom
 Gymnasium ``worker=`` never comes here: Gymnasium's own ``AsyncVectorEnv`` runs it
 (vecpool/vector/gymnasium_worker.py).
@@ -36,7 +36,6 @@ from vecpool._engine.group import WorkerGroup
 from vecpool._engine.handle import WorkerHandle
 from vecpool._engine.in_process import InProcessHandle
 from vecpool._engine.lifecycle import STARTING_WORKERS
-from vecpool._engine.process import ProcessHandle
 from vecpool._util.slices import split
 from vecpool._wire.messages import RestartStart, WorkerConfig
 from vecpool._wire.permits import Permits, create_permits
@@ -336,7 +335,7 @@ class Starter:
             finally:
                 STARTING_WORKERS[0] -= 1
                 child_conn.close()
-        handle = ProcessHandle(index, env_indices, process, parent_conn, after)
+        handle = WorkerHandle(index, env_indices, process, parent_conn, after)
         if config.bell:  # it spins for its commands on its doorbell
             handle.bell = spec.buffers.block.words(
                 spec.buffers.layout.bells, env_indices.start
@@ -374,7 +373,6 @@ class Starter:
             obs_transport=buffers.obs.transport,
             autoreset_mode=spec.autoreset_mode,
             observation_mode=spec.observation_mode,
-            check_spaces=(spec.observation_space, spec.action_space),
             parent_pid=os.getpid(),
             parent_start=owner_start(),
             **waiting,

@@ -17,41 +17,7 @@ from collections.abc import Callable
 
 from vecpool.errors import VecPoolWarning
 
-__all__ = ["close_all_within", "close_within"]
-
-
-def close_within(close: Callable[[], None], seconds: float, what: str) -> bool:
-    """Run ``close()``; give up waiting after ``seconds``.
-
-    Exceptions ``close`` raises are swallowed, as a worker swallows its envs'.
-
-    Args:
-        close: The call (e.g. ``env.close``).
-        seconds: How long to wait for it.
-        what: What is being closed, for the warning (``"env 3"``).
-
-    Returns:
-        Whether it returned in time.
-    """
-
-    def run() -> None:
-        with contextlib.suppress(Exception):  # closing anyway, as workers do
-            close()
-
-    thread = threading.Thread(target=run, name=f"vecpool close {what}", daemon=True)
-    thread.start()
-    seconds = max(0.0, seconds)
-    thread.join(seconds)
-    if not thread.is_alive():
-        return True
-    warnings.warn(
-        f"The close() of {what} did not return within {seconds:g} s: it was left "
-        "running in a daemon thread of this process, which no longer waits for "
-        "it (its resources may stay open until the process exits).",
-        VecPoolWarning,
-        stacklevel=3,
-    )
-    return False
+__all__ = ["close_all_within"]
 
 
 def close_all_within(

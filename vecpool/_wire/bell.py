@@ -56,6 +56,7 @@ import time
 from typing import Any
 
 from vecpool._wire.channel import Channel
+from vecpool._wire.spin import sleep_zero
 
 __all__ = [
     "ANSWERED",
@@ -105,10 +106,6 @@ def fence() -> None:
     FRESH_LOCK().acquire(False)
 
 
-def _sleep_zero() -> None:
-    time.sleep(0)
-
-
 def wait_for_command(
     bell: Any,
     seen: int,
@@ -145,7 +142,7 @@ def wait_for_command(
         # bell again before it ever blocks
         bell[LISTENING] = 1
         deadline = time.perf_counter() + spin
-        give = getattr(os, "sched_yield", _sleep_zero) if spin_yield else None
+        give = getattr(os, "sched_yield", sleep_zero) if spin_yield else None
         looks = 0
         while True:
             if bell[COMMAND] != seen:

@@ -162,7 +162,6 @@ class WorkerConfig:
         obs_transport: How observations travel (see :class:`ObsTransport`).
         autoreset_mode: The autoreset mode.
         observation_mode: ``"same"``, ``"different"`` or a space tuple (space check).
-        check_spaces: ``(single_observation_space, single_action_space)`` to check.
         spin: Seconds to poll for the next command before blocking on the pipe.
         spin_yield: Whether to ``sched_yield`` between polls while spinning.
         spin_hint: Whether to read the byte ``layout.spin_hint`` of ``block``,
@@ -193,7 +192,6 @@ class WorkerConfig:
     obs_transport: ObsTransport
     autoreset_mode: AutoresetMode
     observation_mode: Any
-    check_spaces: tuple[Any, Any]
     spin: float = 0.0
     spin_yield: bool = False
     spin_hint: bool = False
@@ -222,11 +220,11 @@ class RestartStart:
     seeds: list[int | None]
 
 
-def encode(reply: Reply) -> bytes:
-    """Pickle a reply (falling back to cloudpickle for locally defined objects).
+def encode(reply: Any) -> bytes:
+    """Pickle a reply or a command (falling back to cloudpickle for local objects).
 
     Args:
-        reply: The reply.
+        reply: The reply, or a ``(Command, payload)`` tuple.
 
     Returns:
         The bytes to send.

@@ -15,10 +15,11 @@ import select
 import time
 from typing import Any
 
-__all__ = ["spin_until_ready"]
+__all__ = ["sleep_zero", "spin_until_ready"]
 
 
-def _sleep_zero() -> None:
+def sleep_zero() -> None:
+    """Yield the CPU where there is no ``os.sched_yield`` (macOS)."""
     time.sleep(0)
 
 
@@ -42,7 +43,7 @@ def spin_until_ready(
     deadline = time.perf_counter() + seconds
     poll = poller.poll
     # macOS has no sched_yield: a zero sleep yields the CPU there
-    sched_yield = getattr(os, "sched_yield", _sleep_zero) if spin_yield else None
+    sched_yield = getattr(os, "sched_yield", sleep_zero) if spin_yield else None
     while True:
         events = poll(0)
         if events:

@@ -133,14 +133,6 @@ class Host:
         if restart is not None:
             self.last_obs = list(restart.last_obs)
 
-    def _acquire(self) -> None:
-        if self.permits is not None:
-            self.permits.acquire(self.config.index)
-
-    def _release(self) -> None:
-        if self.permits is not None:
-            self.permits.release()
-
     def _take_seed(self, local: int) -> int | None:
         """The first-reset seed of a replaced env (once), else ``None``."""
         return None if self.cuts is None else self.cuts.take_seed(local)
@@ -347,7 +339,9 @@ class Host:
         errors: list[ErrorRecord] = []
         last = max((local for local, flag in enumerate(flags) if flag), default=-1)
         write_obs = self.obs_writers[buffer] if self.obs_writers else self.write_obs
-        self._acquire()
+        permits = self.permits
+        if permits is not None:  # max_concurrency
+            permits.acquire(self.config.index)
         try:
             for local, env in enumerate(self.envs):
                 index = self.start + local
@@ -377,7 +371,8 @@ class Host:
                 except Exception as exc:  # noqa: BLE001 - reported to the parent
                     errors.append(pack_error(index, exc))
         finally:
-            self._release()
+            if permits is not None:
+                permits.release()
         return self._reply(infos, errors)
 
     def _reply(
@@ -525,7 +520,8 @@ class Host:
         return encode_safely(Reply(results=results, errors=errors or None), self.start)
 
     def check_spaces(self) -> bytes:
-        single_obs, single_action = self.config.check_spaces
+        single_obs = self.config.observation_space
+        single_action = self.config.action_space
         same_obs_mode = self.config.observation_mode == "same"
         results = [
             (

@@ -44,7 +44,7 @@ from vecpool._engine.lifecycle import LIVE_ENVS, kill_groups, reap, shutdown
 from vecpool._engine.restart import LastObservations, Restarter, RestartPolicy
 from vecpool._engine.spinning import SpinPolicy
 from vecpool._engine.startup import Starter, StartSpec
-from vecpool._util.closing import close_within
+from vecpool._util.closing import close_all_within
 from vecpool._util.placement import Placement
 from vecpool._util.threads import PolicyThreads, fit_policy_threads
 from vecpool._util.validation import available_cpus, check_reset_mask
@@ -313,10 +313,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             )
         finally:
             # in this process: a close() that hangs must not hang the constructor
-            close_within(
-                dummy_env.close,
+            close_all_within(
+                [(dummy_env.close, "env_fns[0]() (built to read the spaces)")],
                 DUMMY_CLOSE_SECONDS,
-                "env_fns[0]() (built to read the spaces)",
             )
             del dummy_env
 
