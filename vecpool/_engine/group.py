@@ -57,8 +57,6 @@ class Restarting(Protocol):
     one, so the wait loop can hand it the dead without importing it.
     """
 
-    lost: WorkerCrashedError | None
-
     def allows(self, handle: WorkerHandle, what: str) -> bool:
         """Whether a crash of ``handle``'s worker in ``what`` may be restarted."""
         ...
@@ -79,8 +77,8 @@ class Restarting(Protocol):
         """A replacement left starting by a timed-out call has answered."""
         ...
 
-    def lose_result(self, old: WorkerHandle, what: str) -> None:
-        """Note the error a call that cannot be re-sent raises after the restart."""
+    def lose_result(self, group: WorkerGroup, old: WorkerHandle, what: str) -> None:
+        """Note in ``group.lost`` the error a call that cannot be re-sent raises."""
         ...
 
 
@@ -817,8 +815,7 @@ class WorkerGroup:
             self, handle, what, reissue=bool(handle.numbers.batches)
         )
         # a call other than step/reset/send still fails (its envs are new ones)
-        restarter.lose_result(handle, what)
-        self.lost, restarter.lost = self.lost or restarter.lost, None
+        restarter.lose_result(self, handle, what)
         return new
 
     def _recover(
@@ -838,7 +835,6 @@ class WorkerGroup:
             for position, handle in enumerate(handles):
                 if handle is old:
                     handles[position] = new
-        self.lost, self.restarter.lost = self.lost or self.restarter.lost, None
         if handles is self.handles or any_answer:
             return self._all_poll()
         return poll_set(handles)
@@ -883,8 +879,6 @@ class WorkerGroup:
         # a result the given-up call lost to a restart goes with it: a later call
         # must not raise it (and drop its own rows, a replacement's cut among them)
         self.lost = None
-        if self.restarter is not None:
-            self.restarter.lost = None
         for handle in self.handles:
             handle.numbers.give_up()
 

@@ -197,7 +197,6 @@ class Restarter:
         self.policy = policy
         self.last_obs = last_obs
         self.owner = owner
-        self.lost: WorkerCrashedError | None = None
         self.startup_deaths = [0] * len(policy.restarts)
         self.closing = False
         self.starter: Starter | None = None  # set when the workers are started
@@ -245,7 +244,7 @@ class Restarter:
         :class:`vecpool._wire.messages.RestartStart`). With ``reissue``, the commands
         ``old`` still owed replies to are sent again: a step, a reset or ``send``
         batches (their envs then answer with the rows that mark the cut); for any other
-        call, :attr:`lost` holds the error to raise once the call's other workers have
+        call, ``group.lost`` holds the error to raise once the call's other workers have
         answered.
 
         Args:
@@ -384,10 +383,14 @@ class Restarter:
             # (a worker whose pipe broke, yet lives, may still release it itself)
             permits.give_back(dead.index)
 
-    def lose_result(self, old: WorkerHandle, what: str) -> None:
-        """Note the error a call that cannot be re-sent raises after the restart."""
-        if what not in RESENT and self.lost is None:
-            self.lost = WorkerCrashedError(
+    def lose_result(self, group: WorkerGroup, old: WorkerHandle, what: str) -> None:
+        """Note in ``group.lost`` the error a call that cannot be re-sent raises.
+
+        The group raises it once the call's other workers have answered (the
+        first such error of the call, if several workers were restarted).
+        """
+        if what not in RESENT and group.lost is None:
+            group.lost = WorkerCrashedError(
                 f"{old.died(what)}; it was restarted, but the result of `{what}` "
                 "is lost: call it again.",
                 old.index,
@@ -401,7 +404,7 @@ class Restarter:
         if what == "restart":
             return  # it only owed its start-up check; the replacement sends its own
         if what not in RESENT:
-            self.lose_result(old, what)
+            self.lose_result(group, old, what)
             return
         if old.numbers.batches:  # `send` batches: each one still owed, in order
             start = old.env_indices.start
