@@ -504,21 +504,33 @@ class WorkerGroup:
                 return False
             handle = entry[0]
             channel = handle.channel
-            # a read and its count go together: Ctrl-C held back (a blocked wait)
-            with HELD:
-                try:
-                    chunk = os.read(fd, 1 << 16)
-                    if chunk != _WAKE_MESSAGE or channel.buffer:  # a reply, not a wake
-                        channel.buffer += chunk
-                        handle.receive()  # the whole reply (its worker is writing it)
-                        while channel.buffer and channel.has_message():
-                            handle.receive()
-                    # a wake alone: the answer is on the bell (vecpool/_wire/bell.py)
-                except (EOFError, OSError):  # a broken pipe: the general wait judges
-                    chunk = b""
-                except KeyboardInterrupt:  # a second Ctrl-C: the read may be lost
-                    handle.cut_off()
-                    raise
+            # a read and its count go together: Ctrl-C held back, inline (HOLD)
+            main = threading.get_ident() == MAIN
+            if main:
+                HOLD["depth"] += 1
+            try:
+                chunk = os.read(fd, 1 << 16)
+                if chunk != _WAKE_MESSAGE or channel.buffer:  # a reply, not a wake
+                    channel.buffer += chunk
+                    handle.receive()  # the whole reply (its worker is writing it)
+                    while channel.buffer and channel.has_message():
+                        handle.receive()
+                # a wake alone: the answer is on the bell (vecpool/_wire/bell.py)
+            except (EOFError, OSError):  # a broken pipe: the general wait judges it
+                chunk = b""
+            except KeyboardInterrupt:  # a second Ctrl-C: the read may be lost
+                if main:
+                    drop_held()
+                handle.cut_off()
+                raise
+            except BaseException:
+                if main:
+                    drop_held()
+                raise
+            if main:
+                HOLD["depth"] -= 1
+                if HOLD["pending"] and not HOLD["depth"]:
+                    raise_deferred()
             if not chunk:  # its end, or a broken pipe: the general wait judges it
                 return False
         return True
