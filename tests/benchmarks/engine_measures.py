@@ -1,0 +1,144 @@
+"""Issue 37's two counts: vecpool calls per vector step, and the engine's code lines.
+
+* ``calls``: Python function calls into vecpool's own files per vector step
+  (``sys.setprofile`` ``call`` events whose code lies in the package), over 200
+  steps of 8 CartPole envs with empty infos, after 50 steps of warm-up, for every
+  env in one worker and for the parent stepping half. The functions called are
+  listed with their calls per step.
+* ``lines``: code lines of the engine (``vecpool/_engine``, ``_wire``,
+  ``_worker``, ``vector``, ``_util``): lines holding a token of code, so neither
+  blank lines, comments nor docstrings (those of modules, classes and functions)
+  count, per module and in all.
+
+Usage::
+
+    python tests/benchmarks/engine_measures.py calls
+    python tests/benchmarks/engine_measures.py lines [--per-module]
+
+Not collected by pytest (no ``test_`` prefix); no figure here is a pass/fail gate.
+"""
+
+# A command-line script: what it prints is its result.
+# ruff: noqa: T201
+
+from __future__ import annotations
+
+import argparse
+import ast
+import collections
+import io
+import sys
+import tokenize
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import vecpool
+
+PACKAGE = Path(vecpool.__file__).parent
+ENGINE = ("_engine", "_wire", "_worker", "vector", "_util")
+SKIPPED_TOKENS = {
+    tokenize.COMMENT,
+    tokenize.NL,
+    tokenize.NEWLINE,
+    tokenize.INDENT,
+    tokenize.DEDENT,
+    tokenize.ENDMARKER,
+}
+
+
+def code_lines(source: str) -> int:
+    """Lines holding a code token, docstrings not counted."""
+    docstrings: set[int] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(
+            node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+        ):
+            first = node.body[0] if node.body else None
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+                and first.end_lineno is not None
+            ):
+                docstrings.update(range(first.lineno, first.end_lineno + 1))
+    lines: set[int] = set()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type not in SKIPPED_TOKENS:
+            lines.update(range(token.start[0], token.end[0] + 1))
+    return len(lines - docstrings)
+
+
+def count_lines(per_module: bool) -> None:
+    """Print the engine's code lines, by package (and module)."""
+    total = 0
+    for package in ENGINE:
+        subtotal = 0
+        for path in sorted((PACKAGE / package).glob("*.py")):
+            count = code_lines(path.read_text(encoding="utf-8"))
+            subtotal += count
+            if per_module:
+                print(f"  {count:6,} {package}/{path.name}")
+        print(f"{subtotal:6,} {package}")
+        total += subtotal
+    print(f"{total:6,} engine code lines")
+
+
+def _calls_per_step(envs: Any, steps: int) -> collections.Counter[str]:
+    """Calls into vecpool's files over ``steps`` steps of ``envs``, by function."""
+    actions = np.zeros(envs.num_envs, dtype=np.int64)
+    calls: collections.Counter[str] = collections.Counter()
+    root = str(PACKAGE)
+
+    def profile(frame: FrameType, event: str, _arg: Any) -> None:
+        code = frame.f_code
+        if event == "call" and code.co_filename.startswith(root):
+            where = Path(code.co_filename).relative_to(PACKAGE)
+            calls[f"{where}:{code.co_name}"] += 1
+
+    sys.setprofile(profile)
+    try:
+        for _ in range(steps):
+            envs.step(actions)
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def count_calls(steps: int = 200) -> None:
+    """Print vecpool's calls per vector step, every env in a worker, then half."""
+    for placement in ({"num_workers": 1, "parent_envs": 0}, {"parent_envs": 4}):
+        envs = vecpool.AsyncVectorEnv(
+            [lambda: gym.make("CartPole-v1") for _ in range(8)],
+            **placement,  # type: ignore[arg-type]
+        )
+        try:
+            envs.reset(seed=0)
+            _calls_per_step(envs, 50)  # warm-up: the spin policy's first samples
+            calls = _calls_per_step(envs, steps)
+            print(f"{envs!r}: {sum(calls.values()) / steps:.2f} calls per vector step")
+            for name, count in calls.most_common():
+                print(f"  {count / steps:6.2f} {name}")
+        finally:
+            envs.close()
+
+
+def main() -> None:
+    """The command line."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    sub.add_parser("calls", help="vecpool calls per vector step")
+    lines = sub.add_parser("lines", help="the engine's code lines")
+    lines.add_argument("--per-module", action="store_true")
+    args = parser.parse_args()
+    if args.what == "calls":
+        count_calls()
+    else:
+        count_lines(args.per_module)
+
+
+if __name__ == "__main__":
+    main()
