@@ -3,7 +3,7 @@
 A worker process whose env's ``close()`` hangs is terminated after the grace
 ``close(timeout=...)`` gives it (vecpool/vector/async_env.py). An env closed in the
 parent (``num_workers=0``, or the throw-away env the constructor builds to read the
-spaces) cannot be terminated: :func:`close_within` runs its ``close`` in a daemon
+spaces) cannot be terminated: :func:`close_all_within` runs each ``close`` in a daemon
 thread and stops waiting after the bound, with a warning naming it. The thread is
 left behind (Python cannot stop it); it ends with the process.
 """
