@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import os
+import signal
 import time
 import warnings
 from pathlib import Path
@@ -28,6 +29,7 @@ import pytest
 from gymnasium.vector import AutoresetMode
 
 import vecpool
+from vecpool._engine.restart import Restarter
 from vecpool._util.seeding import derive_seed
 from vecpool.testing import (
     CountingEnv,
@@ -235,6 +237,52 @@ def test_a_crash_in_a_reset_resets_the_replacement_with_the_call_seeds(make_asyn
         e_obs, _e_rewards, e_terminated, _e_truncated, _ = ref.step(a)
         np.testing.assert_array_equal(obs[:, columns], e_obs[:, columns])
         np.testing.assert_array_equal(terminated, e_terminated)
+
+
+def test_a_replacement_dead_before_its_first_command_is_replaced_again(
+    make_async, monkeypatch
+):
+    # found dead as the reset is sent (WorkerGroup.send_to); its replacement dies
+    # before the command reaches it too: a second one takes the command
+    env = make_async(_fns(4), num_workers=2, on_worker_crash="restart")
+    ref = make_async(_fns(4), num_workers=2)
+    env.reset(seed=1)
+    old_pids = set(env.call("get_pid")[:2])
+    replace = Restarter.replace
+    replaced: list[int] = []
+
+    def replace_then_kill_once(self: Any, *args: Any, **kwargs: Any) -> Any:
+        new = replace(self, *args, **kwargs)
+        pid = new.process.pid
+        assert pid is not None
+        replaced.append(pid)
+        if len(replaced) == 1:
+            os.kill(pid, signal.SIGKILL)
+            new.process.join(10.0)
+        return new
+
+    monkeypatch.setattr(Restarter, "replace", replace_then_kill_once)
+    kill_worker(env, 0)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always", vecpool.VecPoolWarning)
+        obs, infos = env.reset(seed=7)
+    expected, _ = ref.reset(seed=7)
+    assert len(replaced) == 2
+    assert env.restarts == (2, 0)
+    said = [str(w.message) for w in record if "restarted it" in str(w.message)]
+    assert [("restart 1 of 3" in m, "restart 2 of 3" in m) for m in said] == [
+        (True, False),
+        (False, True),
+    ]
+    np.testing.assert_array_equal(infos["worker_restarted"], [True, True, False, False])
+    columns = [0, 2]  # pids differ; index and step agree
+    np.testing.assert_array_equal(obs[:, columns], expected[:, columns])
+    pids = env.call("get_pid")
+    assert pids[0] == pids[1] == replaced[1]
+    assert not old_pids & {replaced[0], replaced[1]}
+    a = np.ones(4, np.int64)
+    stepped, reference = env.step(a)[0], ref.step(a)[0]
+    np.testing.assert_array_equal(stepped[:, columns], reference[:, columns])
 
 
 def test_a_kill_during_reset_reruns_it_with_the_call_seeds(make_async):
