@@ -700,6 +700,73 @@ def test_a_pool_to_record_into_must_fit_the_env():
     wrapped.close()  # closes envs
 
 
+class _TwoFields(gym.Env[dict[str, Any], Any]):
+    """Observations {"pos": step count, "vel": -1}, fields in that order."""
+
+    field = spaces.Box(-9.0, 9.0, (2,), np.float32)
+    observation_space = spaces.Dict([("pos", field), ("vel", field)])
+    action_space = spaces.Dict([("move", spaces.Discrete(2)), ("jump", field)])
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def _obs(self) -> dict[str, Any]:
+        return {
+            "pos": np.full(2, self.t, np.float32),
+            "vel": np.full(2, -1.0, np.float32),
+        }
+
+    def step(
+        self, action: Any
+    ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        self.t += 1
+        return self._obs(), 0.0, False, False, {}
+
+
+def test_a_pool_whose_dict_keys_come_in_another_order_is_refused():
+    # equal spaces to Gymnasium, but each leaf would be stored under the other's
+    # name: silent wrong data (found by a tester)
+    envs = gym.vector.SyncVectorEnv([_TwoFields])
+    field, action = _TwoFields.field, _TwoFields.action_space
+    swapped = spaces.Dict([("vel", field), ("pos", field)])
+    assert swapped == envs.single_observation_space  # Gymnasium: the same space
+    pool = vecpool.ReplayPool(swapped, action, 1, 10)
+    with pytest.raises(ValueError, match=r"`pool`.*observation space"):
+        vecpool.ReplayPoolWrapper(envs, pool=pool)
+    reordered = spaces.Dict([("jump", field), ("move", spaces.Discrete(2))])
+    pool = vecpool.ReplayPool(envs.single_observation_space, reordered, 1, 10)
+    with pytest.raises(ValueError, match=r"`pool`.*action space"):
+        vecpool.ReplayPoolWrapper(envs, pool=pool)
+    # the same order records each field under its own name
+    pool = vecpool.ReplayPool(envs.single_observation_space, action, 1, 10)
+    wrapped = vecpool.ReplayPoolWrapper(envs, pool=pool)
+    wrapped.reset(seed=0)
+    for _ in range(3):
+        wrapped.step(wrapped.action_space.sample())
+    stored = pool.get_pool().obs
+    np.testing.assert_array_equal(stored["pos"][:, 0], [0.0, 1.0, 2.0])
+    np.testing.assert_array_equal(stored["vel"][:, 0], [-1.0, -1.0, -1.0])
+    wrapped.close()
+
+
+def test_a_pool_an_open_wrapper_records_into_is_refused():
+    first = vecpool.ReplayPoolWrapper(_cartpoles(AutoresetMode.NEXT_STEP), 30)
+    with pytest.raises(ValueError, match=r"`pool` is recorded into by another"):
+        vecpool.ReplayPoolWrapper(_cartpoles(AutoresetMode.NEXT_STEP), pool=first.pool)
+    first.close()
+    second = vecpool.ReplayPoolWrapper(
+        _cartpoles(AutoresetMode.NEXT_STEP), pool=first.pool
+    )
+    assert second.pool is first.pool
+    with pytest.raises(TypeError, match=r"`pool` must be a ReplayPool.*load"):
+        vecpool.ReplayPoolWrapper(second, pool="pool.npz")  # type: ignore[arg-type]
+    second.close()
+
+
 @pytest.mark.parametrize("how", ["env reset before wrapping", "first reset masked"])
 def test_a_given_pool_starts_new_episodes_without_a_full_reset(tmp_path, how):
     # a checkpoint's episodes in progress can never go on (the env is a new one):

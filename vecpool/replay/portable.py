@@ -114,10 +114,13 @@ def portable(
 def records(stored: spaces.Space[Any], live: spaces.Space[Any]) -> bool:
     """Whether a pool of observation space ``stored`` can record ``live``'s.
 
-    Equal spaces can; so can a space loaded from a pool file where a custom string
-    leaf (MiniGrid's ``MissionSpace``) came back as ``Text`` (:func:`portable`):
-    the same leaves, each equal, or a ``Text`` where ``live`` stores ``object``
-    values (its strings are checked against the ``Text`` as they are recorded).
+    Equal spaces with their leaves in the same order can (a ``Dict`` with the same
+    keys in another order is an equal space, but its leaves would be stored under
+    each other's names); so can a space loaded from a pool file where a custom
+    string leaf (MiniGrid's ``MissionSpace``) came back as ``Text``
+    (:func:`portable`): the same leaves, each equal, or a ``Text`` where ``live``
+    stores ``object`` values (its strings are checked against the ``Text`` as
+    they are recorded).
 
     Example:
         >>> class Mission(spaces.Space[str]):  # a custom string space
@@ -128,10 +131,10 @@ def records(stored: spaces.Space[Any], live: spaces.Space[Any]) -> bool:
         >>> records(stored, live), records(stored, spaces.Discrete(3))
         (True, False)
     """
+    if leaf_paths(stored) != leaf_paths(live):
+        return False  # a Dict's keys in another order are equal spaces, not leaves
     if stored == live:
         return True
-    if leaf_paths(stored) != leaf_paths(live):
-        return False
     kinds = [dtype.kind for dtype, _ in storage_leaves(live)]
     return all(
         mine == theirs or (isinstance(mine, spaces.Text) and kind == "O")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -13,7 +14,7 @@ from vecpool._util.spaces import NATIVE_LEAVES, make_writer
 from vecpool.errors import VecPoolWarning
 from vecpool.replay.boundaries import AutoresetTracker, restarted_rows
 from vecpool.replay.pool import ReplayPool, Transitions
-from vecpool.replay.portable import records
+from vecpool.replay.portable import leaf_paths, records
 from vecpool.replay.settings import PoolSettings, renamed_clearing_size
 from vecpool.replay.storage import flatten_stored, put_value, storage_leaves
 
@@ -95,10 +96,12 @@ class ReplayPoolWrapper(_VectorWrapper):
             of the settings above: one sub-pool per env, the env's spaces.
 
     Raises:
-        ValueError: As :class:`ReplayPool`; if ``pool`` does not fit ``env``, or
-            comes with pool settings.
+        ValueError: As :class:`ReplayPool`; if ``pool`` does not fit ``env``,
+            comes with pool settings, or is recorded into by another wrapper that
+            is still open.
         TypeError: If neither ``pool_size`` nor ``pool`` is given, or both
-            ``clearing_size`` and ``window_size_``.
+            ``clearing_size`` and ``window_size_``; if ``pool`` is not a
+            :class:`ReplayPool`.
     """
 
     def __init__(
@@ -126,6 +129,7 @@ class ReplayPoolWrapper(_VectorWrapper):
         if pool is not None:
             given = pool_size is not None or tuning != (None, None, None, False, None)
             _check_fits(pool, env, given or storage != (True, None, None))
+            _check_free(pool)
             # its episodes in progress are another env's: they end here, unfinished,
             # and each env's next row starts a stretch (as in a new pool), however
             # the env is reset (fully, masked, or before it was wrapped)
@@ -144,6 +148,7 @@ class ReplayPoolWrapper(_VectorWrapper):
                 PoolSettings(pool_size, *tuning, *storage),
             )
         self.pool = pool
+        _RECORDERS[pool] = weakref.ref(self)
         super().__init__(env)
         mode = env.metadata.get("autoreset_mode")
         if mode is None:
@@ -392,14 +397,44 @@ class ReplayPoolWrapper(_VectorWrapper):
         ]
 
 
+_RECORDERS: weakref.WeakKeyDictionary[ReplayPool, weakref.ref[ReplayPoolWrapper]] = (
+    weakref.WeakKeyDictionary()
+)
+"""The wrapper recording into each pool (a pool has one source per sub-pool)."""
+
+
+def _check_free(pool: ReplayPool) -> None:
+    """Refuse a ``pool`` another open wrapper records into.
+
+    Raises:
+        ValueError: Naming ``pool`` and the fix.
+    """
+    owner = _RECORDERS.get(pool)
+    other = None if owner is None else owner()
+    if other is not None and not other.closed:
+        msg = (
+            "`pool` is recorded into by another ReplayPoolWrapper, which is still "
+            "open: its sub-pools would take two envs' steps as one stretch. Close "
+            "that wrapper first, or record into a pool of your own."
+        )
+        raise ValueError(msg)
+
+
 def _check_fits(
-    pool: ReplayPool, env: VectorEnv[Any, Any, Any], settings_given: bool
+    pool: object, env: VectorEnv[Any, Any, Any], settings_given: bool
 ) -> None:
     """Refuse a ``pool`` to record into that does not fit ``env``.
 
     Raises:
+        TypeError: If ``pool`` is not a :class:`ReplayPool`.
         ValueError: Naming ``pool`` and what differs (or the settings given too).
     """
+    if not isinstance(pool, ReplayPool):
+        msg = (
+            f"`pool` must be a ReplayPool, got {type(pool).__name__}: pass "
+            "ReplayPool.load(path) to record into a saved pool."
+        )
+        raise TypeError(msg)
     if settings_given:
         msg = (
             "ReplayPoolWrapper takes either `pool` or the pool's settings "
@@ -417,7 +452,8 @@ def _check_fits(
             "action space",
             pool.action_space,
             env.single_action_space,
-            pool.action_space == env.single_action_space,
+            pool.action_space == env.single_action_space
+            and leaf_paths(pool.action_space) == leaf_paths(env.single_action_space),
         ),
     ):
         if not fits:
