@@ -474,12 +474,15 @@ def test_the_free_space_check_counts_what_a_resumed_pool_holds(tmp_path, monkeyp
         "vecpool.sampling.collect.shutil.disk_usage",
         lambda path: usage._replace(free=2**20 + 20_000),
     )
+    started: list[str] = []  # refused before any worker starts (found by a tester)
+    monkeypatch.setattr(collect_module, "make_vec", lambda *a, **k: started.append(a))
     out = tmp_path / "resumed.npz"
     argv = ["collect", "--num-envs", "2", "--steps", "10", "--resume", str(first.path)]
     code, _, err = run_cli([*argv, "--out", str(out), "--quiet"])
     assert code == 2, err
     assert "Not enough free space" in err
     assert not out.exists()
+    assert not started
 
 
 def test_a_failed_save_exits_2_with_nothing_half_written(tmp_path, monkeypatch):

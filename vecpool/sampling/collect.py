@@ -931,6 +931,7 @@ def collect(
                 "store_next_obs=False (--no-store-next-obs)": not store_next_obs,
             },
         )
+        _check_space(path, source, planned * num_envs)  # before any worker starts
     else:
         source = PoolSettings(
             planned * num_envs if pool_size is None else pool_size,
@@ -957,7 +958,8 @@ def collect(
         pool = envs.pool
         held = "" if resume is None else f", resumed from {resume} ({len(pool):,} held)"
         try:
-            _check_space(path, pool, planned * num_envs)
+            if resume is None:  # a new pool: its size is known once it is built
+                _check_space(path, pool, planned * num_envs)
         except CollectArgumentError:
             envs.close()
             raise
