@@ -372,3 +372,30 @@ def _held(pool: ReplayPool) -> tuple[np.ndarray, np.ndarray]:
     env = np.repeat(np.arange(pool.num_envs), pool.lengths)
     offset = np.concatenate([np.arange(n) for n in pool.lengths.tolist()])
     return env, offset
+
+
+def test_stretch_starts_marks_the_oldest_after_older_rows_were_dropped() -> None:
+    # the docstring's first rule, also after an overflow (found by a tester: the
+    # oldest row kept the mark it was written with); a file of format 3 or 4
+    # derives True there, so a live pool and a loaded one now agree
+    space = spaces.Box(0.0, 99.0, (1,), np.float32)
+    pool = ReplayPool(space, spaces.Discrete(2), 1, 4)
+    ended = False
+    for t in range(7):
+        ended = t == 5
+        obs = np.array([[t]], np.float32)
+        pool.add(
+            obs,
+            np.array([0]),
+            obs + 1,
+            np.ones(1),
+            np.array([ended]),
+            np.zeros(1, bool),
+        )
+    assert pool.lengths.tolist() == [4]
+    # offsets 0-3 hold steps 3-6; step 6 follows the end at step 5
+    assert pool.stretch_starts(0, 0, 4).tolist() == [True, False, False, True]
+    assert pool.stretch_starts(0, 1, 4).tolist() == [False, False, True]
+    marks = pool.stretch_starts(0, 0, 4)
+    marks[:] = False  # a copy: the pool's marks are not changed
+    assert pool.stretch_starts(0, 0, 1).tolist() == [True]

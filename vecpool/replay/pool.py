@@ -358,7 +358,9 @@ class ReplayPool:
         """
         self._hot.sync()
         rows = self._ring.row_of(*self._span(env, start, stop))
-        marks: npt.NDArray[np.bool_] = self._ring.starts[rows]
+        marks: npt.NDArray[np.bool_] = self._ring.starts[rows]  # a copy
+        if start == 0 and marks.size:  # the oldest, whatever came before it
+            marks[0] = True
         return marks
 
     def _span(
