@@ -789,7 +789,7 @@ def test_a_given_pool_starts_new_episodes_without_a_full_reset(tmp_path, how):
             envs = vecpool.ReplayPoolWrapper(env, **pool)
             env.reset(seed=1)  # reset behind the wrapper, which resets env 0 only
             envs.reset(options={"reset_mask": np.array([True, False])})
-        for _ in range(12):
+        for _ in range(25):  # past the first whole episode of each env
             envs.step(np.array([1, 1]))
         envs.close()
         return envs.pool
@@ -811,6 +811,26 @@ def test_a_given_pool_starts_new_episodes_without_a_full_reset(tmp_path, how):
         held = int(saved.lengths[env])
         assert marks[0][env][held:].tolist() == marks[1][env].tolist()
         assert marks[0][env][held]  # the first new row starts a stretch
+
+
+@pytest.mark.parametrize("before", [0, 3])
+def test_an_episode_whose_start_was_not_recorded_is_not_counted(before):
+    # an env reset (and stepped) before it was wrapped: its first step from an
+    # unseen observation is no transition, and the rest of that episode is no
+    # episode either (found by a tester: it was counted, one step short)
+    make = functools.partial(CountingEnv, max_steps=6, terminate_prob=0.0)
+    env = gym.vector.SyncVectorEnv([make])
+    env.reset(seed=0)
+    for _ in range(before):
+        env.step(np.array([1]))
+    envs = vecpool.ReplayPoolWrapper(env, 100)
+    for _ in range(20):  # the cut episode, then whole ones of 6 steps
+        envs.step(np.array([1]))
+    stats = envs.pool.episode_stats
+    whole = envs.pool.recent_episode_stats(100)
+    assert stats.count == whole.count >= 1
+    assert stats.mean_length == 6.0  # no shorter fragment among them
+    envs.close()
 
 
 def _marks(pool: vecpool.ReplayPool) -> list[np.ndarray]:

@@ -327,9 +327,13 @@ class ReplayPoolWrapper(_VectorWrapper):
             for store, leaf in zip(self._obs, current, strict=True):
                 store[...] = leaf
         if not self._all_known:
-            unseen = done & ~self._known  # a cut episode's end, not recorded:
+            unknown = ~self._known  # stepped from an observation never seen
+            unseen = done & unknown  # a cut episode's end, not recorded:
             if unseen.any():  # the next episode counts
                 self.pool.abort_episodes(np.flatnonzero(unseen))
+            going = unknown & ~done  # an episode whose start was not seen goes on:
+            if going.any():  # what is left of it is not an episode either
+                self.pool.abort_episodes(np.flatnonzero(going), resumes=True)
             self._known[:] = True
             self._all_known = True
         self._boundaries.after_step(done, count=ended)
