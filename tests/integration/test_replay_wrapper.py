@@ -840,6 +840,15 @@ def _marks(pool: vecpool.ReplayPool) -> list[np.ndarray]:
     return np.split(state["starts"][rows], np.cumsum(state["length"])[:-1])
 
 
+class _LongMissionEnv(MissionEnv):
+    """A MissionEnv whose missions are longer than any MissionEnv's."""
+
+    def _observe(self, action: int = 0) -> dict[str, Any]:
+        obs = super()._observe(action)
+        obs["mission"] = "go to the " + "very " * 12 + "far ball"
+        return obs
+
+
 def test_a_pool_saved_from_a_custom_string_space_records_that_env_again(tmp_path):
     # a MiniGrid-style mission space is saved as Text (vecpool/replay/portable.py):
     # the loaded pool must still take that env's observations (found by review)
@@ -868,5 +877,14 @@ def test_a_pool_saved_from_a_custom_string_space_records_that_env_again(tmp_path
     missions = again.pool.get_rows(0, 0, int(again.pool.lengths[0])).obs["mission"]
     assert all(isinstance(m, str) and m for m in missions.tolist())
     again.close()
+    # a mission longer than any the file held cannot be stored: the error says
+    # where the Text's length came from and what to do (found by a tester)
+    longer = vecpool.ReplayPoolWrapper(
+        gym.vector.SyncVectorEnv([_LongMissionEnv] * 2), pool=loaded
+    )
+    longer.reset(seed=2)
+    with pytest.raises(ValueError, match=r"longest string it held.*new pool"):
+        longer.step(longer.action_space.sample())
+    longer.close()
     box = spaces.Dict({"mission": spaces.Box(0, 1, (2,)), "image": spaces.Discrete(2)})
     assert not vecpool.replay.portable.records(box, MissionEnv().observation_space)

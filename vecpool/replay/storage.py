@@ -177,7 +177,9 @@ def _check_strings(values: Sequence[Any], dtype: np.dtype[Any], path: str) -> No
             msg = (
                 f"`{path}` holds a string of {len(value)} characters, longer than its "
                 f"Text space's max_length {width}: it would be stored cut short. "
-                "Give the space a max_length that fits every value."
+                "Give the space a max_length that fits every value (a pool saved "
+                "from a custom string space comes back with a Text as long as the "
+                "longest string it held: record longer ones into a new pool)."
             )
             raise ValueError(msg)
         if value.endswith("\0"):
