@@ -11,7 +11,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 import vecpool
-from vecpool.replay.episodes import complete_episodes
+from vecpool.replay.episodes import EpisodeScan, complete_episodes
 from vecpool.testing import make_env_fns
 
 
@@ -189,3 +189,56 @@ def test_an_episode_cut_where_the_next_one_starts_alike_is_not_joined():
     episodes, partial = complete_episodes(pool)
     assert [e.observations[:, 0].tolist() for e in episodes] == [[2.0, 3.0, 4.0]]
     assert partial == 1
+
+
+@pytest.mark.parametrize("routed", [False, True], ids=["aligned", "routed"])
+@pytest.mark.parametrize("chunk_size", [1, 2, 4096])
+def test_the_rest_of_an_episode_whose_start_was_lost_is_not_exported(
+    chunk_size, routed, tmp_path
+):
+    # a step that failed (ReplayPoolWrapper: abort_episodes(resumes=True)): the
+    # episode goes on, its start lost, so the rest of it is partial, as
+    # episode_stats says (found by a tester: it was exported as complete)
+    pool = _pool()
+
+    def add(t: int, ended: bool = False) -> None:
+        if not routed:  # the writers' two paths mark alike
+            _add(pool, t, t + 1, terminated=ended)
+            return
+        obs, next_obs = np.array([[t]], np.float32), np.array([[t + 1]], np.float32)
+        flags = (np.array([ended]), np.array([False]))
+        pool.add(obs, np.array([1]), next_obs, np.array([float(t)]), *flags, [0])
+
+    for t in range(3):
+        add(t)
+    pool.abort_episodes([0], resumes=True)
+    for t in range(5, 8):
+        add(t, t == 7)
+    for t in range(9, 12):  # then a whole episode
+        add(t, t == 11)
+    marks = pool.resumed_starts(0, 0, 9).tolist()
+    assert marks == [False] * 3 + [True] + [False] * 5
+    scan = EpisodeScan(pool, chunk_size=chunk_size)
+    episodes = list(scan)
+    assert _firsts(episodes) == [[9.0, 10.0, 11.0, 12.0]]
+    assert scan.partial == 2  # steps 0-2 (no end), steps 5-7 (no start)
+    assert pool.episode_stats.count == 1
+    # a pool file keeps the mark (format 7)
+    again = vecpool.ReplayPool.load(pool.save(tmp_path / "resumed.npz"))
+    assert again.resumed_starts(0, 0, 9).tolist() == marks
+    assert _firsts(complete_episodes(again)[0]) == _firsts(episodes)
+
+
+def test_an_env_wrapped_in_the_middle_of_an_episode_exports_no_fragment():
+    # its first episode's start was never recorded: only the whole ones after it
+    env = gym.vector.SyncVectorEnv(make_env_fns(1, max_steps=5, terminate_prob=0.0))
+    env.reset(seed=0)
+    env.step(np.array([1]))
+    envs = vecpool.ReplayPoolWrapper(env, 100)
+    for _ in range(20):
+        envs.step(np.array([1]))
+    episodes, partial = complete_episodes(envs.pool)
+    assert len(episodes) == envs.pool.episode_stats.count >= 2
+    assert all(len(e.rewards) == 5 for e in episodes)
+    assert partial >= 1
+    envs.close()

@@ -330,7 +330,7 @@ def test_a_file_of_format_3_loads_its_window_size__as_clearing_size(tmp_path):
     pool = _clearing_pool()
     members = _members(pool.save(tmp_path / "new.npz"))
     header = _header(members)
-    assert header["format"] == pool_files.FORMAT == "vecpool.ReplayPool/6"
+    assert header["format"] == pool_files.FORMAT == "vecpool.ReplayPool/7"
     assert header["clearing_size"] == 3
     assert "window_size_" not in header
     old_header = {key: value for key, value in header.items() if key != "clearing_size"}
@@ -568,6 +568,29 @@ def test_a_loaded_prioritized_pool_draws_as_the_saved_one(tmp_path, layout, ring
         priorities = rng.random(32) + 1e-3
         pool.update_priorities(drawn.indices, priorities)
         loaded.update_priorities(drawn.indices, priorities)
+
+
+def test_a_file_of_format_6_loads_with_no_stretch_marked_as_going_on(tmp_path):
+    # format 7 added `resumed` and `resuming`; a format-6 file has neither: no
+    # stretch goes on with an episode whose start was not recorded
+    pool = _clearing_pool()
+    pool.abort_episodes([0], resumes=True)
+    for _ in range(2):
+        pool.add(**_rows_of(pool))
+    members = _members(pool.save(tmp_path / "new.npz"))
+    assert members["resumed"].any()
+    old = {k: v for k, v in members.items() if k not in ("resumed", "resuming")}
+    old = _with_header(old, format="vecpool.ReplayPool/6")
+    loaded = vecpool.ReplayPool.load(_write_archive(tmp_path / "old.npz", old))
+    state = loaded.state_dict()
+    assert not state["resumed"].any()
+    assert not state["resuming"].any()
+    assert_same_data(pool.get_pool(), loaded.get_pool(), "format 6")
+    again = vecpool.ReplayPool.load(tmp_path / "new.npz")  # format 7 keeps them
+    for env, length in enumerate(pool.lengths.tolist()):
+        marks = pool.resumed_starts(env, 0, length).tolist()
+        assert again.resumed_starts(env, 0, length).tolist() == marks
+    assert pool.resumed_starts(0, 0, int(pool.lengths[0])).any()
 
 
 def test_a_file_of_format_5_loads_each_sub_pool_from_its_first_slot(tmp_path):

@@ -6,7 +6,9 @@ random). An episode in it is **complete** when its first transition follows a re
 where ``next_obs`` of a row differs from the next row's ``obs``: a reset that no
 flag announced) and its last transition is terminated or truncated. Everything else
 is partial: the head of a sub-pool whose older transitions were dropped, an episode
-cut by a jump, the episode still running at the tail.
+cut by a jump, the rest of an episode whose start was not recorded (a stretch the
+pool marks as going on: ``ReplayPool.resumed_starts``), the episode still running
+at the tail.
 """
 
 from __future__ import annotations
@@ -51,6 +53,10 @@ class RecordedPool(Protocol):
 
     def stretch_starts(self, env: int, start: int, stop: int) -> npt.NDArray[np.bool_]:
         """Whether each of those transitions begins a stretch (after a cut)."""
+        ...
+
+    def resumed_starts(self, env: int, start: int, stop: int) -> npt.NDArray[np.bool_]:
+        """Whether each begins a stretch that goes on with an unrecorded start."""
         ...
 
 
@@ -149,14 +155,19 @@ class EpisodeScan:
         received = pool.received.tolist()
         for env, (length, got) in enumerate(zip(lengths, received, strict=True)):
             # the sub-pool's first row begins an episode only if nothing was dropped
+            # (and it does not go on with an episode whose start was not recorded)
             first, begins = 0, got == length
             for start in range(0, length, self.chunk_size):
                 stop = min(start + self.chunk_size, length)
                 # one row more: whether the last row's next_obs is the next obs
                 chunk = pool.get_rows(env, start, min(stop + 1, length))
                 obs, next_obs, ended = self._leaves(chunk)
-                # a row after a cut (a reset, an abort, a restart) starts a stretch
+                # a row after a cut (a reset, an abort, a restart) starts a stretch;
+                # one that goes on with an unrecorded start begins no episode
                 cuts = pool.stretch_starts(env, start, min(stop + 1, length))
+                resumed = pool.resumed_starts(env, start, min(stop + 1, length))
+                if start == 0 and length:
+                    begins = begins and not resumed[0]
                 for row in range(start, stop):
                     here = row - start
                     last_row = row == length - 1
@@ -171,7 +182,9 @@ class EpisodeScan:
                         yield self._episode(env, first, row + 1)
                     elif row >= first:
                         self.partial += 1
-                    first, begins = row + 1, True  # after an end or a jump: a reset
+                    # after an end or a jump: a reset, unless the next row goes on
+                    first = row + 1
+                    begins = last_row or not resumed[here + 1]
 
     def _leaves(
         self, chunk: Any

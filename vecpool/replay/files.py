@@ -93,7 +93,8 @@ class StoredPool(Protocol):
         ...
 
 
-FORMAT = "vecpool.ReplayPool/6"  # 6: `end`: rows go back to their slots
+FORMAT = "vecpool.ReplayPool/7"  # 7: `resumed`, `resuming`: stretches that go on
+_ENDS_FORMAT = "vecpool.ReplayPool/6"  # 6: `end`: rows go back to their slots
 _MARKED_FORMAT = "vecpool.ReplayPool/5"  # 5: `starts`, `fresh`; prioritized pools
 _CLEARING_FORMAT = "vecpool.ReplayPool/4"  # 4: `clearing_size` in the header
 _RENAMED_FORMAT = "vecpool.ReplayPool/3"  # 3: JSON header, no pickle; `window_size_`
@@ -112,6 +113,8 @@ COUNTERS = (
     "episodes",
     "starts",
     "fresh",
+    "resumed",
+    "resuming",
     "recent_count",
 )
 _ARGUMENTS = (
@@ -416,6 +419,7 @@ def per_row(name: str) -> bool:
         "truncated",
         "own_next",
         "starts",
+        "resumed",
         "priority",
         "frames",
         "own_obs",
@@ -529,7 +533,7 @@ builds in Python objects stays within ~100 MB whatever it holds."""
 
 def _stored_name(name: str, file_format: str) -> str:
     """The header key under which a file of ``file_format`` stores argument ``name``."""
-    if file_format in (FORMAT, _MARKED_FORMAT, _CLEARING_FORMAT):
+    if file_format in (FORMAT, _ENDS_FORMAT, _MARKED_FORMAT, _CLEARING_FORMAT):
         return name
     return _OLD_NAMES.get(name, name)
 
@@ -960,6 +964,7 @@ def _header(data: _Archive) -> dict[str, Any]:
         raise _BadFile(msg)
     if header["format"] not in (
         FORMAT,
+        _ENDS_FORMAT,
         _MARKED_FORMAT,
         _CLEARING_FORMAT,
         _RENAMED_FORMAT,
@@ -967,7 +972,8 @@ def _header(data: _Archive) -> dict[str, Any]:
     ):
         msg = (
             f"its format is {header['format']!r}; this vecpool reads {FORMAT!r}, "
-            f"{_MARKED_FORMAT!r}, {_CLEARING_FORMAT!r}, {_RENAMED_FORMAT!r} (and "
+            f"{_ENDS_FORMAT!r}, {_MARKED_FORMAT!r}, {_CLEARING_FORMAT!r}, "
+            f"{_RENAMED_FORMAT!r} (and "
             f"{_PICKLED_FORMAT!r} with trusted=True)"
         )
         raise _BadFile(msg)
@@ -1013,14 +1019,19 @@ def _restore(pool: StoredPool, data: _Archive, file_format: str) -> None:
     starts over; what the pool holds and returns, and its uniform draws, are
     unchanged, a prioritized pool's draws are not). A format-2 file holds every
     row as it lay. Files before format 5 have no ``starts`` and ``fresh`` marks:
-    they are derived from the episode ends (:func:`_derived_marks`).
+    they are derived from the episode ends (:func:`_derived_marks`). Files before
+    format 7 have no ``resumed`` and ``resuming`` marks: no stretch is known to
+    go on with an episode whose start was not recorded.
     """
     compact = file_format != _PICKLED_FORMAT
-    old = file_format not in (FORMAT, _MARKED_FORMAT)
+    old = file_format not in (FORMAT, _ENDS_FORMAT, _MARKED_FORMAT)
     fresh = pool.state_dict()
     slots = fresh["starts"].shape[0] // pool.num_envs
-    if compact and file_format != FORMAT:
+    if compact and file_format not in (FORMAT, _ENDS_FORMAT):
         fresh.pop("end")
+    if file_format != FORMAT:  # no `resumed`, `resuming`: the ring marks none
+        for name in ("resumed", "resuming"):
+            fresh.pop(name)
     if old:
         for name in ("starts", "fresh", "recent", "recent_count"):
             fresh.pop(name)

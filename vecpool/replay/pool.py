@@ -363,6 +363,31 @@ class ReplayPool:
             marks[0] = True
         return marks
 
+    def resumed_starts(self, env: int, start: int, stop: int) -> npt.NDArray[np.bool_]:
+        """Whether each of those transitions starts a stretch that begins no episode.
+
+        Such a stretch goes on with an episode whose start was not recorded: after
+        :meth:`abort_episodes` with ``resumes=True`` (a ``ReplayPoolWrapper`` step
+        that raised, an env first seen in the middle of an episode). The rest of
+        that episode is not counted (:attr:`episode_stats`) nor exported
+        (:func:`vecpool.replay.episodes.complete_episodes`).
+
+        Args:
+            env: The sub-pool (env index).
+            start: First offset (0: its oldest).
+            stop: One past the last offset (at most ``lengths[env]``).
+
+        Returns:
+            One bool per transition.
+
+        Raises:
+            ValueError: If the range is not within the sub-pool.
+        """
+        self._hot.sync()
+        rows = self._ring.row_of(*self._span(env, start, stop))
+        marks: npt.NDArray[np.bool_] = self._ring.resumed[rows]  # a copy
+        return marks
+
     def _span(
         self, env: int, start: int, stop: int
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -748,6 +773,7 @@ class ReplayPool:
         else:
             self._log.abort(source)
         self._ring.fresh[source] = True
+        self._ring.resuming[source] = resumes
 
     def _add_rows(
         self,

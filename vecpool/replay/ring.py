@@ -13,7 +13,10 @@ drop the oldest).
 The ring also keeps the marks of where episodes continue: ``starts[row]`` says the
 row is *not* its env's episode's next step after the sub-pool's previous row (an
 episode start, a reset, an abort, a restart), what n-step windows and sequences
-stop at; ``fresh[env]``: the env's next row will be one.
+stop at; ``fresh[env]``: the env's next row will be one. ``resumed[row]`` says such
+a row goes on with an episode whose start was not recorded (a step that failed,
+an env first seen in the middle of an episode), so it begins no episode;
+``resuming[env]``: the env's next row will be one.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ class SubPoolRing:
     received: npt.NDArray[np.int64]
     starts: npt.NDArray[np.bool_]
     fresh: npt.NDArray[np.bool_]
+    resumed: npt.NDArray[np.bool_]
+    resuming: npt.NDArray[np.bool_]
     next_row: npt.NDArray[Any]
     row: npt.NDArray[Any]
     aligned: bool
@@ -79,6 +84,8 @@ class SubPoolRing:
         self.received = np.zeros(num_envs, np.int64)
         self.starts = np.ones(self.rows, np.bool_)
         self.fresh = np.ones(num_envs, np.bool_)
+        self.resumed = np.zeros(self.rows, np.bool_)
+        self.resuming = np.zeros(num_envs, np.bool_)
         # the row one slot on, same sub-pool: one lookup steps a row (int32 keeps
         # the index small)
         index = np.arange(self.rows, dtype=np.int64)
@@ -205,6 +212,8 @@ class SubPoolRing:
             "received": self.received,
             "starts": self.starts,
             "fresh": self.fresh,
+            "resumed": self.resumed,
+            "resuming": self.resuming,
         }
 
     def load_state_dict(
@@ -212,14 +221,20 @@ class SubPoolRing:
     ) -> None:
         """Take the arrays of :meth:`state_dict`.
 
-        ``starts`` goes to rows ``targets`` (``None``: it is whole).
+        ``starts`` and ``resumed`` go to rows ``targets`` (``None``: they are
+        whole). A state without ``resumed`` and ``resuming`` (a ``state_dict``
+        kept from before they existed) marks no stretch as going on.
         """
         self.end, self.length = state["end"], state["length"]
         self.received, self.fresh = state["received"], state["fresh"]
+        starts = state["starts"]
+        resumed = state.get("resumed", np.zeros(starts.shape, np.bool_))
+        self.resuming = state.get("resuming", np.zeros(self.num_envs, np.bool_))
         if targets is None:
-            self.starts = state["starts"]
+            self.starts, self.resumed = starts, resumed
         else:
-            self.starts[targets] = state["starts"]
+            self.starts[targets] = starts
+            self.resumed[targets] = resumed
         self.row = self.base + self.end * self.num_envs
         self.slot = int(self.end[0])
         self.even = bool((self.length == self.length[0]).all())

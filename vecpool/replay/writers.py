@@ -213,9 +213,14 @@ class HotWriter:
         starts = np.empty(total, np.bool_)
         starts[1:] = done[:-1]
         has = counts > 0
-        starts[block[has]] = ring.fresh[env_ids[has]]
+        first, written = block[has], env_ids[has]
+        starts[first] = ring.fresh[written]
         ring.starts[row] = starts
-        ring.fresh[env_ids[has]] = done[(block + counts - 1)[has]]
+        resumed = np.zeros(total, np.bool_)
+        resumed[first] = ring.fresh[written] & ring.resuming[written]
+        ring.resumed[row] = resumed
+        ring.resuming[written] = False
+        ring.fresh[written] = done[(block + counts - 1)[has]]
         self.log.close_run(
             env_ids, counts, columns.reward[row], done, self._ticks(step, calls)
         )
@@ -339,8 +344,11 @@ class RoutedWriter:
         self.columns.write(row, action, reward, terminated, truncated)
         if self.random:  # a sub-pool's rows come from any env: none continues
             ring.starts[row] = True
+            ring.resumed[row] = False
         else:
             ring.starts[row] = ring.fresh[env]
+            ring.resumed[row] = ring.fresh[env] & ring.resuming[env]
+            ring.resuming[env] = False
             ring.fresh[env] = terminated | truncated
         received = ring.received[env] + 1
         ring.received[env] = received
