@@ -130,10 +130,6 @@ class ReplayPoolWrapper(_VectorWrapper):
             given = pool_size is not None or tuning != (None, None, None, False, None)
             _check_fits(pool, env, given or storage != (True, None, None))
             _check_free(pool)
-            # its episodes in progress are another env's: they end here, unfinished,
-            # and each env's next row starts a stretch (as in a new pool), however
-            # the env is reset (fully, masked, or before it was wrapped)
-            pool.abort_episodes(np.arange(pool.num_envs))
         elif pool_size is None:
             msg = (
                 "ReplayPoolWrapper needs `pool_size` (the pool's capacity), or "
@@ -149,6 +145,11 @@ class ReplayPoolWrapper(_VectorWrapper):
             )
         self.pool = pool
         _RECORDERS[pool] = weakref.ref(self)
+        # nothing is known of the envs yet: a given pool's episodes in progress
+        # were another env's, and an env stepped before any reset goes on with an
+        # episode whose start is not recorded (not counted, not exported); a
+        # reset starts each env's next episode as in a new pool
+        pool.abort_episodes(np.arange(pool.num_envs), resumes=True)
         super().__init__(env)
         mode = env.metadata.get("autoreset_mode")
         if mode is None:
@@ -327,13 +328,9 @@ class ReplayPoolWrapper(_VectorWrapper):
             for store, leaf in zip(self._obs, current, strict=True):
                 store[...] = leaf
         if not self._all_known:
-            unknown = ~self._known  # stepped from an observation never seen
-            unseen = done & unknown  # a cut episode's end, not recorded:
+            unseen = done & ~self._known  # a cut episode's end, not recorded:
             if unseen.any():  # the next episode counts
                 self.pool.abort_episodes(np.flatnonzero(unseen))
-            going = unknown & ~done  # an episode whose start was not seen goes on:
-            if going.any():  # what is left of it is not an episode either
-                self.pool.abort_episodes(np.flatnonzero(going), resumes=True)
             self._known[:] = True
             self._all_known = True
         self._boundaries.after_step(done, count=ended)
