@@ -764,7 +764,24 @@ def test_a_pool_an_open_wrapper_records_into_is_refused():
     assert second.pool is first.pool
     with pytest.raises(TypeError, match=r"`pool` must be a ReplayPool.*load"):
         vecpool.ReplayPoolWrapper(second, pool="pool.npz")  # type: ignore[arg-type]
+    # closing the wrapper frees the pool, whatever the env's own `closed` says
+    second.env.close = lambda **kwargs: None  # type: ignore[method-assign]
     second.close()
+    assert not second.closed
+    third = vecpool.ReplayPoolWrapper(
+        _cartpoles(AutoresetMode.NEXT_STEP), pool=first.pool
+    )
+    # a wrapper that failed to start takes no pool (found by a review)
+    third.close()
+    broken = _cartpoles(AutoresetMode.NEXT_STEP)
+    broken.metadata = {**broken.metadata, "autoreset_mode": "bogus"}
+    with pytest.raises(ValueError, match="bogus"):
+        vecpool.ReplayPoolWrapper(broken, pool=first.pool)
+    broken.close()
+    fourth = vecpool.ReplayPoolWrapper(
+        _cartpoles(AutoresetMode.NEXT_STEP), pool=first.pool
+    )
+    fourth.close()
 
 
 @pytest.mark.parametrize("how", ["env reset before wrapping", "first reset masked"])

@@ -23,6 +23,7 @@ from gymnasium.wrappers import FrameStackObservation
 import vecpool
 from vecpool._util.files import _HOST, STALE_AGE, remove_stale_temporaries
 from vecpool.replay import files as pool_files
+from vecpool.replay.episodes import complete_episodes
 from vecpool.testing import assert_same_data
 
 SPACES: dict[str, spaces.Space[Any]] = {
@@ -571,12 +572,14 @@ def test_a_loaded_prioritized_pool_draws_as_the_saved_one(tmp_path, layout, ring
 
 
 def test_a_file_of_format_6_loads_with_no_stretch_marked_as_going_on(tmp_path):
-    # format 7 added `resumed` and `resuming`; a format-6 file has neither: no
-    # stretch goes on with an episode whose start was not recorded
+    # format 7 added `resumed` and `resuming`; a format-6 file has neither: a cut
+    # episode that already ended cannot be told from a whole one (one still in
+    # progress is marked from the episode log: the test below)
     pool = _clearing_pool()
     pool.abort_episodes([0], resumes=True)
-    for _ in range(2):
-        pool.add(**_rows_of(pool))
+    for ended in (False, True):
+        rows = _rows_of(pool)
+        pool.add(**{**rows, "terminated": np.full(2, ended)})
     members = _members(pool.save(tmp_path / "new.npz"))
     assert members["resumed"].any()
     old = {k: v for k, v in members.items() if k not in ("resumed", "resuming")}
@@ -591,6 +594,44 @@ def test_a_file_of_format_6_loads_with_no_stretch_marked_as_going_on(tmp_path):
         marks = pool.resumed_starts(env, 0, length).tolist()
         assert again.resumed_starts(env, 0, length).tolist() == marks
     assert pool.resumed_starts(0, 0, int(pool.lengths[0])).any()
+
+
+@pytest.mark.parametrize("rows_since", [0, 2])
+def test_a_cut_in_progress_in_a_format_6_file_is_marked_when_loaded(
+    tmp_path, rows_since
+):
+    # the episode log of a format-6 file knows a cut episode in progress: its
+    # rest must not be exported after loading, as episode_stats does not count it
+    # (found by a review of format 7)
+    pool = vecpool.ReplayPool(spaces.Box(0, 99, (1,)), spaces.Discrete(2), 1, 50)
+
+    def add(t: int, ended: bool = False) -> None:
+        obs, next_obs = np.array([[t]], np.float32), np.array([[t + 1]], np.float32)
+        flags = (np.array([ended]), np.array([False]))
+        pool.add(obs, np.array([0]), next_obs, np.ones(1), *flags)
+
+    for t in range(3):
+        add(t)
+    pool.abort_episodes([0], resumes=True)
+    for t in range(5, 5 + rows_since):
+        add(t)
+    members = _members(pool.save(tmp_path / "new.npz"))
+    old = {k: v for k, v in members.items() if k not in ("resumed", "resuming")}
+    old = _with_header(old, format="vecpool.ReplayPool/6")
+    for loaded in (
+        vecpool.ReplayPool.load(_write_archive(tmp_path / "old.npz", old)),
+        vecpool.ReplayPool.load(tmp_path / "new.npz"),
+    ):
+        pool = loaded
+        going = 5 + rows_since  # the cut episode goes on, then ends
+        for t in range(going, going + 3):
+            add(t, t == going + 2)
+        assert loaded.episode_stats.count == 0
+        assert complete_episodes(loaded)[0] == []
+        for t in range(20, 23):  # a whole one
+            add(t, t == 22)
+        assert loaded.episode_stats.count == 1
+        assert len(complete_episodes(loaded)[0]) == 1
 
 
 def test_a_file_of_format_5_loads_each_sub_pool_from_its_first_slot(tmp_path):

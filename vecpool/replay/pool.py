@@ -37,7 +37,7 @@ from vecpool._util.spaces import is_native
 from vecpool._util.validation import check_int
 from vecpool.replay import files as pool_files
 from vecpool.replay.batches import EpisodeStats, ReplaySample, Sequences, Transitions
-from vecpool.replay.episode_log import EpisodeLog
+from vecpool.replay.episode_log import CUT, EpisodeLog
 from vecpool.replay.inputs import AddChecks, check_scalars, split_leaves
 from vecpool.replay.layouts import Columns, make_layout
 from vecpool.replay.minari import to_minari
@@ -853,7 +853,27 @@ class ReplayPool:
         self._log.load_state_dict(state)
         self._stored.layout.load_state_dict(state, targets, state["length"] == 0)
         self._sampler.load_state_dict(state, targets)
+        if "resuming" not in state:  # from before format 7
+            self._mark_cuts_in_progress()
         self._hot.loaded()
+
+    def _mark_cuts_in_progress(self) -> None:
+        """Mark the stretches of episodes going on without their start (the log's).
+
+        State from before format 7 has no such marks; the episode log still knows
+        each env whose episode in progress was cut (``CUT``): its next row, or the
+        stretch its rows since the cut began, goes on with it. (A cut episode that
+        already ended cannot be told from a whole one there.)
+        """
+        ring = self._ring
+        cut = self._log.episode_length < CUT // 2
+        ring.resuming = ring.fresh & cut
+        for env in np.flatnonzero(cut & ~ring.fresh & (ring.length > 0)).tolist():
+            length = int(ring.length[env])
+            rows = ring.row_of(*self._span(env, 0, length))
+            begun = np.flatnonzero(ring.starts[rows])
+            if begun.size:  # else the cut lies before the oldest row kept
+                ring.resumed[rows[begun[-1]]] = True
 
     @property
     def generator_state(self) -> dict[str, Any]:

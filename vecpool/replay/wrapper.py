@@ -144,7 +144,6 @@ class ReplayPoolWrapper(_VectorWrapper):
                 PoolSettings(pool_size, *tuning, *storage),
             )
         self.pool = pool
-        _RECORDERS[pool] = weakref.ref(self)
         # nothing is known of the envs yet: a given pool's episodes in progress
         # were another env's, and an env stepped before any reset goes on with an
         # episode whose start is not recorded (not counted, not exported); a
@@ -195,6 +194,16 @@ class ReplayPoolWrapper(_VectorWrapper):
             and single_action.shape is not None
             else None
         )
+        _RECORDERS[pool] = weakref.ref(self)  # last: a failed start takes no pool
+
+    def close(self, **kwargs: Any) -> None:
+        """Close the env; the pool may then be wrapped again (``pool=``)."""
+        try:
+            self.env.close(**kwargs)
+        finally:
+            owner = _RECORDERS.get(self.pool)
+            if owner is not None and owner() is self:
+                del _RECORDERS[self.pool]
 
     def get_pool(self) -> Transitions:
         """Every recorded transition (see :meth:`ReplayPool.get_pool`)."""
