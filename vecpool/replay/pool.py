@@ -356,9 +356,7 @@ class ReplayPool:
         Raises:
             ValueError: If the range is not within the sub-pool.
         """
-        self._hot.sync()
-        rows = self._ring.row_of(*self._span(env, start, stop))
-        marks: npt.NDArray[np.bool_] = self._ring.starts[rows]  # a copy
+        marks = self._row_marks("starts", env, start, stop)
         if start == 0 and marks.size:  # the oldest, whatever came before it
             marks[0] = True
         return marks
@@ -370,22 +368,18 @@ class ReplayPool:
         :meth:`abort_episodes` with ``resumes=True`` (a ``ReplayPoolWrapper`` step
         that raised, an env first seen in the middle of an episode). The rest of
         that episode is not counted (:attr:`episode_stats`) nor exported
-        (:func:`vecpool.replay.episodes.complete_episodes`).
-
-        Args:
-            env: The sub-pool (env index).
-            start: First offset (0: its oldest).
-            stop: One past the last offset (at most ``lengths[env]``).
-
-        Returns:
-            One bool per transition.
-
-        Raises:
-            ValueError: If the range is not within the sub-pool.
+        (:func:`vecpool.replay.episodes.complete_episodes`). Arguments, return
+        value and errors: as :meth:`stretch_starts`.
         """
-        self._hot.sync()
+        return self._row_marks("resumed", env, start, stop)
+
+    def _row_marks(
+        self, name: str, env: int, start: int, stop: int
+    ) -> npt.NDArray[np.bool_]:
+        """The ring's per-row marks ``name`` of transitions ``start:stop`` (a copy)."""
+        self._hot.sync()  # settles the marks of the rows added since
         rows = self._ring.row_of(*self._span(env, start, stop))
-        marks: npt.NDArray[np.bool_] = self._ring.resumed[rows]  # a copy
+        marks: npt.NDArray[np.bool_] = getattr(self._ring, name)[rows]
         return marks
 
     def _span(
