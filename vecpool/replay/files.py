@@ -1020,8 +1020,9 @@ def _restore(pool: StoredPool, data: _Archive, file_format: str) -> None:
     unchanged, a prioritized pool's draws are not). A format-2 file holds every
     row as it lay. Files before format 5 have no ``starts`` and ``fresh`` marks:
     they are derived from the episode ends (:func:`_derived_marks`). Files before
-    format 7 have no ``resumed`` and ``resuming`` marks: no stretch is known to
-    go on with an episode whose start was not recorded.
+    format 7 have no ``resumed`` and ``resuming`` marks: the pool rebuilds those of
+    an episode cut and still in progress from its episode log
+    (``ReplayPool.load_state_dict``).
     """
     compact = file_format != _PICKLED_FORMAT
     old = file_format not in (FORMAT, _ENDS_FORMAT, _MARKED_FORMAT)
@@ -1029,7 +1030,7 @@ def _restore(pool: StoredPool, data: _Archive, file_format: str) -> None:
     slots = fresh["starts"].shape[0] // pool.num_envs
     if compact and file_format not in (FORMAT, _ENDS_FORMAT):
         fresh.pop("end")
-    if file_format != FORMAT:  # no `resumed`, `resuming`: the ring marks none
+    if file_format != FORMAT:  # no `resumed`, `resuming`: the pool rebuilds them
         for name in ("resumed", "resuming"):
             fresh.pop(name)
     if old:
