@@ -1,10 +1,14 @@
-"""Issue 37's two counts: vecpool calls per vector step, and the engine's code lines.
+"""Issue 37's counts: vecpool calls and instructions per vector step, and code lines.
 
 * ``calls``: Python function calls into vecpool's own files per vector step
   (``sys.setprofile`` ``call`` events whose code lies in the package), over 200
   steps of 8 CartPole envs with empty infos, after 50 steps of warm-up, for every
   env in one worker and for the parent stepping half. The functions called are
-  listed with their calls per step.
+  listed with their calls per step. Then the bytecode instructions the parent
+  executes in the package per vector step (``sys.settrace`` ``opcode`` events),
+  by function: the work of the step path's layers, which a call count misses
+  (``host.py:step`` is the parent's share of env steps, the same work a worker
+  does for its own).
 * ``lines``: code lines of the engine (``vecpool/_engine``, ``_wire``,
   ``_worker``, ``vector``, ``_util``): lines holding a token of code, so neither
   blank lines, comments nor docstrings (those of modules, classes and functions)
@@ -108,6 +112,35 @@ def _calls_per_step(envs: Any, steps: int) -> collections.Counter[str]:
     return calls
 
 
+def _instructions_per_step(envs: Any, steps: int) -> collections.Counter[str]:
+    """Bytecode instructions executed in vecpool's files over ``steps`` steps."""
+    actions = np.zeros(envs.num_envs, dtype=np.int64)
+    executed: collections.Counter[str] = collections.Counter()
+    root = str(PACKAGE)
+
+    def local(frame: FrameType, event: str, _arg: Any) -> Any:
+        if event == "opcode":
+            code = frame.f_code
+            where = Path(code.co_filename).relative_to(PACKAGE)
+            executed[f"{where}:{code.co_name}"] += 1
+        return local
+
+    def trace(frame: FrameType, _event: str, _arg: Any) -> Any:
+        if not frame.f_code.co_filename.startswith(root):
+            return None
+        frame.f_trace_opcodes = True
+        frame.f_trace_lines = False
+        return local
+
+    sys.settrace(trace)
+    try:
+        for _ in range(steps):
+            envs.step(actions)
+    finally:
+        sys.settrace(None)
+    return executed
+
+
 def count_calls(steps: int = 200) -> None:
     """Print vecpool's calls per vector step, every env in a worker, then half."""
     for placement in ({"num_workers": 1, "parent_envs": 0}, {"parent_envs": 4}):
@@ -122,6 +155,11 @@ def count_calls(steps: int = 200) -> None:
             print(f"{envs!r}: {sum(calls.values()) / steps:.2f} calls per vector step")
             for name, count in calls.most_common():
                 print(f"  {count / steps:6.2f} {name}")
+            executed = _instructions_per_step(envs, steps)
+            total = sum(executed.values()) / steps
+            print(f"{total:.0f} instructions per vector step in the parent")
+            for name, count in executed.most_common():
+                print(f"  {count / steps:7.1f} {name}")
         finally:
             envs.close()
 
@@ -130,7 +168,7 @@ def main() -> None:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
-    sub.add_parser("calls", help="vecpool calls per vector step")
+    sub.add_parser("calls", help="vecpool calls and instructions per vector step")
     lines = sub.add_parser("lines", help="the engine's code lines")
     lines.add_argument("--per-module", action="store_true")
     args = parser.parse_args()

@@ -278,52 +278,59 @@ class WorkerGroup:
             WorkerCrashedError: If a worker's pipe is broken.
         """
         buffer = message[1]
-        rung: list[WorkerHandle] = []
+        stepping: list[WorkerHandle] = []  # rung, or stepped here in the wait
         piped: list[WorkerHandle] = []
+        rung = False
         self.more = False  # set by the bell wait when an answer says more
         try:
             for handle in self.handles:
                 numbers = handle.numbers
-                if per_env is None and not handle.tail and not handle.rung:
+                # idle: every command answered and counted (none rung unanswered,
+                # none queued here, no reply left unread), nothing to carry
+                if (
+                    per_env is None
+                    and numbers.received == numbers.sent
+                    and not handle.tail
+                ):
                     bell = handle.bell
-                    if bell is not None and numbers.received == numbers.sent:
-                        rung.append(handle)
+                    if bell is not None:
                         bell[BUFFER] = buffer
+                        stepping.append(handle)
+                        rung = True
                         continue
-                    if handle.runs_here and not handle.channel.queued:  # type: ignore[attr-defined]
-                        rung.append(handle)  # counted with the rung ones, not rung
+                    if handle.runs_here:
                         handle.direct = buffer  # type: ignore[attr-defined]
+                        stepping.append(handle)
                         continue
                 piped.append(handle)
             self.all_rung = not piped
             if rung:
                 FRESH_LOCK().acquire(False)  # fence(): actions and buffers, numbers
-                for handle in rung:
+                for handle in stepping:
                     bell = handle.bell
                     if bell is not None:
                         bell[COMMAND] = (handle.numbers.sent + 1) & NUMBER_MASK
-                for handle in rung:  # numbers.sent_one() and expect(), written out
-                    numbers = handle.numbers
-                    numbers.sent = number = numbers.sent + 1
-                    if handle.bell is not None:
-                        handle.rung = number
-                    handle.last_sent = message
-                    expected = numbers.expected
-                    if expected:
-                        expected.clear()
-                    if numbers.answers:
-                        numbers.answers.clear()
-                    expected.append(number)
                 FRESH_LOCK().acquire(False)  # fence(): the numbers before LISTENING
-                for handle in rung:
-                    bell = handle.bell
-                    if bell is not None and not bell[LISTENING]:
+            for handle in stepping:  # numbers.sent_one() and expect(), written out
+                numbers = handle.numbers
+                numbers.sent = number = numbers.sent + 1
+                handle.last_sent = message
+                expected = numbers.expected
+                if expected:
+                    expected.clear()
+                if numbers.answers:
+                    numbers.answers.clear()
+                expected.append(number)
+                bell = handle.bell
+                if bell is not None:
+                    handle.rung = number
+                    if not bell[LISTENING]:
                         # it blocks on its pipe: a wake (an empty message, inline);
                         # a broken pipe is a death, found by the wait's sentinels
                         with contextlib.suppress(OSError):
                             os.write(handle.channel.fd, _EMPTY_MESSAGE)
         except BaseException:  # a second Ctrl-C: rings, counts and wakes may differ
-            for handle in rung:
+            for handle in stepping:
                 handle.cut_off()
             raise
         if piped:
@@ -356,7 +363,9 @@ class WorkerGroup:
         Raises:
             WorkerCrashedError: If a worker died without answering.
         """
-        started = time.perf_counter()
+        spin = self.spin
+        measuring = spin.measuring  # one step in SpinPolicy.EVERY (SpinPolicy.sample)
+        started = time.perf_counter() if measuring else 0.0
         more = False
         if self.local:
             main = threading.get_ident() == MAIN
@@ -377,8 +386,7 @@ class WorkerGroup:
                 HOLD["depth"] -= 1
                 if HOLD["pending"] and not HOLD["depth"]:
                     raise_deferred()  # the share is stepped and answered
-        spin = self.spin
-        shared = time.perf_counter()
+        shared = time.perf_counter() if measuring else 0.0
         if self.remote:
             if not self._poll_all_built:
                 self._all_poll()
@@ -391,7 +399,7 @@ class WorkerGroup:
                     self.wait("step", None, label="step_wait")
                     more = True
                     break
-        if spin.measuring:  # one step in SpinPolicy.EVERY (SpinPolicy.sample)
+        if measuring:
             now = time.perf_counter()
             spin.wait_ema += 0.1 * (now - shared - spin.wait_ema)
             spin.waited(now - started)  # stepping envs is not the parent's work
@@ -422,7 +430,7 @@ class WorkerGroup:
             ``True`` once every rung worker answered; ``False`` when a sentinel or
             a pipe has something for the caller to judge, or the deadline passed.
         """
-        until = time.perf_counter() + budget
+        until = 0.0  # the spin's end, timed from the first look that waits
         looks = 0
         while True:
             waiting = False
@@ -450,6 +458,8 @@ class WorkerGroup:
                 handle.rung = 0
             if not waiting:
                 return True
+            if not looks:
+                until = time.perf_counter() + budget
             looks += 1
             if (not budget or not looks & 63) and (
                 not budget or time.perf_counter() >= until

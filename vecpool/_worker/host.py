@@ -154,14 +154,19 @@ class Host:
         errors: list[ErrorRecord] = []
         read_action = self.read_action
         write_obs = self.obs_writers[buffer] if self.obs_writers else self.write_obs
+        # where the space is one array: a row of the right kind is written at once
         array: Any = self.obs_arrays[buffer] if self.obs_arrays else None
-        row = (array.shape[1:], array.dtype) if array is not None else None
+        shape, dtype = ((), None) if array is None else (array.shape[1:], array.dtype)
+        ndarray = np.ndarray
         rewards, terminations, truncations = (
             self.rewards,
             self.terminations,
             self.truncations,
         )
         mode = self.mode
+        next_step = mode is AutoresetMode.NEXT_STEP
+        same_step = mode is AutoresetMode.SAME_STEP
+        autoreset, last_obs, start = self.autoreset, self.last_obs, self.start
         # the infos it can go in shared memory: each env's own row, which the parent
         # reads before that env can be stepped again (a full step's reply; a `send`
         # batch's `recv`)
@@ -177,53 +182,48 @@ class Host:
             for position, local in enumerate(
                 range(len(envs)) if subset is None else subset
             ):
-                env = envs[local]
-                index = self.start + local
+                index = start + local
+                schema_id = 0  # this step's info in shared memory: none yet
                 try:
                     marked = False
                     if cuts is not None and cuts.shows_row(local):
                         obs, reward, terminated, truncated, info = cuts.row(
-                            local, env, mode
+                            local, envs[local], mode
                         )
                         marked = True  # pickled: the parent looks at this info
-                    elif mode is AutoresetMode.NEXT_STEP and self.autoreset[local]:
+                    elif next_step and autoreset[local]:
                         seed = None
                         if cuts is not None:
                             cuts.open[local] = False
                             seed = cuts.take_seed(local)
-                        obs, info = env.reset(seed=seed)
+                        obs, info = envs[local].reset(seed=seed)
                         reward, terminated, truncated = 0.0, False, False
                     else:
                         if cuts is not None:
                             cuts.open[local] = False
-                        action = (
-                            actions[position]
-                            if actions is not None
-                            else read_action(index)  # type: ignore[misc]
+                        obs, reward, terminated, truncated, info = envs[local].step(
+                            read_action(index)  # type: ignore[misc]
+                            if actions is None
+                            else actions[position]
                         )
-                        obs, reward, terminated, truncated, info = env.step(action)
-                        if mode is AutoresetMode.SAME_STEP and (
-                            terminated or truncated
-                        ):
-                            reset_obs, reset_info = env.reset()
+                        if same_step and (terminated or truncated):
+                            reset_obs, reset_info = envs[local].reset()
                             info = {"final_info": info, "final_obs": obs, **reset_info}
                             obs = reset_obs
-                    if mode is AutoresetMode.NEXT_STEP:
-                        self.autoreset[local] = bool(terminated or truncated)
+                    if next_step:
+                        autoreset[local] = bool(terminated or truncated)
                     if (
-                        row is not None
-                        and type(obs) is np.ndarray
-                        and obs.shape == row[0]
-                        and obs.dtype is row[1]
+                        type(obs) is ndarray
+                        and obs.shape == shape
+                        and obs.dtype is dtype
                     ):
                         array[index] = obs  # write_obs's check passed, written out
                     elif write_obs is not None:
                         write_obs(index, obs)
-                    self.last_obs[local] = obs  # a reference: no copy
+                    last_obs[local] = obs  # a reference: no copy
                     rewards[index] = reward
                     terminations[index] = terminated
                     truncations[index] = truncated
-                    schema_id = 0  # this step's info in shared memory: none yet
                     if info:
                         if not marked:
                             schema_id = self._put_info(local, index, info)
