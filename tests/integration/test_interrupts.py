@@ -782,12 +782,16 @@ def test_a_second_ctrl_c_while_a_step_rings_is_out_of_step(word, on_read):
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # Gymnasium's error log lines
 @pytest.mark.parametrize("info", [False, True])
-def test_a_step_waited_for_again_returns_its_errors_and_infos(make_placed, info):
-    # a step_wait interrupted after the bells' answers were taken (the step says
-    # "call step_wait()"): the second step_wait must read those answers again,
-    # never return the rows without the step's infos or its env's exception
+@pytest.mark.parametrize("wait_strategy", ["spin", "block"])
+def test_a_step_waited_for_again_returns_its_errors_and_infos(
+    make_placed, info, wait_strategy
+):
+    # a step_wait interrupted after the answers were taken (the step says "call
+    # step_wait()"): the second step_wait must read those answers again, never
+    # return the rows without the step's infos or its env's exception; "spin":
+    # workers rung on their bells, "block": replies read from the pipes
     fns = [functools.partial(ActionEchoEnv, 0.0, info, None if info else 2)] * NUM_ENVS
-    envs = make_placed(fns, wait_strategy="spin")  # workers rung on their bells
+    envs = make_placed(fns, wait_strategy=wait_strategy)
     sync = gym.vector.SyncVectorEnv(fns)
     try:
         assert_same_data(sync.reset(seed=0), envs.reset(seed=0), "reset")

@@ -394,10 +394,12 @@ class WorkerGroup:
             answered = self._wait_bells(self.remote, spin.spin, None, self._poll_all)
             more = more or not answered or self.more
         if more or not self.all_rung:
+            # a reply in a pipe (a worker not rung): its answer is read, also when
+            # it came in a wait that a Ctrl-C cut short and this is the wait again
+            more = True
             for handle in self.handles:
                 if handle.numbers.expected:
                     self.wait("step", None, label="step_wait")
-                    more = True
                     break
         if measuring:
             now = time.perf_counter()
