@@ -19,6 +19,7 @@ an interrupted constructor, and ``vecpool collect`` stopped by Ctrl-C.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import multiprocessing
 import os
@@ -807,4 +808,99 @@ def test_a_step_waited_for_again_returns_its_errors_and_infos(
                 envs.step_wait()
     finally:
         sync.close()
+        _close_promptly(envs)
+
+
+def _forced_at(code: Any, marker: str) -> Callable[[], None]:
+    """Raise a second Ctrl-C (``ForcedInterrupt``) once, at ``marker``'s line.
+
+    The line of ``code``'s source that holds ``marker``; a line trace raises it
+    there, as the deferring handler does when a second SIGINT lands on that line
+    (the first one is held back). Returns the function that takes the trace off.
+    """
+    source, first = inspect.getsourcelines(code)
+    line = first + next(i for i, text in enumerate(source) if marker in text)
+    armed = [True]
+    previous = sys.gettrace()
+
+    def local(frame: Any, event: str, _arg: Any) -> Any:
+        if armed[0] and event == "line" and frame.f_lineno == line:
+            armed[0] = False
+            raise ForcedInterrupt
+        return local
+
+    def trace(frame: Any, _event: str, _arg: Any) -> Any:
+        return local if frame.f_code is code else None
+
+    sys.settrace(trace)
+    return lambda: sys.settrace(previous)
+
+
+@pytest.mark.parametrize(
+    ("where", "marker", "placement"),
+    [
+        ("write", "return self.numbers.sent_one()", "worker"),
+        ("receive", "if data == WAKE", "worker"),
+        ("step_here", "host = self.local_channel.host", "here"),
+        ("step_here", "numbers = self.numbers", "here"),
+        ("run_queued", "if not self.running:", "here"),
+    ],
+    ids=[
+        "write-before-its-count",
+        "receive-before-its-count",
+        "share-before-its-step",
+        "share-before-its-answer",
+        "queued-before-its-reply",
+    ],
+)
+def test_a_second_ctrl_c_between_a_transfer_and_its_count_never_gives_wrong_rows(
+    where, marker, placement
+):
+    # a second Ctrl-C (it raises at once) right after a command went out or a
+    # reply came in, before the parent counted it, or in the parent's own share
+    # between its step and its answer: the next call must refuse with the way out,
+    # never return another step's rows (found: rows of step 3 as step 4's) or
+    # wait forever for an answer that was lost
+    from vecpool._engine.handle import WorkerHandle
+    from vecpool._engine.in_process import InProcessHandle, _LocalChannel
+
+    codes = {
+        "write": WorkerHandle.write,
+        "receive": WorkerHandle.receive,
+        "step_here": InProcessHandle.step_here,
+        "run_queued": _LocalChannel.run_queued,
+    }
+    kwargs: dict[str, Any] = (
+        {"num_workers": 1, "parent_envs": 0, "wait_strategy": "block"}
+        if placement == "worker"
+        else {"num_workers": 0}
+    )
+    envs = vecpool.AsyncVectorEnv([ActionEchoEnv] * 2, **kwargs)
+    try:
+        envs.reset(seed=0)
+        envs.step(np.array([1.0, 1.5]))
+        # a reset runs through the queue here
+        call = (
+            functools.partial(envs.reset, seed=0)
+            if where == "run_queued"
+            else (functools.partial(envs.step, np.array([2.0, 2.5])))
+        )
+        untrace = _forced_at(codes[where].__code__, marker)
+        try:
+            with pytest.raises(ForcedInterrupt):
+                call()
+        finally:
+            untrace()
+
+        def step_again() -> None:
+            envs.step_async(np.array([3.0, 3.5]))
+            envs.step_wait(timeout=WAIT)
+
+        for _ in range(2):
+            with pytest.raises(
+                (OutOfStepError, vecpool.errors.WorkerCrashedError),
+                match=r"call `close\(\)`",
+            ):
+                step_again()
+    finally:
         _close_promptly(envs)

@@ -266,11 +266,11 @@ class WorkerHandle:
         # callers hold Ctrl-C back (``with HELD``): the write and its count go together
         try:
             self.channel.send(data)
-        except KeyboardInterrupt:  # cut off mid-transfer (HELD defers the 1st)
-            self.cut_off()
+            self.last_sent = data
+            return self.numbers.sent_one()
+        except KeyboardInterrupt:  # cut off mid-transfer or before its count (HELD
+            self.cut_off()  # defers the 1st): the pipe is out of step
             raise
-        self.last_sent = data
-        return self.numbers.sent_one()
 
     def cut_off(self) -> None:
         """A transfer was cut off half-way: this pipe can no longer be trusted."""
@@ -304,15 +304,15 @@ class WorkerHandle:
         # called inside ``with HELD``: the read and its count go together
         try:
             data = self.channel.recv()
-        except KeyboardInterrupt:  # cut off mid-transfer (HELD defers the 1st)
-            self.cut_off()
+            if data == WAKE:  # not a reply (vecpool/_wire/bell.py)
+                return False
+            if self.rung:
+                self.settle()  # an answer on the bell alone comes before this reply
+                self.rung = 0  # else this reply is the rung command's own
+            return self.numbers.absorb(data, decode_reply)
+        except KeyboardInterrupt:  # cut off mid-transfer or before its count (HELD
+            self.cut_off()  # defers the 1st): the pipe is out of step
             raise
-        if data == WAKE:  # not a reply (vecpool/_wire/bell.py)
-            return False
-        if self.rung:
-            self.settle()  # an answer on the bell alone comes before this reply
-            self.rung = 0  # else this reply is the rung command's own
-        return self.numbers.absorb(data, decode_reply)
 
     def answer(self) -> Reply | None:
         """The answer to the call that just completed (kept until the next call)."""

@@ -87,25 +87,26 @@ class _LocalChannel:
 
     def run_queued(self) -> None:
         """Run the queued commands, in order, and queue their replies."""
-        while self.queued and self.running and self.host is not None:
-            data = self.queued.popleft()
-            try:
+        try:
+            while self.queued and self.running and self.host is not None:
+                data = self.queued.popleft()
                 reply, self.running = serve(self.host, data)
-            except BaseException as exc:
-                # serve() answers every Exception; this one (SystemExit, ...)
-                # stopped the envs half-way: like a worker dying, the envs are
-                # lost, and no later call may return their rows
-                self.broken_by = type(exc).__name__
-                self.stop()
-                raise
-            if not self.running:  # CLOSE: the host closed the envs
-                self.envs.clear()
-                self.stop()
-            if reply == KEPT and self.host.kept is not None:
-                self.buffer.append(self.host.kept)
-                self.host.kept = None
-            else:
-                self.buffer.append(reply)
+                if not self.running:  # CLOSE: the host closed the envs
+                    self.envs.clear()
+                    self.stop()
+                if reply == KEPT and self.host.kept is not None:
+                    self.buffer.append(self.host.kept)
+                    self.host.kept = None
+                else:
+                    self.buffer.append(reply)
+        except BaseException as exc:
+            # serve() answers every Exception; this one (SystemExit, a second
+            # Ctrl-C) stopped the envs half-way, or came between a command and
+            # its reply: like a worker dying, the envs are lost, and no later
+            # call may return their rows
+            self.broken_by = type(exc).__name__
+            self.stop()
+            raise
 
     def stop(self) -> None:
         """The envs stopped: later waits see it as a worker's exit."""
@@ -225,27 +226,30 @@ class InProcessHandle(WorkerHandle):
             BaseException: What stopped the step half-way (not an env's
                 exception: that is answered); the envs are then lost.
         """
-        buffer, self.direct = self.direct, None
-        channel = self.local_channel
-        host = channel.host
-        try:
-            reply: bytes | Reply = host.step(None, None, buffer)
-        except Exception as exc:  # noqa: BLE001 - as serve(): answered
-            reply = encode(Reply(errors=[pack_error(host.start, exc)]))
-        except BaseException as exc:  # a worker's death, in this process
+        try:  # a second Ctrl-C anywhere here stops the share half-way
+            buffer, self.direct = self.direct, None
+            host = self.local_channel.host
+            try:
+                reply: bytes | Reply = host.step(None, None, buffer)
+            except Exception as exc:  # noqa: BLE001 - as serve(): answered
+                reply = encode(Reply(errors=[pack_error(host.start, exc)]))
+            numbers = self.numbers
+            expected = numbers.expected
+            if not reply and expected and expected[0] == numbers.received + 1:
+                # nothing to say, the answer awaited: numbers.absorb, written out
+                numbers.received += 1
+                numbers.answers.append((expected.popleft(), None))
+                return
+            if reply == KEPT:
+                reply, host.kept = host.kept, None
+            numbers.absorb(reply, decode_reply)
+        except Exception:  # not an env's (answered above): as before, no death
+            raise
+        except BaseException as exc:  # a worker's death, in this process: the
+            channel = self.local_channel  # step or its answer may be lost
             channel.broken_by = type(exc).__name__
             channel.stop()
             raise
-        numbers = self.numbers
-        expected = numbers.expected
-        if not reply and expected and expected[0] == numbers.received + 1:
-            # nothing to say, the answer awaited: numbers.absorb, written out
-            numbers.received += 1
-            numbers.answers.append((expected.popleft(), None))
-            return
-        if reply == KEPT:
-            reply, host.kept = host.kept, None
-        numbers.absorb(reply, decode_reply)
 
     def write(self, data: bytes) -> int:
         """Queue a command, after the plain step sent before it (if not run yet)."""
