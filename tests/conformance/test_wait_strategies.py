@@ -174,13 +174,23 @@ def _step_then_compute_on_one_thread(env):
 
 @pytest.mark.skipif(available_cpus() < 2, reason="needs a core for the worker")
 def test_auto_worker_with_a_core_of_its_own_spins_through_a_one_thread_policy(
-    make_async,
+    make_async, tmp_path
 ):
     """One worker beside the parent on 2+ CPUs: a policy on one thread takes no core
-    from it, so it keeps spinning (no wake-up per step); counted, not timed."""
+    from it, so it keeps spinning (no wake-up per step); counted, not timed.
+
+    The machine's load reads as quiet: on a busy one (the suite's other process on
+    2 CPUs) the crowd rule rightly makes the worker block, which is not the rule
+    tested here.
+    """
     env = make_async(
         [CountingEnv] * 2, num_workers=1, parent_envs=0, wait_strategy="auto"
     )
+    quiet = tmp_path / "loadavg"
+    quiet.write_text("0.00 0.00 0.00 1/100 1\n")
+    crowd = env.unwrapped._group.spin.crowd
+    assert crowd is not None  # auto with a spinning worker watches the load
+    crowd.path = str(quiet)
     env.reset(seed=0)
     counts = _counted(env, _step_then_compute_on_one_thread, 80)
     env.close()
