@@ -91,38 +91,27 @@ def count_lines(per_module: bool) -> None:
     print(f"{total:6,} engine code lines")
 
 
-def _calls_per_step(envs: Any, steps: int) -> collections.Counter[str]:
-    """Calls into vecpool's files over ``steps`` steps of ``envs``, by function."""
+def _per_step(envs: Any, steps: int, what: str) -> collections.Counter[str]:
+    """``what`` (``"calls"`` or ``"instructions"``) in vecpool's files over ``steps``.
+
+    Calls are ``sys.setprofile`` call events, instructions ``sys.settrace`` opcode
+    events, both counted by function, in code that lies in the package.
+    """
     actions = np.zeros(envs.num_envs, dtype=np.int64)
-    calls: collections.Counter[str] = collections.Counter()
+    counted: collections.Counter[str] = collections.Counter()
     root = str(PACKAGE)
+
+    def count(frame: FrameType) -> None:
+        code = frame.f_code
+        counted[f"{Path(code.co_filename).relative_to(PACKAGE)}:{code.co_name}"] += 1
 
     def profile(frame: FrameType, event: str, _arg: Any) -> None:
-        code = frame.f_code
-        if event == "call" and code.co_filename.startswith(root):
-            where = Path(code.co_filename).relative_to(PACKAGE)
-            calls[f"{where}:{code.co_name}"] += 1
-
-    sys.setprofile(profile)
-    try:
-        for _ in range(steps):
-            envs.step(actions)
-    finally:
-        sys.setprofile(None)
-    return calls
-
-
-def _instructions_per_step(envs: Any, steps: int) -> collections.Counter[str]:
-    """Bytecode instructions executed in vecpool's files over ``steps`` steps."""
-    actions = np.zeros(envs.num_envs, dtype=np.int64)
-    executed: collections.Counter[str] = collections.Counter()
-    root = str(PACKAGE)
+        if event == "call" and frame.f_code.co_filename.startswith(root):
+            count(frame)
 
     def local(frame: FrameType, event: str, _arg: Any) -> Any:
         if event == "opcode":
-            code = frame.f_code
-            where = Path(code.co_filename).relative_to(PACKAGE)
-            executed[f"{where}:{code.co_name}"] += 1
+            count(frame)
         return local
 
     def trace(frame: FrameType, _event: str, _arg: Any) -> Any:
@@ -132,13 +121,16 @@ def _instructions_per_step(envs: Any, steps: int) -> collections.Counter[str]:
         frame.f_trace_lines = False
         return local
 
-    sys.settrace(trace)
+    install, hook = (
+        (sys.setprofile, profile) if what == "calls" else (sys.settrace, trace)
+    )
+    install(hook)
     try:
         for _ in range(steps):
             envs.step(actions)
     finally:
-        sys.settrace(None)
-    return executed
+        install(None)
+    return counted
 
 
 def count_calls(steps: int = 200) -> None:
@@ -150,12 +142,12 @@ def count_calls(steps: int = 200) -> None:
         )
         try:
             envs.reset(seed=0)
-            _calls_per_step(envs, 50)  # warm-up: the spin policy's first samples
-            calls = _calls_per_step(envs, steps)
+            _per_step(envs, 50, "calls")  # warm-up: the spin policy's first samples
+            calls = _per_step(envs, steps, "calls")
             print(f"{envs!r}: {sum(calls.values()) / steps:.2f} calls per vector step")
             for name, count in calls.most_common():
                 print(f"  {count / steps:6.2f} {name}")
-            executed = _instructions_per_step(envs, steps)
+            executed = _per_step(envs, steps, "instructions")
             total = sum(executed.values()) / steps
             print(f"{total:.0f} instructions per vector step in the parent")
             for name, count in executed.most_common():
