@@ -40,6 +40,8 @@ import pytest
 from gymnasium.vector import AutoresetMode
 
 import vecpool
+from vecpool._engine.handle import WorkerHandle
+from vecpool._engine.in_process import InProcessHandle, _LocalChannel
 from vecpool._wire.bell import BUFFER, COMMAND, LISTENING
 from vecpool.errors import (
     AlreadyPendingCallError,
@@ -861,9 +863,6 @@ def test_a_second_ctrl_c_between_a_transfer_and_its_count_never_gives_wrong_rows
     # between its step and its answer: the next call must refuse with the way out,
     # never return another step's rows (found: rows of step 3 as step 4's) or
     # wait forever for an answer that was lost
-    from vecpool._engine.handle import WorkerHandle
-    from vecpool._engine.in_process import InProcessHandle, _LocalChannel
-
     codes = {
         "write": WorkerHandle.write,
         "receive": WorkerHandle.receive,

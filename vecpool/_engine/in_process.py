@@ -102,11 +102,17 @@ class _LocalChannel:
         except BaseException as exc:
             # serve() answers every Exception; this one (SystemExit, a second
             # Ctrl-C) stopped the envs half-way, or came between a command and
-            # its reply: like a worker dying, the envs are lost, and no later
-            # call may return their rows
-            self.broken_by = type(exc).__name__
-            self.stop()
+            # its reply
+            self.stop_half_way(exc)
             raise
+
+    def stop_half_way(self, exc: BaseException) -> None:
+        """``exc`` stopped a command half-way: the envs are lost.
+
+        Like a worker dying: no later call may return their rows.
+        """
+        self.broken_by = type(exc).__name__
+        self.stop()
 
     def stop(self) -> None:
         """The envs stopped: later waits see it as a worker's exit."""
@@ -246,9 +252,7 @@ class InProcessHandle(WorkerHandle):
         except Exception:  # not an env's (answered above): as before, no death
             raise
         except BaseException as exc:  # a worker's death, in this process: the
-            channel = self.local_channel  # step or its answer may be lost
-            channel.broken_by = type(exc).__name__
-            channel.stop()
+            self.local_channel.stop_half_way(exc)  # step or its answer may be lost
             raise
 
     def write(self, data: bytes) -> int:

@@ -99,6 +99,15 @@ _MARKED_FORMAT = "vecpool.ReplayPool/5"  # 5: `starts`, `fresh`; prioritized poo
 _CLEARING_FORMAT = "vecpool.ReplayPool/4"  # 4: `clearing_size` in the header
 _RENAMED_FORMAT = "vecpool.ReplayPool/3"  # 3: JSON header, no pickle; `window_size_`
 _PICKLED_FORMAT = "vecpool.ReplayPool/2"
+_READ_FORMATS = (
+    FORMAT,
+    _ENDS_FORMAT,
+    _MARKED_FORMAT,
+    _CLEARING_FORMAT,
+    _RENAMED_FORMAT,
+    _PICKLED_FORMAT,
+)
+"""Every format :func:`load` reads, newest first (the last one only trusted)."""
 _OLD_NAMES = {"clearing_size": "window_size_"}
 """Header keys of formats 2 and 3 that format 4 renamed (issue 29)."""
 COUNTERS = (
@@ -962,19 +971,11 @@ def _header(data: _Archive) -> dict[str, Any]:
     if not isinstance(header, dict) or "format" not in header:
         msg = "its `config` member names no format, so it was not written by save()"
         raise _BadFile(msg)
-    if header["format"] not in (
-        FORMAT,
-        _ENDS_FORMAT,
-        _MARKED_FORMAT,
-        _CLEARING_FORMAT,
-        _RENAMED_FORMAT,
-        _PICKLED_FORMAT,
-    ):
+    if header["format"] not in _READ_FORMATS:
+        readable = ", ".join(repr(name) for name in _READ_FORMATS[:-1])
         msg = (
-            f"its format is {header['format']!r}; this vecpool reads {FORMAT!r}, "
-            f"{_ENDS_FORMAT!r}, {_MARKED_FORMAT!r}, {_CLEARING_FORMAT!r}, "
-            f"{_RENAMED_FORMAT!r} (and "
-            f"{_PICKLED_FORMAT!r} with trusted=True)"
+            f"its format is {header['format']!r}; this vecpool reads {readable} "
+            f"(and {_PICKLED_FORMAT!r} with trusted=True)"
         )
         raise _BadFile(msg)
     stored = [
