@@ -208,6 +208,12 @@ def make_extractor(space: spaces.Space[Any]) -> Callable[[Any], list[Any]]:
     return extract
 
 
+_LEAF_KINDS = frozenset(
+    (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+)
+"""Space classes that are one leaf (their subclasses are asked the long way)."""
+
+
 def make_views(
     space: spaces.Space[Any],
     arrays: list[np.ndarray[Any, Any]],
@@ -228,6 +234,8 @@ def make_views(
     Returns:
         The nested batch structure.
     """
+    if type(space) in _LEAF_KINDS:  # before isinstance: Dict is an ABC, slow to ask
+        return arrays[0]
     if isinstance(space, (spaces.Dict, spaces.Tuple)):
         leaf_arrays = iter(arrays)
         others = leaf_arrays if foreign is None else iter(foreign)

@@ -418,6 +418,7 @@ class FrameLayout:
     """
 
     hot = True
+    read_newest = True
 
     def __init__(
         self,
@@ -503,9 +504,10 @@ class FrameLayout:
         env: npt.NDArray[np.int64],
         row: npt.NDArray[np.int64],
         next_row: npt.NDArray[np.int64],
-        newest: npt.NDArray[np.bool_],
+        newest: npt.NDArray[np.bool_] | None,
     ) -> tuple[list[npt.NDArray[Any]], list[npt.NDArray[Any]]]:
         """The stacks rebuilt (a shared gather when both are of the same rows)."""
+        assert newest is not None  # read_newest: always given
         if next_row is row:
             stacks, next_stacks = self.store.pair(row, env, newest)
         else:

@@ -55,6 +55,9 @@ class ObservationLayout(Protocol):
 
     hot: bool
     """Whether the flat hot path may write it (one row per env, any row order)."""
+    read_newest: bool
+    """Whether :meth:`read` needs to know which next rows are their sub-pool's
+    newest (the others are given ``None``: a plain draw then skips finding them)."""
 
     @property
     def nbytes(self) -> int:
@@ -98,12 +101,13 @@ class ObservationLayout(Protocol):
         env: npt.NDArray[np.int64],
         row: npt.NDArray[np.int64],
         next_row: npt.NDArray[np.int64],
-        newest: npt.NDArray[np.bool_],
+        newest: npt.NDArray[np.bool_] | None,
     ) -> tuple[Leaves, Leaves]:
         """``obs`` of ``row`` and ``next_obs`` of ``next_row``, as leaves.
 
-        ``newest``: the sub-pool's newest row is ``next_row``; ``next_row is
-        row`` when both are of the same rows.
+        ``newest``: the sub-pool's newest row is ``next_row`` (``None`` where the
+        layout does not :attr:`read_newest`); ``next_row is row`` when both are of
+        the same rows.
         """
         ...
 
@@ -142,6 +146,7 @@ class ArrayLayout:
     """``obs`` and ``next_obs`` whole: one array per leaf, one row per slot."""
 
     hot = True
+    read_newest = False
 
     def __init__(self, space: spaces.Space[Any], rows: int) -> None:
         """Preallocate both."""
@@ -193,7 +198,7 @@ class ArrayLayout:
         env: npt.NDArray[np.int64],  # noqa: ARG002 - the protocol's signature
         row: npt.NDArray[np.int64],
         next_row: npt.NDArray[np.int64],
-        newest: npt.NDArray[np.bool_],  # noqa: ARG002 - the protocol's signature
+        newest: npt.NDArray[np.bool_] | None,  # noqa: ARG002 - the protocol's signature
     ) -> tuple[Leaves, Leaves]:
         """Two gathers."""
         obs = [array.take(row, axis=0) for array in self.obs]
@@ -225,6 +230,7 @@ class ApartLayout:
     """
 
     hot = False  # the newest row's next observation moves on every append
+    read_newest = True
 
     def __init__(self, space: spaces.Space[Any], rows: int, num_envs: int) -> None:
         """Preallocate the observations and tails; the store starts empty."""
@@ -328,9 +334,10 @@ class ApartLayout:
         env: npt.NDArray[np.int64],
         row: npt.NDArray[np.int64],
         next_row: npt.NDArray[np.int64],
-        newest: npt.NDArray[np.bool_],
+        newest: npt.NDArray[np.bool_] | None,
     ) -> tuple[Leaves, Leaves]:
         """``next_obs``: the following row's, the tail, or the one kept apart."""
+        assert newest is not None  # read_newest: always given
         obs = [np.take(array, row, axis=0) for array in self.obs]
         own = self.own_next[next_row]
         following = self.next_row[next_row].astype(np.intp)

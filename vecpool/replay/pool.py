@@ -433,7 +433,8 @@ class ReplayPool:
                 ``n_step`` with ``random=True`` routing (an env's rows are then
                 not in order).
         """
-        batch_size = check_int("batch_size", batch_size, 1)
+        if type(batch_size) is not int or batch_size < 1:
+            batch_size = check_int("batch_size", batch_size, 1)
         reader = self._n_step_reader(n_step, gamma)
         if beta is not None:
             if not self._sampler.weighs:

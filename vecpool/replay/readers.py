@@ -56,8 +56,9 @@ def read_rows(
         next_row, next_offset = row, offset
     else:
         next_row = ring.row_of(env, next_offset)
-    newest = next_offset == ring.length[env] - 1
-    obs, next_obs = stored.layout.read(env, row, next_row, newest)
+    layout = stored.layout
+    newest = next_offset == ring.length[env] - 1 if layout.read_newest else None
+    obs, next_obs = layout.read(env, row, next_row, newest)
     # object leaves: copies, never the pool's own objects
     return (
         make_views(stored.observation_space, [fresh_objects(a) for a in obs]),

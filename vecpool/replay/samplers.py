@@ -145,16 +145,16 @@ class UniformSampler:
             slot += env
             return env, offset, slot
         length = ring.length
-        total = int(length.sum())
+        ends = length.cumsum()  # held rows of the sub-pools up to each one
+        total = int(ends[-1])
         if total == 0:
             raise ValueError(_EMPTY)
         flat = self.rng.integers(0, total, batch_size)
-        ends = np.cumsum(length)
-        env = np.searchsorted(ends, flat, side="right")
-        before = ends - length  # held rows of the sub-pools before each one
-        offset = flat - before[env]
-        # row = env + slot * n, slot = (oldest slot + offset) % slots, in 4 calls
-        slot = flat + (ring.end - length - before)[env]
+        env = ends.searchsorted(flat, side="right")
+        offset = flat - (ends - length)[env]  # less the rows of the ones before
+        # row = env + slot * n, slot = (oldest slot + offset) % slots, where the
+        # oldest slot is end - length: in 4 calls
+        slot = flat + (ring.end - ends)[env]
         slot %= ring.slots
         slot *= num_envs
         slot += env
