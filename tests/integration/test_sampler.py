@@ -17,6 +17,7 @@ import pytest
 from gymnasium.vector import AutoresetMode
 
 import vecpool
+from vecpool.replay.episodes import complete_episodes
 from vecpool.sampling.sampler import EpisodeRecord, SampleBatch, Sampler
 from vecpool.testing import CountingEnv, SlowEnv
 
@@ -404,6 +405,59 @@ def test_pool_receives_exactly_the_valid_transitions(make_env, kind, mode):
     for name in ("action", "reward", "terminated", "truncated"):
         want = expected([getattr(b, name) for b in batches])
         np.testing.assert_array_equal(getattr(stored, name), want)
+
+
+class _TenSteps(gym.Env[Any, Any]):
+    """Every episode: 10 steps of reward 1; the observation is the step count."""
+
+    observation_space = gym.spaces.Box(0, 100, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([self.t], np.float32), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        del action
+        self.t += 1
+        return np.array([self.t], np.float32), 1.0, self.t == 10, False, {}
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda mode: mode.name)
+def test_pool_never_counts_an_episode_decorrelation_steps_began(
+    mode: AutoresetMode,
+) -> None:
+    # the pool never sees the decorrelation steps: an env left in the middle of an
+    # episode goes on with it, so that episode is not one of the pool's (it counted
+    # its tail as a whole episode, and exported it)
+    env = gym.vector.SyncVectorEnv([_TenSteps, _TenSteps], autoreset_mode=mode)
+    pool = vecpool.ReplayPool(
+        env.single_observation_space, env.single_action_space, 2, 1000
+    )
+    sampler = Sampler(
+        env,
+        None,
+        batch_T=30,
+        max_decorrelation_steps=8,
+        seed=0,
+        pool=pool,
+    )
+    _, records = sampler.obtain_samples()
+    steps = sampler.decorrelation_steps
+    assert steps is not None
+    assert steps.any()  # else the test shows nothing
+    assert {(r.return_, r.length) for r in records} == {(10.0, 10)}
+    stats = pool.episode_stats
+    assert (stats.mean_return, stats.mean_length) == (10.0, 10.0)
+    begun_before = int(np.count_nonzero(steps))
+    assert stats.count == len(records) - begun_before
+    episodes, _ = complete_episodes(pool)
+    assert [float(e.observations[0, 0]) for e in episodes] == [0.0] * stats.count
+    assert {len(e) for e in episodes} == {10}
+    env.close()
 
 
 def test_pool_must_have_one_sub_pool_per_env(make_sync):

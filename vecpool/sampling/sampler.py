@@ -464,6 +464,10 @@ class Sampler:
         if self.pool is not None:  # the episodes in progress are over, unfinished
             self.pool.abort_episodes(np.arange(self.num_envs))
         self._decorrelate()
+        going = np.flatnonzero(self._episode_length)
+        if self.pool is not None and going.size:
+            # into episodes whose first steps the pool never saw: not its episodes
+            self.pool.abort_episodes(going, resumes=True)
         self._started = True
 
     def obtain_samples(self) -> tuple[SampleBatch, list[EpisodeRecord]]:
