@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import data_equivalence
+from gymnasium.vector import AutoresetMode
 
 import vecpool
 from vecpool.testing import CountingEnv, SlowEnv
@@ -62,9 +63,13 @@ def test_step_from_matches_a_single_env_with_frameskip(make_placed):
         for key, value in obs.items():
             np.testing.assert_array_equal(value[index], single_obs[key])
         assert data_equivalence(new_states[index].state, single.unwrapped.get_state())  # type: ignore[attr-defined]
-    # stepping from the new states again continues from there
-    again = envs.step_from(new_states, actions, dt=1)
-    assert len(again[0]) == 4
+    # stepping from the new states again continues from there (from states
+    # whose episode goes on: an ended one is refused, see below)
+    two = envs.step_from(states, actions, dt=2)
+    assert not any(state.autoreset_pending for state in two[0])
+    again = envs.step_from(two[0], actions, dt=1)
+    three = envs.step_from(states, actions, dt=3)
+    assert data_equivalence(again[1], three[1], exact=True)
 
 
 def test_indices_pick_and_order_envs(make_placed):
@@ -147,3 +152,43 @@ def test_states_round_trip_across_an_episode_end(make_placed):
     envs.set_states([state.state for state in states])
     *_, truncations, _ = envs.step(np.zeros(2, dtype=np.int64))
     assert truncations.all()  # stepped past the end, not reset
+
+
+def test_a_masked_reset_after_step_from_returns_where_step_from_left_the_envs(
+    make_placed,
+):
+    # a reset that leaves an env out returns its last observation: after
+    # step_from, the one step_from returned (it returned the one from before)
+    envs = make_placed([FN] * 3, autoreset_mode=AutoresetMode.DISABLED)
+    envs.reset(seed=3)
+    envs.step(np.ones(3, dtype=np.int64))
+    indices = [2, 0]
+    states = envs.get_states(indices=indices)
+    _, moved, *_ = envs.step_from(states, np.array([1, 0]), dt=3, indices=indices)
+    obs, _ = envs.reset(options={"reset_mask": np.array([False, True, False])})
+    for key, value in obs.items():
+        np.testing.assert_array_equal(value[indices], moved[key])
+
+
+def test_step_from_refuses_a_state_whose_next_step_resets_before_sending(
+    make_placed,
+):
+    # NEXT_STEP: a state saved right after an episode ended steps into a reset
+    # (set_states then step); step_from never resets, and stepped past the end
+    envs = make_placed([functools.partial(CountingEnv, max_steps=2)] * 2)
+    envs.reset(seed=0)
+    envs.step(np.zeros(2, dtype=np.int64))
+    envs.step(np.zeros(2, dtype=np.int64))
+    states = envs.get_states()
+    assert [state.autoreset_pending for state in states] == [True, True]
+    msg = (
+        "`states[1]` was saved right after its episode ended: its next step resets "
+        "the env (`autoreset_pending=True`), and `step_from` never resets. Call "
+        "`set_states(states)` then `step(actions)` to take that reset step, or "
+        "leave ended states out of `step_from`."
+    )
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        envs.step_from([states[0]._replace(autoreset_pending=False), states[1]], [0, 0])
+    # nothing was sent: the envs take their reset step, as planned
+    _, rewards, *_ = envs.step(np.zeros(2, dtype=np.int64))
+    assert rewards.tolist() == [0.0, 0.0]

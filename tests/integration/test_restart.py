@@ -571,6 +571,21 @@ def test_the_cut_of_an_env_whose_row_waited_in_ready_is_its_last_obs(make_async)
     np.testing.assert_array_equal(obs[0], last3)  # NEXT_STEP: the last obs seen
 
 
+def test_the_cut_after_step_from_is_where_step_from_left_the_env(make_async):
+    # NEXT_STEP: the cut row shows the env's last observation; after step_from,
+    # the one step_from returned (it showed the one from before)
+    fn = functools.partial(CountingEnv, max_steps=100, terminate_prob=0.0)
+    env = make_async([fn] * 4, num_workers=2, on_worker_crash="restart")
+    env.reset(seed=0)
+    _step(env, np.ones(4, np.int64))
+    states = env.get_states(indices=[3, 2])
+    _, moved, *_ = env.step_from(states, np.array([1, 2]), dt=3, indices=[3, 2])
+    kill_worker(env, 1)
+    obs, _, _, truncated, _ = _step(env, np.ones(4, np.int64))
+    assert truncated.tolist() == [False, False, True, True]
+    np.testing.assert_array_equal(obs[[3, 2]], moved)
+
+
 def test_pipe_mode_a_ready_row_is_not_overwritten_by_a_replacement(make_async):
     _, (obs, rewards, _, truncated, _) = _ready_not_returned(
         make_async, shared_memory=False

@@ -21,7 +21,7 @@ from vecpool._engine.group import WorkerGroup
 from vecpool._engine.guards import HELD
 from vecpool._engine.infos import merge_infos
 from vecpool._util.validation import check_int, is_int
-from vecpool._wire.messages import Command, Reply
+from vecpool._wire.messages import Command, EnvState, Reply
 
 __all__ = ["EnvStates"]
 
@@ -163,6 +163,16 @@ class EnvStates:
         repeats = check_int("dt", dt, 1)
         order, groups = self.group_indices(indices)
         states = check_count("states", states, len(order))
+        for position, state in enumerate(states):
+            if isinstance(state, EnvState) and state.autoreset_pending:
+                msg = (
+                    f"`states[{position}]` was saved right after its episode ended: "
+                    "its next step resets the env (`autoreset_pending=True`), and "
+                    "`step_from` never resets. Call `set_states(states)` then "
+                    "`step(actions)` to take that reset step, or leave ended states "
+                    "out of `step_from`."
+                )
+                raise ValueError(msg)
         space = self.buffers.actions.batched_space(len(order))
         per_env = check_count("actions", list(iterate(space, actions)), len(order))
         replies = self._call(

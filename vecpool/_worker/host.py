@@ -508,6 +508,7 @@ class Host:
                     if terminated or truncated:
                         break
                 ended = bool(terminated or truncated)
+                self.last_obs[local] = obs  # what a reset that leaves it out returns
                 if self.mode is AutoresetMode.NEXT_STEP:
                     self.autoreset[local] = ended
                 new_state = EnvState(

@@ -860,7 +860,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         """Restore sub-environments to states from :meth:`get_states`.
 
         An :class:`vecpool.EnvState` restores the pending-autoreset flag too; a bare
-        env state (e.g. built by hand) is taken as mid-episode.
+        env state (e.g. built by hand) is taken as mid-episode. A state carries no
+        observation: a later reset that leaves these envs out (``reset_mask``)
+        returns the observation each last returned.
 
         Args:
             states: One state per index.
@@ -893,9 +895,12 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         For planning (tree search, MCTS): each env is set to its state, steps with
         its action ``dt`` times (frameskip), summing the rewards and stopping early
         at an episode end (no autoreset), and reports its new state. The envs are
-        left at their new states, as after ``set_states(new_states)``: call
-        :meth:`set_states` to go back (wrappers around this vector env, such as
-        :class:`vecpool.ReplayPoolWrapper`, do not see these moves).
+        left at their new states, as after ``set_states(new_states)``, with the
+        observations returned here as their last ones: call :meth:`set_states` to
+        go back (wrappers around this vector env, such as
+        :class:`vecpool.ReplayPoolWrapper`, do not see these moves). A state saved
+        right after an episode ended (``autoreset_pending``) is refused: its next
+        step is a reset, and ``step_from`` never resets.
 
         Args:
             states: One state per index (from :meth:`get_states`).
@@ -909,10 +914,15 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
 
         Raises:
             AttributeError: If an env lacks ``get_state``/``set_state``.
-            ValueError: If counts do not match or ``dt < 1``.
+            ValueError: If counts do not match, ``dt < 1``, or a state's next
+                step would reset its env; nothing is sent then.
         """
         self._assert_state_calls("step_from")
-        return self._env_states.step_from(states, actions, dt, indices)
+        result = self._env_states.step_from(states, actions, dt, indices)
+        if self._restarter is not None:  # where a replacement starts them from
+            order = range(self.num_envs) if indices is None else indices
+            self._restarter.last_obs.record(result[1], np.asarray(order, np.int64))
+        return result
 
     def _assert_state_calls(self, method: str) -> None:
         self._assert_is_running()
