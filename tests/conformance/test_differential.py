@@ -449,6 +449,41 @@ def test_copy_true_results_are_independent(
             handed_out.append((actual[0], copy.deepcopy(actual[0])))
 
 
+class _LogEnv(gym.Env[Any, Any]):
+    """Puts a list it keeps appending to in every info, and in its reset info."""
+
+    observation_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.log = ["reset"]
+        return np.zeros(1, np.float32), {"log": self.log}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        self.log.append(f"step {action}")
+        return np.zeros(1, np.float32), 0.0, False, False, {"log": self.log}
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda mode: mode.name)
+def test_infos_handed_out_are_copies_as_gymnasium_async_gives(
+    mode, make_placed, make_gym_async
+):
+    # an info holding the env's own object: Gymnasium's AsyncVectorEnv hands out
+    # a copy (pickled), so later steps never change infos already returned; envs
+    # stepped in this process handed out the object itself
+    reference = make_gym_async([_LogEnv] * 3, autoreset_mode=mode)
+    candidate = make_placed([_LogEnv] * 3, autoreset_mode=mode)
+    held = [(reference.reset(seed=0)[1], candidate.reset(seed=0)[1])]
+    for step in range(4):
+        actions = np.full(3, step % 2)
+        held.append((reference.step(actions)[4], candidate.step(actions)[4]))
+    for k, (expected, actual) in enumerate(held):
+        assert_same_data(expected, actual, f"infos of call {k}, held")
+
+
 def test_env_error_log_lines_match_gymnasium(make_placed, make_gym_async):
     env_fns = [
         functools.partial(CountingEnv),

@@ -53,10 +53,8 @@ from vecpool._wire.wide_infos import WideOffer, acceptance, map_offer
 __all__ = ["WorkerHandle", "decode_reply", "describe_exit"]
 
 
-def decode_reply(data: bytes | memoryview | Reply) -> Reply | None:
-    """A worker's reply from its bytes (empty: nothing to say) or kept in-process."""
-    if isinstance(data, Reply):  # num_workers=0: never pickled
-        return data
+def decode_reply(data: bytes | memoryview) -> Reply | None:
+    """A worker's reply from its bytes (empty: nothing to say)."""
     if not data:
         return None
     if len(data) == 1:  # INFOS_IN_MEMORY

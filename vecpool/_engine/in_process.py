@@ -22,7 +22,7 @@ from typing import Any
 
 from vecpool._engine.handle import WorkerHandle, decode_reply
 from vecpool._util.closing import close_all_within
-from vecpool._wire.messages import KEPT, STEP, Reply, WorkerConfig, encode
+from vecpool._wire.messages import STEP, Reply, WorkerConfig, encode
 from vecpool._wire.remote_errors import pack_error
 from vecpool._worker.host import open_host, serve
 
@@ -70,12 +70,10 @@ class _LocalChannel:
         except BaseException:
             self.close_envs()
             raise
-        self.buffer: deque[bytes | Reply] = deque([first])
+        self.buffer: deque[bytes] = deque([first])
         self.queued: deque[bytes] = deque()  # commands sent, not run yet
         self.on_stop: Callable[[], None] | None = None  # rings the sentinel
         self.running = self.host is not None
-        if self.host is not None:  # step and reset replies: never pickled
-            self.host.keep_replies = True
         self.broken_by: str | None = None  # what stopped a command half-way
 
     def send(self, data: bytes) -> None:
@@ -94,11 +92,7 @@ class _LocalChannel:
                 if not self.running:  # CLOSE: the host closed the envs
                     self.envs.clear()
                     self.stop()
-                if reply == KEPT and self.host.kept is not None:
-                    self.buffer.append(self.host.kept)
-                    self.host.kept = None
-                else:
-                    self.buffer.append(reply)
+                self.buffer.append(reply)
         except BaseException as exc:
             # serve() answers every Exception; this one (SystemExit, a second
             # Ctrl-C) stopped the envs half-way, or came between a command and
@@ -123,7 +117,7 @@ class _LocalChannel:
     def has_message(self) -> bool:
         return bool(self.buffer)
 
-    def recv(self) -> bytes | Reply:
+    def recv(self) -> bytes:
         if not self.buffer:
             raise EOFError
         return self.buffer.popleft()
@@ -236,7 +230,7 @@ class InProcessHandle(WorkerHandle):
             buffer, self.direct = self.direct, None
             host = self.local_channel.host
             try:
-                reply: bytes | Reply = host.step(None, None, buffer)
+                reply = host.step(None, None, buffer)
             except Exception as exc:  # noqa: BLE001 - as serve(): answered
                 reply = encode(Reply(errors=[pack_error(host.start, exc)]))
             numbers = self.numbers
@@ -246,8 +240,6 @@ class InProcessHandle(WorkerHandle):
                 numbers.received += 1
                 numbers.answers.append((expected.popleft(), None))
                 return
-            if reply == KEPT:
-                reply, host.kept = host.kept, None
             numbers.absorb(reply, decode_reply)
         except Exception:  # not an env's (answered above): as before, no death
             raise

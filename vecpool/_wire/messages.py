@@ -39,7 +39,6 @@ __all__ = [
     "COLUMNS_ONLY",
     "CUT_AGAIN",
     "INFOS_IN_MEMORY",
-    "KEPT",
     "STEP",
     "STEP_SOME",
     "WAKE",
@@ -130,10 +129,6 @@ CUT_AGAIN = b"r"
 """Ends a step or reset command's tail: a replacement worker marks its envs' cut
 again, because the call that restarted it gave up before returning those rows
 (``Host.cut_again``)."""
-
-KEPT = b"k"
-"""What the in-process host (``num_workers=0``) returns for a step or reset reply
-it kept as an object instead of pickling it (``Host.kept``)."""
 
 INFOS_IN_MEMORY = b"c"
 """The one-byte reply to a step with nothing else to say but that some infos are in

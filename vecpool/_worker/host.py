@@ -35,7 +35,6 @@ from vecpool._wire.info_columns import (
 from vecpool._wire.messages import (
     CUT_AGAIN,
     INFOS_IN_MEMORY,
-    KEPT,
     STEP,
     STEP_SOME,
     Command,
@@ -102,9 +101,6 @@ class Host:
             if transport is ObsTransport.HYBRID
             else None
         )
-        # num_workers=0: step and reset replies stay objects (nothing is pickled)
-        self.keep_replies = False
-        self.kept: Reply | None = None
         # step infos in shared memory (see vecpool/_wire/info_columns.py)
         self.info_rows = block.view(layout.infos).data.cast("B")
         self.info_ids = block.view(layout.info_versions)
@@ -396,9 +392,8 @@ class Host:
             columns=columns,
             wide_offer=wide_offer,
         )
-        if self.keep_replies:  # in this process: the objects themselves, as Sync
-            self.kept = reply
-            return KEPT
+        # pickled in this process too: what the user holds is a copy, as from
+        # Gymnasium's AsyncVectorEnv (never the env's own objects)
         return encode_safely(reply, self.start)
 
     def _piped_observations(self) -> list[Any]:
