@@ -152,6 +152,22 @@ def test_a_replaced_env_starts_from_the_derived_seed(make_async):
     assert derive_seed(10, 1) != derive_seed(10, 2) != derive_seed(11, 1)
 
 
+def test_a_masked_reset_leaves_the_restart_seeds_of_the_envs_left_out(make_async):
+    # the seed a replacement derives from is the last one its env was given: a
+    # masked reset gives none to the envs it leaves out (it recorded them anyway)
+    fns = [lambda: gym.make("CartPole-v1")] * 4
+    env = make_async(fns, num_workers=2, on_worker_crash="restart")
+    env.reset(seed=10)
+    env.reset(seed=50, options={"reset_mask": np.array([True, True, False, True])})
+    env.step(np.zeros(4, np.int64))
+    kill_worker(env, 1)
+    _step(env, np.zeros(4, np.int64))  # the cut
+    obs, *_ = env.step(np.zeros(4, np.int64))  # NEXT_STEP: the new first obs
+    for i, given in ((2, 10 + 2), (3, 50 + 3)):
+        first, _ = gym.make("CartPole-v1").reset(seed=derive_seed(given, 1))
+        np.testing.assert_array_equal(obs[i], first)
+
+
 def test_an_unseeded_env_restarts_unseeded(make_async):
     env = make_async(_fns(2), num_workers=2, on_worker_crash="restart")
     env.reset()

@@ -512,8 +512,10 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         if options is not None and "reset_mask" in options:
             options = dict(options)  # never mutate the caller's dict
             flags = check_reset_mask(options.pop("reset_mask"), self.num_envs)
-        if self._restarter is not None:
-            self._restarter.policy.note_seeds(seeds)
+        if self._restarter is not None:  # the seeds given: none to an env left out
+            self._restarter.policy.note_seeds(
+                [s if flag else None for s, flag in zip(seeds, flags, strict=True)]
+            )
         with HELD:
             buffer = self._buffers.obs.choose()
             group = self._group
