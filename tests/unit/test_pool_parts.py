@@ -160,6 +160,24 @@ def test_recent_episodes_of_a_run_of_masked_adds_come_as_they_ended() -> None:
     assert pool.recent_episode_stats(2).mean_return == 3.0
 
 
+def test_recent_episodes_of_one_add_repeating_an_env_come_in_row_order() -> None:
+    # rows of one add(..., env_ids=...): env 0 ends three 1-step episodes, then
+    # env 1 one; the log took them round by round (env 0, env 1, env 0, env 0)
+    pool = ReplayPool(BOX, spaces.Discrete(2), 2, 100)
+    obs = np.zeros((4, 2), np.float32)
+    pool.add(obs, np.zeros(4, np.int64), obs, np.array([1.0, 2.0, 3.0, 40.0]),
+             np.ones(4, bool), np.zeros(4, bool), env_ids=[0, 0, 0, 1])  # fmt: skip
+    assert pool.recent_episode_stats(1).mean_return == 40.0
+    assert pool.recent_episode_stats(2).mean_return == 21.5
+    assert pool.episode_stats.count == 4
+    pool.add(obs, np.zeros(4, np.int64), obs, np.array([5.0, 6.0, 7.0, 8.0]),
+             np.array([False, True, True, True]), np.zeros(4, bool),
+             env_ids=[1, 0, 1, 1])  # fmt: skip
+    # env 1's 5 goes on into its next row's episode (return 12), then 8
+    assert pool.recent_episode_stats(3).mean_return == (6.0 + 12.0 + 8.0) / 3
+    assert pool.recent_episode_stats(1).mean_return == 8.0
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_recent_episodes_of_mixed_runs_come_as_they_ended(seed: int) -> None:
     """Aligned, masked and unmasked flat adds in one deferred run, no read between."""

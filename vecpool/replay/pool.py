@@ -50,7 +50,7 @@ from vecpool.replay.settings import (
     renamed_clearing_size,
 )
 from vecpool.replay.storage import is_storable
-from vecpool.replay.writers import HotWriter, RoutedWriter, rounds
+from vecpool.replay.writers import HotWriter, RoutedWriter, distinct_runs
 
 __all__ = [
     "RECENT_EPISODES",
@@ -805,8 +805,9 @@ class ReplayPool:
         # the episodes once the rows are in: a row refused above counts nothing
         reward_arr, done = scalars[0], scalars[1] | scalars[2]
         if source is not None and np.unique(source).size != source.size:
-            # one env twice in a batch: its rows are consecutive steps, in order
-            for chosen in rounds(source):
+            # one env twice in a batch: its rows are consecutive steps, in order;
+            # runs of distinct envs in row order, so episodes end in row order too
+            for chosen in distinct_runs(source):
                 self._log.record(source[chosen], reward_arr[chosen], done[chosen])
         else:
             self._log.record(source, reward_arr, done)
