@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import vecpool
+from vecpool.replay.episodes import complete_episodes
 from vecpool.testing import CountingEnv, IncarnationEnv
 
 ray = pytest.importorskip("ray")
@@ -309,3 +310,39 @@ def test_a_vector_env_that_loses_a_worker_for_good_is_rebuilt_in_the_actor(
     assert remote.restarts == [0, 0]  # the actor itself lived
     assert batch.obs.shape == (20, 4, 3)
     assert batch.valid[:, 2:].any()
+
+
+def test_the_central_pool_never_counts_an_episode_decorrelation_began(samplers):
+    # the pool never sees the actors' decorrelation steps: an episode they began
+    # is not one of its episodes (it counted and exported its tail as a whole one)
+    fns = [
+        functools.partial(IncarnationEnv, index=i, min_len=10, max_len=10)
+        for i in range(4)
+    ]
+    pool = vecpool.ReplayPool(
+        IncarnationEnv(index=0).observation_space,
+        IncarnationEnv(index=0).action_space,
+        4,
+        1000,
+    )
+    remote = RaySampler(
+        fns,
+        None,
+        30,
+        num_actors=2,
+        seed=0,
+        pool=pool,
+        max_decorrelation_steps=8,
+        env_kwargs={"num_workers": 0},
+    )
+    samplers.append(remote)
+    _, records = remote.obtain_samples()
+    assert {record.length for record in records} == {10}
+    stats = pool.episode_stats
+    assert stats.mean_length == 10.0
+    assert 0 < stats.count < len(records)  # some began in the decorrelation steps
+    episodes, _ = complete_episodes(pool)
+    assert [int(episode.observations[0, 2]) for episode in episodes] == [0] * len(
+        episodes
+    )
+    assert {len(episode) for episode in episodes} == {10}

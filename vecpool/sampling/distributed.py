@@ -102,18 +102,22 @@ class RolloutActor:
         self.sampler = self._sampler(seed)
         return incarnation
 
-    def sample(self, seq: int) -> tuple[int, int, SampleBatch | None, list[Any]]:
-        """One rollout: ``(incarnation, seq, batch, episodes)``.
+    def sample(
+        self, seq: int
+    ) -> tuple[int, int, SampleBatch | None, list[Any], npt.NDArray[np.int64]]:
+        """One rollout: ``(incarnation, seq, batch, episodes, resumed)``.
 
         The batch is ``None`` when the vector env lost a worker for good: the env
-        is rebuilt and the partial batch discarded.
+        is rebuilt and the partial batch discarded. ``resumed``: the hosted envs
+        whose episode in progress began unseen, before the batch
+        (:attr:`vecpool.Sampler.resumed`).
         """
         try:
             batch, episodes = self.sampler.obtain_samples()
         except WorkerCrashedError:
             self.reseed(self.incarnation, None)
-            return self.incarnation, seq, None, []
-        return self.incarnation, seq, batch, episodes
+            return self.incarnation, seq, None, [], np.zeros(0, np.int64)
+        return self.incarnation, seq, batch, episodes, self.sampler.resumed
 
     def set_policy(self, policy: Any) -> None:
         """Use ``policy`` (or build it, for a factory) from now on."""
@@ -307,7 +311,7 @@ class RaySampler:
         while True:
             ref = self._request(k)
             try:
-                incarnation, seq, batch, episodes = ray.get(ref)
+                incarnation, seq, batch, episodes, resumed = ray.get(ref)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
                 del self._inflight[k]
                 if self.on_actor_failure == "raise":
@@ -324,6 +328,11 @@ class RaySampler:
                 self.lost_env_steps += self.batch_T * len(self.slices[k])
                 self._abort(k)
                 continue
+            if self.pool is not None and resumed.size:
+                # episodes its decorrelation steps began: the pool never saw them
+                # begin, so it counts none of them (its blocks come after this)
+                ids = np.asarray(resumed, np.int64) + self.slices[k].start
+                self.pool.abort_episodes(ids, resumes=True)
             return batch, episodes
 
     def _globalize(self, k: int, records: list[EpisodeRecord]) -> list[EpisodeRecord]:

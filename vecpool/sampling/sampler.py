@@ -301,6 +301,12 @@ class Sampler:
     copy: bool
     autoreset_mode: AutoresetMode
     decorrelation_steps: npt.NDArray[np.int64] | None
+    resumed: npt.NDArray[np.int64]
+    """The envs whose episode in progress at the start of the last
+    :meth:`obtain_samples` batch began before it, unseen (in the decorrelation
+    steps after a reset); empty when that call did not reset. A pool fed from the
+    batches counts none of those episodes: ``pool.abort_episodes(resumed,
+    resumes=True)`` before their rows (``pool=`` does it)."""
 
     def __init__(
         self,
@@ -393,6 +399,7 @@ class Sampler:
                 raise ValueError(msg)
         self.eval_env = eval_env
         self.decorrelation_steps = None
+        self.resumed = np.zeros(0, np.int64)
 
         self._obs_space: spaces.Space[Any] = env.single_observation_space
         self._action_space: spaces.Space[Any] = env.single_action_space
@@ -464,10 +471,10 @@ class Sampler:
         if self.pool is not None:  # the episodes in progress are over, unfinished
             self.pool.abort_episodes(np.arange(self.num_envs))
         self._decorrelate()
-        going = np.flatnonzero(self._episode_length)
-        if self.pool is not None and going.size:
+        self.resumed = np.flatnonzero(self._episode_length)
+        if self.pool is not None and self.resumed.size:
             # into episodes whose first steps the pool never saw: not its episodes
-            self.pool.abort_episodes(going, resumes=True)
+            self.pool.abort_episodes(self.resumed, resumes=True)
         self._started = True
 
     def obtain_samples(self) -> tuple[SampleBatch, list[EpisodeRecord]]:
@@ -485,6 +492,8 @@ class Sampler:
         """
         if not self._started:
             self.reset()
+        else:
+            self.resumed = np.zeros(0, np.int64)
         episodes: list[EpisodeRecord] = []
         try:
             if self._alternate:
