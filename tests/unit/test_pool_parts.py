@@ -170,12 +170,11 @@ def test_recent_episodes_of_one_add_repeating_an_env_come_in_row_order() -> None
     assert pool.recent_episode_stats(1).mean_return == 40.0
     assert pool.recent_episode_stats(2).mean_return == 21.5
     assert pool.episode_stats.count == 4
-    pool.add(obs, np.zeros(4, np.int64), obs, np.array([5.0, 6.0, 7.0, 8.0]),
-             np.array([False, True, True, True]), np.zeros(4, bool),
-             env_ids=[1, 0, 1, 1])  # fmt: skip
-    # env 1's 5 goes on into its next row's episode (return 12), then 8
-    assert pool.recent_episode_stats(3).mean_return == (6.0 + 12.0 + 8.0) / 3
-    assert pool.recent_episode_stats(1).mean_return == 8.0
+    # env 1 ends two episodes, then env 0 one: in rounds, env 1's second came last
+    pool.add(obs[:3], np.zeros(3, np.int64), obs[:3], np.array([5.0, 6.0, 7.0]),
+             np.ones(3, bool), np.zeros(3, bool), env_ids=[1, 1, 0])  # fmt: skip
+    assert pool.recent_episode_stats(1).mean_return == 7.0
+    assert pool.episode_stats.count == 7
 
 
 @pytest.mark.parametrize("seed", range(4))

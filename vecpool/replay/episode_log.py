@@ -18,7 +18,10 @@ import numpy.typing as npt
 from vecpool.replay.batches import EpisodeStats
 from vecpool.replay.settings import RECENT_EPISODES
 
-__all__ = ["CUT", "EpisodeLog"]
+__all__ = ["CUT", "Ended", "EpisodeLog"]
+
+Ended = tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.int64]]
+"""Episodes set aside by :meth:`EpisodeLog.record`: batch rows, returns, lengths."""
 
 CUT = -(2**40)
 """The running length of an episode whose start was lost (:meth:`EpisodeLog.cut`):
@@ -57,8 +60,15 @@ class EpisodeLog:
         reward: npt.NDArray[np.float64],
         done: npt.NDArray[np.bool_],
         valid: npt.NDArray[np.bool_] | None = None,
+        later: tuple[list[Ended], npt.NDArray[np.int64]] | None = None,
     ) -> None:
-        """Count one step of the envs ``source`` (``None``: every env, in order)."""
+        """Count one step of the envs ``source`` (``None``: every env, in order).
+
+        ``later``: a batch counted in several calls (one env in it twice) passes
+        ``(ended, at)``, ``at`` the batch row of each row of this call; the
+        episodes that end go to ``ended`` instead of the ring of recent ones, for
+        :meth:`remember_in_order`.
+        """
         if source is None:
             if valid is None:
                 self.episode_return += reward
@@ -78,15 +88,30 @@ class EpisodeLog:
         if np.count_nonzero(done):
             returns = self.episode_return[ended]
             lengths = self.episode_length[ended]
+            rows = None if later is None else later[1][done]
             total = lengths.sum()
             if total < 0:  # the end of a cut episode among them: no episode
                 whole = lengths >= 0
                 returns, lengths = returns[whole], lengths[whole]
+                rows = None if rows is None else rows[whole]
                 total = lengths.sum()
             self.episodes += (lengths.size, returns.sum(), total)
-            self._remember(returns, lengths)
+            if rows is None:
+                self._remember(returns, lengths)
+            else:
+                later[0].append((rows, returns, lengths))  # type: ignore[index]
             self.episode_return[ended] = 0.0
             self.episode_length[ended] = 0
+
+    def remember_in_order(self, ended: list[Ended]) -> None:
+        """Put the episodes :meth:`record` set aside in the recent ring, by row."""
+        if not ended:
+            return
+        order = np.argsort(np.concatenate([rows for rows, _, _ in ended]))
+        self._remember(
+            np.concatenate([returns for _, returns, _ in ended])[order],
+            np.concatenate([lengths for _, _, lengths in ended])[order],
+        )
 
     def close_run(
         self,

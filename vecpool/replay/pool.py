@@ -37,7 +37,7 @@ from vecpool._util.spaces import is_native
 from vecpool._util.validation import check_int
 from vecpool.replay import files as pool_files
 from vecpool.replay.batches import EpisodeStats, ReplaySample, Sequences, Transitions
-from vecpool.replay.episode_log import CUT, EpisodeLog
+from vecpool.replay.episode_log import CUT, Ended, EpisodeLog
 from vecpool.replay.inputs import AddChecks, check_scalars, split_leaves
 from vecpool.replay.layouts import Columns, make_layout
 from vecpool.replay.minari import to_minari
@@ -50,7 +50,7 @@ from vecpool.replay.settings import (
     renamed_clearing_size,
 )
 from vecpool.replay.storage import is_storable
-from vecpool.replay.writers import HotWriter, RoutedWriter, distinct_runs
+from vecpool.replay.writers import HotWriter, RoutedWriter, rounds
 
 __all__ = [
     "RECENT_EPISODES",
@@ -805,10 +805,18 @@ class ReplayPool:
         # the episodes once the rows are in: a row refused above counts nothing
         reward_arr, done = scalars[0], scalars[1] | scalars[2]
         if source is not None and np.unique(source).size != source.size:
-            # one env twice in a batch: its rows are consecutive steps, in order;
-            # runs of distinct envs in row order, so episodes end in row order too
-            for chosen in distinct_runs(source):
-                self._log.record(source[chosen], reward_arr[chosen], done[chosen])
+            # one env twice in a batch: its rows are consecutive steps, in order,
+            # counted in rounds of distinct envs; the episodes that end are put in
+            # the recent ring in the order of their rows
+            ended: list[Ended] = []
+            for chosen in rounds(source):
+                self._log.record(
+                    source[chosen],
+                    reward_arr[chosen],
+                    done[chosen],
+                    later=(ended, chosen),
+                )
+            self._log.remember_in_order(ended)
         else:
             self._log.record(source, reward_arr, done)
 

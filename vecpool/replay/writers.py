@@ -26,7 +26,7 @@ from vecpool.replay.layouts import Columns, ObservationLayout
 from vecpool.replay.ring import SubPoolRing
 from vecpool.replay.samplers import IndexSampler
 
-__all__ = ["HotWriter", "RoutedWriter", "distinct_runs", "rounds"]
+__all__ = ["HotWriter", "RoutedWriter"]
 
 Leaves = list[npt.NDArray[Any]]
 
@@ -360,19 +360,6 @@ class RoutedWriter:
         ring.row[env] = base + (end + 1) % slots * num_envs
         ring.length[env] = length + 1 - gone
         self.sampler.added(env, end, length, np.ones_like(end), ring.length[env])
-
-
-def distinct_runs(targets: npt.NDArray[np.int64]) -> list[slice]:
-    """Positions split, in order, into the longest runs of distinct targets."""
-    runs: list[slice] = []
-    start, seen = 0, set[int]()
-    for position, target in enumerate(targets.tolist()):
-        if target in seen:
-            runs.append(slice(start, position))
-            start, seen = position, set()
-        seen.add(target)
-    runs.append(slice(start, targets.size))
-    return runs
 
 
 def rounds(targets: npt.NDArray[np.int64]) -> list[npt.NDArray[np.int64]]:
