@@ -346,3 +346,24 @@ def test_the_central_pool_never_counts_an_episode_decorrelation_began(samplers):
         episodes
     )
     assert {len(episode) for episode in episodes} == {10}
+
+
+def test_the_central_pool_ends_the_episodes_an_evaluate_cut(samplers):
+    # evaluate() on the actors' own envs resets them: the episodes in progress end
+    # there, unfinished (they were joined to the next ones)
+    fns = [
+        functools.partial(IncarnationEnv, index=i, min_len=10, max_len=10)
+        for i in range(4)
+    ]
+    space = IncarnationEnv(index=0)
+    pool = vecpool.ReplayPool(space.observation_space, space.action_space, 4, 1000)
+    remote = RaySampler(
+        fns, None, 15, num_actors=2, seed=0, pool=pool, env_kwargs={"num_workers": 0}
+    )
+    samplers.append(remote)
+    remote.obtain_samples()
+    remote.evaluate(max_episodes=3)
+    remote.obtain_samples()
+    remote.obtain_samples()
+    assert pool.episode_stats.count > 0
+    assert pool.episode_stats.mean_length == 10.0

@@ -460,6 +460,24 @@ def test_pool_never_counts_an_episode_decorrelation_steps_began(
     env.close()
 
 
+def test_resumed_says_which_batch_follows_a_reset() -> None:
+    env = gym.vector.SyncVectorEnv([_TenSteps, _TenSteps])
+    sampler = Sampler(env, None, batch_T=4, max_decorrelation_steps=8, seed=0)
+    assert _resumed(sampler) is None
+    sampler.reset()  # by hand: the next batch is the one that follows it
+    sampler.obtain_samples()
+    steps = sampler.decorrelation_steps
+    assert steps is not None
+    assert _resumed(sampler).tolist() == np.flatnonzero(steps).tolist()
+    sampler.obtain_samples()
+    assert _resumed(sampler) is None  # went on from the batch before
+    env.close()
+
+
+def _resumed(sampler: Sampler) -> Any:
+    return sampler.resumed  # read afresh (not narrowed by an earlier assert)
+
+
 def test_pool_must_have_one_sub_pool_per_env(make_sync):
     env = make_sync(counting_fns(3))
     pool = vecpool.ReplayPool(

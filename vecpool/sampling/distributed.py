@@ -104,19 +104,19 @@ class RolloutActor:
 
     def sample(
         self, seq: int
-    ) -> tuple[int, int, SampleBatch | None, list[Any], npt.NDArray[np.int64]]:
+    ) -> tuple[int, int, SampleBatch | None, list[Any], npt.NDArray[np.int64] | None]:
         """One rollout: ``(incarnation, seq, batch, episodes, resumed)``.
 
         The batch is ``None`` when the vector env lost a worker for good: the env
-        is rebuilt and the partial batch discarded. ``resumed``: the hosted envs
-        whose episode in progress began unseen, before the batch
-        (:attr:`vecpool.Sampler.resumed`).
+        is rebuilt and the partial batch discarded. ``resumed``: whether the envs
+        were reset before the batch, and which began it in an episode begun
+        unseen (:attr:`vecpool.Sampler.resumed`).
         """
         try:
             batch, episodes = self.sampler.obtain_samples()
         except WorkerCrashedError:
             self.reseed(self.incarnation, None)
-            return self.incarnation, seq, None, [], np.zeros(0, np.int64)
+            return self.incarnation, seq, None, [], None
         return self.incarnation, seq, batch, episodes, self.sampler.resumed
 
     def set_policy(self, policy: Any) -> None:
@@ -328,11 +328,15 @@ class RaySampler:
                 self.lost_env_steps += self.batch_T * len(self.slices[k])
                 self._abort(k)
                 continue
-            if self.pool is not None and resumed.size:
-                # episodes its decorrelation steps began: the pool never saw them
-                # begin, so it counts none of them (its blocks come after this)
-                ids = np.asarray(resumed, np.int64) + self.slices[k].start
-                self.pool.abort_episodes(ids, resumes=True)
+            if self.pool is not None and resumed is not None:
+                # the actor reset its envs (its first block, after an evaluate):
+                # their episodes in progress ended unfinished, and those its
+                # decorrelation steps began are none of the pool's (it never saw
+                # them begin); its blocks come after this
+                self._abort(k)
+                if resumed.size:
+                    ids = np.asarray(resumed, np.int64) + self.slices[k].start
+                    self.pool.abort_episodes(ids, resumes=True)
             return batch, episodes
 
     def _globalize(self, k: int, records: list[EpisodeRecord]) -> list[EpisodeRecord]:

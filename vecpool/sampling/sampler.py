@@ -301,12 +301,14 @@ class Sampler:
     copy: bool
     autoreset_mode: AutoresetMode
     decorrelation_steps: npt.NDArray[np.int64] | None
-    resumed: npt.NDArray[np.int64]
-    """The envs whose episode in progress at the start of the last
-    :meth:`obtain_samples` batch began before it, unseen (in the decorrelation
-    steps after a reset); empty when that call did not reset. A pool fed from the
-    batches counts none of those episodes: ``pool.abort_episodes(resumed,
-    resumes=True)`` before their rows (``pool=`` does it)."""
+    resumed: npt.NDArray[np.int64] | None
+    """Whether the envs were reset (:meth:`reset`) before the last
+    :meth:`obtain_samples` batch: ``None`` if that batch went on from the one
+    before; else the envs that began it in an episode begun unseen, in the
+    decorrelation steps. A pool fed from the batches then ends the episodes in
+    progress (``pool.abort_episodes(all_envs)``) and counts none of those
+    (``pool.abort_episodes(resumed, resumes=True)``), before the batch's rows, as
+    ``pool=`` does."""
 
     def __init__(
         self,
@@ -399,7 +401,8 @@ class Sampler:
                 raise ValueError(msg)
         self.eval_env = eval_env
         self.decorrelation_steps = None
-        self.resumed = np.zeros(0, np.int64)
+        self.resumed = None
+        self._resumed_next: npt.NDArray[np.int64] | None = None  # since the last reset
 
         self._obs_space: spaces.Space[Any] = env.single_observation_space
         self._action_space: spaces.Space[Any] = env.single_action_space
@@ -471,10 +474,10 @@ class Sampler:
         if self.pool is not None:  # the episodes in progress are over, unfinished
             self.pool.abort_episodes(np.arange(self.num_envs))
         self._decorrelate()
-        self.resumed = np.flatnonzero(self._episode_length)
-        if self.pool is not None and self.resumed.size:
+        resumed = self._resumed_next = np.flatnonzero(self._episode_length)
+        if self.pool is not None and resumed.size:
             # into episodes whose first steps the pool never saw: not its episodes
-            self.pool.abort_episodes(self.resumed, resumes=True)
+            self.pool.abort_episodes(resumed, resumes=True)
         self._started = True
 
     def obtain_samples(self) -> tuple[SampleBatch, list[EpisodeRecord]]:
@@ -492,8 +495,7 @@ class Sampler:
         """
         if not self._started:
             self.reset()
-        else:
-            self.resumed = np.zeros(0, np.int64)
+        self.resumed, self._resumed_next = self._resumed_next, None
         episodes: list[EpisodeRecord] = []
         try:
             if self._alternate:
