@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gymnasium.utils.env_checker import data_equivalence
 
 import vecpool
 from vecpool.replay.episodes import complete_episodes
@@ -367,3 +368,16 @@ def test_the_central_pool_ends_the_episodes_an_evaluate_cut(samplers):
     remote.obtain_samples()
     assert pool.episode_stats.count > 0
     assert pool.episode_stats.mean_length == 10.0
+
+
+def test_step_from_refuses_an_ended_state_before_any_actor_steps(samplers):
+    fns = [functools.partial(CountingEnv, max_steps=2) for _ in range(4)]
+    remote = RaySampler(fns, None, 2, num_actors=2, seed=0)
+    samplers.append(remote)
+    remote.obtain_samples()  # 2 steps of 2-step episodes: every state ended
+    states = remote.get_states()
+    assert all(state.autoreset_pending for state in states)
+    going = [state._replace(autoreset_pending=False) for state in states]
+    with pytest.raises(ValueError, match=r"`states\[3\]` was saved right after"):
+        remote.step_from([*going[:3], states[3]], np.zeros(4, np.int64))
+    assert data_equivalence(remote.get_states(), states)  # no actor stepped

@@ -602,6 +602,20 @@ def test_the_cut_after_step_from_is_where_step_from_left_the_env(make_async):
     np.testing.assert_array_equal(obs[[3, 2]], moved)
 
 
+def test_step_from_takes_indices_from_a_generator_under_restart(make_async):
+    # the restart copy read `indices` again, after the call had used them up: the
+    # envs moved, then a TypeError lost the results
+    fn = functools.partial(CountingEnv, max_steps=100, terminate_prob=0.0)
+    env = make_async([fn] * 4, num_workers=2, on_worker_crash="restart")
+    env.reset(seed=0)
+    states = env.get_states(indices=[3, 1])
+    _, moved, *_ = env.step_from(
+        states, np.array([1, 2]), dt=2, indices=(i for i in (3, 1))
+    )
+    again = env.step_from(states, np.array([1, 2]), dt=2, indices=[3, 1])[1]
+    np.testing.assert_array_equal(moved, again)
+
+
 def test_pipe_mode_a_ready_row_is_not_overwritten_by_a_replacement(make_async):
     _, (obs, rewards, _, truncated, _) = _ready_not_returned(
         make_async, shared_memory=False

@@ -23,7 +23,7 @@ from vecpool._engine.infos import merge_infos
 from vecpool._util.validation import check_int, is_int
 from vecpool._wire.messages import Command, EnvState, Reply
 
-__all__ = ["EnvStates"]
+__all__ = ["EnvStates", "refuse_ended_states"]
 
 Groups = dict[int, tuple[list[int], list[int]]]
 """Worker index -> (positions in the request, local env indices)."""
@@ -40,6 +40,24 @@ def check_count(name: str, values: Sequence[Any], count: int) -> list[Any]:
         msg = f"`{name}` must hold one entry per index ({count}), got {len(values)}."
         raise ValueError(msg)
     return values
+
+
+def refuse_ended_states(states: Sequence[Any]) -> None:
+    """Refuse, for ``step_from``, a state whose next step would reset its env.
+
+    Raises:
+        ValueError: Naming the first such state and the fix.
+    """
+    for position, state in enumerate(states):
+        if isinstance(state, EnvState) and state.autoreset_pending:
+            msg = (
+                f"`states[{position}]` was saved right after its episode ended: "
+                "its next step resets the env (`autoreset_pending=True`), and "
+                "`step_from` never resets. Call `set_states(states)` then "
+                "`step(actions)` to take that reset step, or leave ended states "
+                "out of `step_from`."
+            )
+            raise ValueError(msg)
 
 
 class EnvStates:
@@ -163,16 +181,7 @@ class EnvStates:
         repeats = check_int("dt", dt, 1)
         order, groups = self.group_indices(indices)
         states = check_count("states", states, len(order))
-        for position, state in enumerate(states):
-            if isinstance(state, EnvState) and state.autoreset_pending:
-                msg = (
-                    f"`states[{position}]` was saved right after its episode ended: "
-                    "its next step resets the env (`autoreset_pending=True`), and "
-                    "`step_from` never resets. Call `set_states(states)` then "
-                    "`step(actions)` to take that reset step, or leave ended states "
-                    "out of `step_from`."
-                )
-                raise ValueError(msg)
+        refuse_ended_states(states)
         space = self.buffers.actions.batched_space(len(order))
         per_env = check_count("actions", list(iterate(space, actions)), len(order))
         replies = self._call(

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from vecpool._engine.env_states import refuse_ended_states
 from vecpool._util.seeding import derive_seed
 from vecpool._util.slices import split
 from vecpool._util.validation import check_int
@@ -369,6 +370,7 @@ class RaySampler:
                 f"{len(states)}."
             )
             raise ValueError(msg)
+        refuse_ended_states(states)  # before any actor steps its envs
         refs = [
             actor.step_from.remote(
                 list(states[envs.start : envs.stop]),

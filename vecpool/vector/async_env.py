@@ -920,6 +920,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 step would reset its env; nothing is sent then.
         """
         self._assert_state_calls("step_from")
+        indices = None if indices is None else list(indices)  # read twice below
         result = self._env_states.step_from(states, actions, dt, indices)
         if self._restarter is not None:  # where a replacement starts them from
             order = range(self.num_envs) if indices is None else indices
