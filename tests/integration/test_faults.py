@@ -206,9 +206,6 @@ def test_exception_needing_extra_init_args_is_reported(make_placed):
 
 
 @pytest.mark.timeout(10)  # a lost error would hang the step
-@pytest.mark.needs_worker_process(
-    reason="needs a worker process: in-process infos are never pickled"
-)
 def test_unpicklable_info_is_reported(make_placed):
     env_fns = [*make_env_fns(1), functools.partial(UnpicklableInfoEnv, at=2)]
     env = make_placed(env_fns)

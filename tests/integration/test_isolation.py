@@ -28,7 +28,6 @@ STEPS_IN_STEP_ASYNC = (
     "needs a worker process: an env that steps in this process cannot be "
     "interrupted half-way (its step runs under the Ctrl-C guard)"
 )
-NEVER_PICKLED = "needs a worker process: in-process results are never pickled"
 
 
 def _slow_fns(n):
@@ -210,7 +209,6 @@ def _logged(action):
     return None  # type: ignore[unreachable]
 
 
-@pytest.mark.needs_worker_process(reason=NEVER_PICKLED)
 def test_unpicklable_call_result_is_reported_and_worker_survives(make_placed):
     envs = make_placed([functools.partial(SlowEnv) for _ in range(2)])
     envs.reset(seed=0)
@@ -222,7 +220,6 @@ def test_unpicklable_call_result_is_reported_and_worker_survives(make_placed):
     assert envs.call("sleep", 0.0) == (0.0, 0.0)
 
 
-@pytest.mark.needs_worker_process(reason=NEVER_PICKLED)
 def test_env_exception_names_the_env_index(make_placed):
     fns = [functools.partial(CountingEnv) for _ in range(2)]
     fns.append(functools.partial(UnpicklableInfoEnv, at=1))  # type: ignore[arg-type]

@@ -50,12 +50,6 @@ def _fns(count: int, bad_at: int = 2) -> list[Any]:
     return [lambda i=i: BadInfoEnv(i, bad_at) for i in range(count)]
 
 
-# In-process, a step's infos are never pickled: nothing to decode, as in Sync
-# (tests/integration/test_in_process_specifics.py).
-NEVER_PICKLED = "needs a worker process: in-process replies are never pickled"
-
-
-@pytest.mark.needs_worker_process(reason=NEVER_PICKLED)
 def test_steps_after_an_undecodable_reply_return_their_own_rows(make_placed):
     env = make_placed(_fns(2))
     env.reset(seed=0)
@@ -88,7 +82,6 @@ def test_steps_after_an_undecodable_reply_in_a_shared_worker(make_async):
         np.testing.assert_array_equal(infos["t"], [t, t])
 
 
-@pytest.mark.needs_worker_process(reason=NEVER_PICKLED)
 def test_recv_after_an_undecodable_reply_pairs_each_env_with_its_row(make_placed):
     env = make_placed(_fns(2, bad_at=1), batch_size=1)
     env.reset(seed=0)
