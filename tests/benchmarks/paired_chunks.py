@@ -54,6 +54,7 @@ import gymnasium as gym
 import vecpool
 from vecpool._wire.bell import ANSWERED, BUFFER, COMMAND, LISTENING, fence
 from vecpool._wire.bell import NUMBER_MASK as MASK
+from vecpool.bench.agent import steal_counters, steal_share
 from vecpool.bench.workloads import resolve_workload
 from vecpool.vector.async_env import AsyncState
 
@@ -112,6 +113,7 @@ def _alternate(
     for name in names:
         turns[name](chunk)  # warm: the workers spinning, caches filled
     totals = {name: [0.0, 0.0, 0] for name in names}
+    stolen = steal_counters()
     started = time.perf_counter()
     flip = False
     while time.perf_counter() - started < len(names) * seconds:
@@ -126,6 +128,9 @@ def _alternate(
             totals[name][1] += time.process_time() - cpu + _cpu_of(pids[name]) - other
             totals[name][2] += env_steps
         flip = not flip
+    steal = steal_share(stolen, steal_counters())
+    if steal is not None:  # other guests' load: a run slowed from outside
+        print(f"  hypervisor steal during the chunks: {steal:.1%} of the CPU time")
     return {name: (w, c, int(s)) for name, (w, c, s) in totals.items()}
 
 

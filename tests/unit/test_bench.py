@@ -30,6 +30,7 @@ from vecpool.bench import (
     GroupResult,
     Measurement,
     Progress,
+    agent,
     compute_ratios,
     median,
     physical_limit,
@@ -277,6 +278,35 @@ def test_cpu_columns_total_and_overhead_above_the_raw_env():
     (line,) = [ln for ln in bench.format_group_table([group]) if "  vecpool" in ln]
     # workers 6.0, parent 2.0, total 8.0, over the raw env's 4.0: 4.0
     assert line.split()[-4:] == ["6.0", "2.0", "8.0", "4.0"]
+
+
+def test_steal_is_read_from_the_kernels_cpu_line(tmp_path):
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text("cpu  100 0 50 800 0 0 0 50 7 0\ncpu0 50 0 25 400 0 0 0 25 0 0\n")
+    assert agent.steal_counters(str(stat)) == (50, 1000)
+    stat.write_text("intr 1 2 3\n")
+    assert agent.steal_counters(str(stat)) is None
+    assert agent.steal_counters(str(tmp_path / "absent")) is None
+    assert agent.steal_share((50, 1000), (80, 1200)) == pytest.approx(0.15)
+    assert agent.steal_share(None, (80, 1200)) is None
+    assert agent.steal_share((50, 1000), (50, 1000)) is None  # no time passed
+
+
+@pytest.mark.parametrize(
+    ("steal", "said"), [(0.13, True), (0.01, False), (None, False)]
+)
+def test_a_group_run_while_the_hypervisor_stole_says_so(steal, said):
+    rounds = tuple(Measurement(1000, 1.0) for _ in range(3))
+    group = GroupResult(
+        "w", "W-v0", 4, 2, (BackendResult("vecpool", 10, rounds),), steal=steal
+    )
+    lines = bench.format_group_table([group])
+    noted = [line for line in lines if "hypervisor steal" in line]
+    assert bool(noted) is said
+    if said:
+        assert "13% of this machine's CPU time" in noted[0]
+    assert group.to_dict()["steal"] == steal
 
 
 def test_measurement_rate():

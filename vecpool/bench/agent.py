@@ -229,6 +229,40 @@ def cpu_seconds(pids: Iterable[int]) -> float | None:
     return total / _CLOCK_TICKS
 
 
+def steal_counters(path: str = "/proc/stat") -> tuple[int, int] | None:
+    """The machine's CPU time the hypervisor gave away so far, and all its CPU time.
+
+    On a virtual machine, other guests' load takes *steal* time from this one's
+    CPUs: a run during which it is high is slow for reasons outside the run.
+
+    Args:
+        path: The kernel's CPU accounting (its first line sums every CPU).
+
+    Returns:
+        ``(steal, total)`` in clock ticks, or ``None`` where it cannot be read
+        (not Linux).
+    """
+    try:
+        with open(path, "rb") as handle:
+            fields = handle.readline().split()
+    except OSError:
+        return None
+    if fields[:1] != [b"cpu"] or len(fields) < 9:
+        return None
+    # user nice system idle iowait irq softirq steal (guest time is in user)
+    ticks = [int(value) for value in fields[1:9]]
+    return ticks[7], sum(ticks)
+
+
+def steal_share(
+    before: tuple[int, int] | None, after: tuple[int, int] | None
+) -> float | None:
+    """The share of the machine's CPU time stolen between two :func:`steal_counters`."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 def agent_runner(
     policy: Policy | LatencyPolicy, *, batches: bool = False
 ) -> Callable[[Any, ActionPlan, int], Measurement]:

@@ -184,6 +184,9 @@ class GroupResult:
         policy_waits: Whether that policy waits without using the CPU (GPU-like).
         skipped: ``(backend, reason)`` for each chosen backend that could not run
             this ``num_envs`` (e.g. no PufferLib worker count divides it).
+        steal: The share of the machine's CPU time a hypervisor gave other guests
+            while the rounds ran (``None``: not measured; vecpool/bench/agent.py
+            ``steal_counters``).
     """
 
     workload: str
@@ -194,6 +197,7 @@ class GroupResult:
     policy_seconds: float | None = None
     policy_waits: bool = False
     skipped: tuple[tuple[str, str], ...] = ()
+    steal: float | None = None
 
     @property
     def fastest(self) -> str:
@@ -231,6 +235,7 @@ class GroupResult:
             "policy_waits": self.policy_waits,
             "fastest": self.fastest,
             "skipped": dict(self.skipped),
+            "steal": self.steal,
             "backends": {
                 result.backend: {
                     "label": result.display_name,
@@ -505,8 +510,18 @@ def format_group_table(groups: Sequence[GroupResult]) -> list[str]:
             f"{group.num_envs:>8}  skipped {name}: {reason}"
             for name, reason in group.skipped
         )
+        if group.steal is not None and group.steal >= STEAL_NOTED:
+            lines.append(
+                f"{group.num_envs:>8}  hypervisor steal: {group.steal:.0%} of this "
+                "machine's CPU time went to other guests during these rounds: its "
+                "figures are low and uneven (run again when it is quiet)"
+            )
         lines.append(f"{group.num_envs:>8}  fastest here: {group.fastest}")
     return lines
+
+
+STEAL_NOTED = 0.02
+"""Hypervisor steal (a share of CPU time) from which a group's table says so."""
 
 
 _NAME_WIDTH = 23

@@ -16,6 +16,8 @@ from vecpool.bench.agent import (
     cpu_seconds,
     env_pids,
     obs_size,
+    steal_counters,
+    steal_share,
 )
 from vecpool.bench.backends import (
     BACKENDS,
@@ -134,10 +136,12 @@ def _run_group(
         policy = LatencyPolicy(settings.agent_latency_ms)
     envs: dict[str, Any] = {}
     progress.update(f"{tag} starting {', '.join(b.name for b in backends)}")
+    stolen: tuple[int, int] | None = None
     try:
         for backend in backends:
             progress.update(f"{tag} starting {backend.name}", minor=True)
             envs[backend.name] = backend.make(workload.env_fn, num_envs, settings.seed)
+        stolen = steal_counters()
         steps, rounds = measure_interleaved(
             {b.name: (envs[b.name], _runner(b, policy)) for b in backends},
             action_space,
@@ -151,6 +155,7 @@ def _run_group(
             progress=progress,
             tag=tag,
         )
+        steal = steal_share(stolen, steal_counters())
     finally:
         for backend in backends:
             if backend.name in envs:
@@ -173,6 +178,7 @@ def _run_group(
         policy_seconds=None if policy is None else policy.seconds,
         policy_waits=policy is not None and policy.waits,
         skipped=skipped,
+        steal=steal,
     )
 
 
