@@ -208,10 +208,8 @@ def make_extractor(space: spaces.Space[Any]) -> Callable[[Any], list[Any]]:
     return extract
 
 
-_LEAF_KINDS = frozenset(
-    (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
-)
-"""Space classes that are one leaf (their subclasses are asked the long way)."""
+_LEAF_KINDS = frozenset(NATIVE_LEAVES)
+"""The native leaf classes, for a lookup by exact type (subclasses go the long way)."""
 
 
 def make_views(

@@ -136,7 +136,6 @@ def _run_group(
         policy = LatencyPolicy(settings.agent_latency_ms)
     envs: dict[str, Any] = {}
     progress.update(f"{tag} starting {', '.join(b.name for b in backends)}")
-    stolen: tuple[int, int] | None = None
     try:
         for backend in backends:
             progress.update(f"{tag} starting {backend.name}", minor=True)

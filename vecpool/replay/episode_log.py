@@ -60,13 +60,14 @@ class EpisodeLog:
         reward: npt.NDArray[np.float64],
         done: npt.NDArray[np.bool_],
         valid: npt.NDArray[np.bool_] | None = None,
-        later: tuple[list[Ended], npt.NDArray[np.int64]] | None = None,
-    ) -> None:
+        *,
+        remember: bool = True,
+    ) -> Ended | None:
         """Count one step of the envs ``source`` (``None``: every env, in order).
 
-        ``later``: a batch counted in several calls (one env in it twice) passes
-        ``(ended, at)``, ``at`` the batch row of each row of this call; the
-        episodes that end go to ``ended`` instead of the ring of recent ones, for
+        With ``remember=False`` (a batch counted in several calls, one env in it
+        twice) the episodes that end are returned instead of put in the ring of
+        recent ones, as ``(their rows in this call, returns, lengths)``, for
         :meth:`remember_in_order`.
         """
         if source is None:
@@ -88,20 +89,20 @@ class EpisodeLog:
         if np.count_nonzero(done):
             returns = self.episode_return[ended]
             lengths = self.episode_length[ended]
-            rows = None if later is None else later[1][done]
             total = lengths.sum()
+            whole = None
             if total < 0:  # the end of a cut episode among them: no episode
                 whole = lengths >= 0
                 returns, lengths = returns[whole], lengths[whole]
-                rows = None if rows is None else rows[whole]
                 total = lengths.sum()
             self.episodes += (lengths.size, returns.sum(), total)
-            if rows is None:
-                self._remember(returns, lengths)
-            else:
-                later[0].append((rows, returns, lengths))  # type: ignore[index]
             self.episode_return[ended] = 0.0
             self.episode_length[ended] = 0
+            if not remember:
+                rows = np.flatnonzero(done)
+                return (rows if whole is None else rows[whole]), returns, lengths
+            self._remember(returns, lengths)
+        return None
 
     def remember_in_order(self, ended: list[Ended]) -> None:
         """Put the episodes :meth:`record` set aside in the recent ring, by row."""

@@ -810,12 +810,11 @@ class ReplayPool:
             # the recent ring in the order of their rows
             ended: list[Ended] = []
             for chosen in rounds(source):
-                self._log.record(
-                    source[chosen],
-                    reward_arr[chosen],
-                    done[chosen],
-                    later=(ended, chosen),
+                got = self._log.record(
+                    source[chosen], reward_arr[chosen], done[chosen], remember=False
                 )
+                if got is not None:  # rows of this round -> rows of the batch
+                    ended.append((chosen[got[0]], got[1], got[2]))
             self._log.remember_in_order(ended)
         else:
             self._log.record(source, reward_arr, done)
