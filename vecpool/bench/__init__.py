@@ -3,8 +3,9 @@
 Every backend steps the same workload with the same pre-drawn random actions. For
 each ``(workload, num_envs)`` every backend's vector env is created once, warmed up
 and sized so that one run takes about ``seconds``; then the rounds are interleaved
-(round 1 runs every backend, then round 2, ...) and each figure is the median over
-the rounds, in sub-environment steps per second (env-steps/s). The ``raw`` backend
+(round 1 runs every backend, then round 2, ..., each round in a new seeded order)
+and each figure is the median over the rounds, in sub-environment steps per second
+(env-steps/s). The ``raw`` backend
 steps one plain env in a loop: its figure times the number of available CPUs is the
 *physical limit* no multi-process vector env can beat.
 

@@ -219,7 +219,8 @@ def add_bench_parser(
             "settings, vecpool async batches, and the anchors EnvPool and PufferLib "
             "if installed) on each "
             "workload and number of envs, with the same pre-drawn random actions. "
-            "Rounds are interleaved; figures are medians, with their ratios to "
+            "Rounds are interleaved, each in a new seeded order; figures are "
+            "medians, with their ratios to "
             "Gymnasium's AsyncVectorEnv and SyncVectorEnv and to the physical limit "
             "(the raw loop's figure times the available CPUs)."
         ),
