@@ -674,7 +674,7 @@ def _ordered_runs(
 def test_interleaved_rounds_shuffle_the_order_of_the_backends():
     # a backend that leaves the machine busy (processes exiting, caches warm)
     # must not always burden or favour the same next one (measured on 16 cores:
-    # the default always run after Sync made 0.80-0.87x the same placement named
+    # the default always run after Sync made 0.81-0.87x the same placement named
     # explicitly, 0.95x with the order shuffled)
     names = ["a", "b", "c", "d"]
     order, results = _ordered_runs(names, seed=0, rounds=8)

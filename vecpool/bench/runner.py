@@ -66,7 +66,7 @@ def measure_interleaved(
     takes them in a new order (shuffled, seeded by ``seed``): an entry that leaves
     the machine busy for a moment (processes exiting, caches to refill) would
     otherwise always burden, or spare, the same next one. On 16 cores the default
-    vector env run right after Sync each round made 0.80-0.87x the same placement
+    vector env run right after Sync each round made 0.81-0.87x the same placement
     named explicitly; 0.95x with the order shuffled (docs/performance.md).
 
     Args:
