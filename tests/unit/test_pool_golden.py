@@ -1,5 +1,8 @@
 """The pool gives, bit for bit, what it gave before it was split (issue 39).
 
+Bit for bit except the importance weights of prioritized draws, within 4 ulp: numpy's
+SIMD sums and powers differ in their last bit between versions (2.4 and 2.5).
+
 The outputs were recorded by ``tests/unit/replay_golden.py`` (its docstring says
 what it drives and how to regenerate them) into ``tests/unit/data/replay_golden.npz``.
 Where torch imports, ``to_torch`` batches hold the same arrays.
@@ -54,6 +57,14 @@ def test_same_outputs(
     for name in names:
         expected, actual = recorded[name], recomputed[name]
         assert actual.dtype == expected.dtype, name
+        if name.endswith(".weights"):
+            # importance weights come from a sum of priorities and a power, whose
+            # last bit is numpy's SIMD code's: numpy 2.4 and 2.5 differ by one ulp
+            # (1.1e-16) after a load. The rows drawn (every other entry) still
+            # match bit for bit.
+            assert actual.shape == expected.shape, name
+            np.testing.assert_array_max_ulp(actual, expected, maxulp=4)
+            continue
         np.testing.assert_array_equal(actual, expected, err_msg=name, strict=True)
 
 
