@@ -66,12 +66,44 @@ def test_a_head_whose_start_was_dropped_is_partial():
     for t in range(4):
         _add(pool, t, t + 1, terminated=t == 1)
     _add(pool, 20, 21, terminated=True)
-    # kept: rows t=2, t=3 and 20. Rows 2-3 did begin after t=1's end, but that row
-    # was dropped, so nothing in the pool shows it: partial, and cut by the jump
+    # kept: rows t=2, t=3 and 20. Rows 2-3 begin after t=1's end (dropped), but
+    # the jump to 20 cuts their episode: partial
     episodes, partial = complete_episodes(pool)
     assert pool.received.tolist() == [5]
     assert _firsts(episodes) == [[20, 21]]
     assert partial == 1
+
+
+def test_a_whole_episode_at_the_head_after_a_dropped_end_is_exported(tmp_path):
+    # a hostile tester's finding: the row dropped before the sub-pool's oldest
+    # ended an episode, so the oldest begins one; that whole episode was counted
+    # partial and left out of the export (complete_episodes, to_minari)
+    pool = _pool(pool_size=4)
+    _add(pool, 0, 1)
+    _add(pool, 1, 2, terminated=True)  # episode 0: dropped below
+    for t in range(3):
+        _add(pool, 10 + t, 11 + t, terminated=t == 2)  # episode 1: held whole
+    _add(pool, 20, 21)  # episode 2 runs
+    assert (pool.received.tolist(), pool.lengths.tolist()) == ([6], [4])
+    loaded = vecpool.ReplayPool.load(pool.save(tmp_path / "pool.npz"))
+    for each in (pool, loaded):
+        episodes, partial = complete_episodes(each)
+        assert _firsts(episodes) == [[10, 11, 12, 13]]
+        assert partial == 1  # the running tail only
+        assert each.episode_starts(0, 0, 4).tolist() == [True, False, False, True]
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_a_head_that_goes_on_with_a_dropped_start_stays_partial(window):
+    # the oldest held row is the middle of an episode whose start was dropped:
+    # not a whole episode, whether it was dropped as the oldest or by the window
+    pool = _pool(pool_size=3, window_size=window)
+    for t in range(6):
+        _add(pool, t, t + 1, terminated=t == 5)
+    episodes, partial = complete_episodes(pool)
+    assert (episodes, partial) == ([], 1)
+    assert pool.episode_starts(0, 0, 3).tolist() == [False, False, False]
+    assert pool.stretch_starts(0, 0, 3).tolist() == [True, False, False]
 
 
 def test_a_jump_cuts_an_episode_and_starts_the_next():

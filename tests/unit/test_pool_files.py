@@ -390,6 +390,33 @@ def test_a_file_of_format_4_loads_with_marks_from_its_episode_ends(tmp_path):
     assert 112.0 not in sums
 
 
+def test_a_file_of_format_4_exports_no_head_whose_start_it_cannot_know(tmp_path):
+    # format 4 kept no marks: whether the row dropped before a sub-pool's oldest
+    # ended an episode is lost, so the head is partial there (a later format
+    # exports it whole where it began after a dropped end)
+    pool = vecpool.ReplayPool(spaces.Box(-9, 99, (1,)), spaces.Discrete(2), 1, 3)
+    for t in range(6):  # one episode of 6 steps: the oldest kept is its 4th
+        value = np.array([[t]], np.float32)
+        pool.add(
+            value, np.array([0]), value + 1, np.ones(1), np.array([t == 5]),
+            np.array([False]),
+        )  # fmt: skip
+    members = _members(pool.save(tmp_path / "new.npz"))
+    header = {key: value for key, value in _header(members).items() if key != "alpha"}
+    header["format"] = "vecpool.ReplayPool/4"
+    old_members = {
+        name: array
+        for name, array in members.items()
+        if name not in ("starts", "fresh", "end")
+    }
+    old_members["config"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
+    loaded = vecpool.ReplayPool.load(_write_archive(tmp_path / "old.npz", old_members))
+    assert loaded.received.tolist() == [6]
+    assert complete_episodes(loaded) == ([], 1)
+    assert loaded.episode_starts(0, 0, 3).tolist() == [False, False, False]
+    assert loaded.stretch_starts(0, 0, 3).tolist() == [True, False, False]
+
+
 def _window_sums() -> set[float]:
     """Sums of up to six consecutive rewards 1..12 within episodes of env 0 or 1."""
     sums: set[float] = set()

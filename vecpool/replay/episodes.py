@@ -5,10 +5,12 @@ random). An episode in it is **complete** when its first transition follows a re
 (the sub-pool's very first transition, or one after an episode end or after a jump
 where ``next_obs`` of a row differs from the next row's ``obs``: a reset that no
 flag announced) and its last transition is terminated or truncated. Everything else
-is partial: the head of a sub-pool whose older transitions were dropped, an episode
-cut by a jump, the rest of an episode whose start was not recorded (a stretch the
-pool marks as going on: ``ReplayPool.resumed_starts``), the episode still running
-at the tail.
+is partial: the head of a sub-pool whose start was dropped with older transitions
+(an episode whose first transition is the oldest held is complete when the one
+dropped before it ended the previous episode: ``ReplayPool.episode_starts``), an
+episode cut by a jump, the rest of an episode whose start was not recorded (a
+stretch the pool marks as going on: ``ReplayPool.resumed_starts``), the episode
+still running at the tail.
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ class RecordedPool(Protocol):
 
     def resumed_starts(self, env: int, start: int, stop: int) -> npt.NDArray[np.bool_]:
         """Whether each begins a stretch that goes on with an unrecorded start."""
+        ...
+
+    def episode_starts(self, env: int, start: int, stop: int) -> npt.NDArray[np.bool_]:
+        """Whether each follows an episode end or a cut (not the oldest as such)."""
         ...
 
 
@@ -154,9 +160,13 @@ class EpisodeScan:
         lengths = pool.lengths.tolist()
         received = pool.received.tolist()
         for env, (length, got) in enumerate(zip(lengths, received, strict=True)):
-            # the sub-pool's first row begins an episode only if nothing was dropped
-            # (and it does not go on with an episode whose start was not recorded)
-            first, begins = 0, got == length
+            # the sub-pool's first row begins an episode if nothing was dropped, or
+            # the row dropped before it ended one (or a cut came between them); not
+            # if it goes on with an episode whose start was not recorded
+            begins = got == length or (
+                length > 0 and bool(pool.episode_starts(env, 0, 1)[0])
+            )
+            first = 0
             for start in range(0, length, self.chunk_size):
                 stop = min(start + self.chunk_size, length)
                 # one row more: whether the last row's next_obs is the next obs

@@ -1073,10 +1073,10 @@ def _derived_marks(
 ) -> None:
     """The ``starts`` and ``fresh`` marks of a file written before format 5.
 
-    A row starts a stretch when it is its sub-pool's oldest or follows an episode
-    end. Resets, aborts and restarts were not recorded then, so windows and
-    sequences may cross them in such a file; the next row added after loading
-    starts a new stretch.
+    A row starts a stretch when it follows an episode end, or is the oldest of a
+    sub-pool that dropped nothing. Resets, aborts and restarts were not recorded
+    then, so windows and sequences may cross them in such a file; the next row
+    added after loading starts a new stretch.
     """
     length = loaded["length"]
     order = (
@@ -1087,7 +1087,10 @@ def _derived_marks(
     done = (loaded["terminated"] | loaded["truncated"])[order]
     marks = np.empty(done.size, np.bool_)
     marks[1:] = done[:-1]
-    marks[(np.cumsum(length) - length)[length > 0]] = True
+    # each sub-pool's oldest: marked where nothing was dropped before it (what was
+    # dropped is not known; ReplayPool.stretch_starts marks the oldest anyway)
+    oldest = (np.cumsum(length) - length)[length > 0]
+    marks[oldest] = (loaded["received"] == length)[length > 0]
     starts = np.ones(loaded["terminated"].shape, np.bool_)
     starts[order] = marks
     loaded["starts"] = starts

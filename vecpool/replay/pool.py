@@ -361,6 +361,20 @@ class ReplayPool:
             marks[0] = True
         return marks
 
+    def episode_starts(self, env: int, start: int, stop: int) -> npt.NDArray[np.bool_]:
+        """Whether each of those transitions follows an episode end or a cut.
+
+        :meth:`stretch_starts` without its mark on the sub-pool's oldest for being
+        the oldest: once older transitions were dropped, the oldest is marked only
+        where the one dropped before it ended an episode, or a reset, an abort or a
+        restart came between them, so that an episode beginning there is exported
+        whole (:func:`vecpool.replay.episodes.complete_episodes`). A pool loaded
+        from a file of a format before 5 does not know it for a sub-pool that
+        dropped transitions (its oldest is not marked). Arguments, return value
+        and errors: as :meth:`stretch_starts`.
+        """
+        return self._row_marks("starts", env, start, stop)
+
     def resumed_starts(self, env: int, start: int, stop: int) -> npt.NDArray[np.bool_]:
         """Whether each of those transitions starts a stretch that begins no episode.
 
