@@ -357,14 +357,8 @@ def test_a_file_of_format_3_loads_its_window_size__as_clearing_size(tmp_path):
         vecpool.ReplayPool.load(_write_archive(tmp_path / "mixed.npz", mixed))
 
 
-def test_a_file_of_format_4_loads_with_marks_from_its_episode_ends(tmp_path):
-    # issue 31: format 5 added the `starts` / `fresh` marks that n-step windows and
-    # sequences stop at; a format-4 file has none, and they come from its ends
-    pool = vecpool.ReplayPool(SPACES["box-bounds"], SPACES["discrete"], 2, 40, seed=1)
-    rows = _rows_of(pool)
-    for step in range(12):
-        ended = np.array([step % 4 == 3, step % 5 == 4])
-        pool.add(**{**rows, "reward": np.full(2, step + 1.0), "terminated": ended})
+def _loaded_as_format_4(pool: vecpool.ReplayPool, tmp_path: Path) -> vecpool.ReplayPool:
+    """``pool`` saved, rewritten as a format-4 file (no marks, no ends), loaded."""
     members = _members(pool.save(tmp_path / "new.npz"))
     header = {key: value for key, value in _header(members).items() if key != "alpha"}
     header["format"] = "vecpool.ReplayPool/4"
@@ -374,7 +368,18 @@ def test_a_file_of_format_4_loads_with_marks_from_its_episode_ends(tmp_path):
         if name not in ("starts", "fresh", "end")
     }
     old_members["config"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
-    loaded = vecpool.ReplayPool.load(_write_archive(tmp_path / "old.npz", old_members))
+    return vecpool.ReplayPool.load(_write_archive(tmp_path / "old.npz", old_members))
+
+
+def test_a_file_of_format_4_loads_with_marks_from_its_episode_ends(tmp_path):
+    # issue 31: format 5 added the `starts` / `fresh` marks that n-step windows and
+    # sequences stop at; a format-4 file has none, and they come from its ends
+    pool = vecpool.ReplayPool(SPACES["box-bounds"], SPACES["discrete"], 2, 40, seed=1)
+    rows = _rows_of(pool)
+    for step in range(12):
+        ended = np.array([step % 4 == 3, step % 5 == 4])
+        pool.add(**{**rows, "reward": np.full(2, step + 1.0), "terminated": ended})
+    loaded = _loaded_as_format_4(pool, tmp_path)
     assert loaded.alpha is None
     assert_same_data(pool.get_pool(), loaded.get_pool(), "format 4")
     # no window crosses an episode end, in the loaded pool as in the saved one
@@ -401,16 +406,7 @@ def test_a_file_of_format_4_exports_no_head_whose_start_it_cannot_know(tmp_path)
             value, np.array([0]), value + 1, np.ones(1), np.array([t == 5]),
             np.array([False]),
         )  # fmt: skip
-    members = _members(pool.save(tmp_path / "new.npz"))
-    header = {key: value for key, value in _header(members).items() if key != "alpha"}
-    header["format"] = "vecpool.ReplayPool/4"
-    old_members = {
-        name: array
-        for name, array in members.items()
-        if name not in ("starts", "fresh", "end")
-    }
-    old_members["config"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
-    loaded = vecpool.ReplayPool.load(_write_archive(tmp_path / "old.npz", old_members))
+    loaded = _loaded_as_format_4(pool, tmp_path)
     assert loaded.received.tolist() == [6]
     assert complete_episodes(loaded) == ([], 1)
     assert loaded.episode_starts(0, 0, 3).tolist() == [False, False, False]
