@@ -38,6 +38,7 @@ from vecpool.bench import (
 )
 from vecpool.bench import tune as tune_module
 from vecpool.bench.backends import default_num_workers, fitting_workers
+from vecpool.bench.runner import measure_interleaved
 from vecpool.bench.tune import autotune, candidate_worker_counts
 from vecpool.testing import CountingEnv
 
@@ -641,10 +642,6 @@ def _ordered_runs(
     names: list[str], seed: int, rounds: int
 ) -> tuple[list[list[str]], dict[str, list[Any]]]:
     """measure_interleaved over fake backends that note when each one runs."""
-    from vecpool._util.progress import Progress
-    from vecpool.bench.backends import Measurement
-    from vecpool.bench.runner import measure_interleaved
-
     timed: list[str] = []
 
     def runner(name: str) -> Any:

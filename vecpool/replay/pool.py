@@ -356,7 +356,7 @@ class ReplayPool:
         Raises:
             ValueError: If the range is not within the sub-pool.
         """
-        marks = self._row_marks("starts", env, start, stop)
+        marks = self.episode_starts(env, start, stop)
         if start == 0 and marks.size:  # the oldest, whatever came before it
             marks[0] = True
         return marks
