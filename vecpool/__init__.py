@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from vecpool.bench.tune import TuneResult, autotune
     from vecpool.check import CheckReport, check_vector_env
     from vecpool.replay.batches import (
+        EndedEpisodes,
         EpisodeStats,
         ReplaySample,
         Sequences,
@@ -48,6 +49,7 @@ _LAZY = {
     "AsyncState": "vecpool.vector.async_env",
     "AsyncVectorEnv": "vecpool.vector.async_env",
     "CheckReport": "vecpool.check",
+    "EndedEpisodes": "vecpool.replay.batches",
     "EnvState": "vecpool._wire.messages",
     "EpisodeRecord": "vecpool.sampling.sampler",
     "EpisodeStats": "vecpool.replay.batches",
@@ -73,6 +75,7 @@ __all__ = [
     "AsyncVectorEnv",
     "CheckReport",
     "ConcurrentUseError",
+    "EndedEpisodes",
     "EnvState",
     "EpisodeRecord",
     "EpisodeStats",

@@ -16,6 +16,7 @@ import sys
 import textwrap
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
@@ -1047,3 +1048,65 @@ def test_a_broken_pipe_of_the_users_own_code_is_raised(tmp_path, monkeypatch):
             "server_policy:act", "--out", str(tmp_path / "pool.npz")]  # fmt: skip
     with pytest.raises(BrokenPipeError, match="the policy server went away"):
         run_cli(argv)
+
+
+COUNTING_ID = "VecpoolCollectCounting-v0"
+
+
+def _episodes_by_hand(mode: AutoresetMode, num_envs: int, vector_steps: int, seed: int):
+    """Each episode's end (env steps), return and length, from Gymnasium's Sync."""
+    env = gym.vector.SyncVectorEnv(
+        [lambda: gym.make(COUNTING_ID) for _ in range(num_envs)], autoreset_mode=mode
+    )
+    env.reset(seed=seed)
+    env.action_space.seed(seed)
+    returns, lengths = np.zeros(num_envs), np.zeros(num_envs, np.int64)
+    resetting = np.zeros(num_envs, np.bool_)
+    ends: list[int] = []
+    episode_returns: list[float] = []
+    episode_lengths: list[int] = []
+    for step in range(1, vector_steps + 1):
+        _, rewards, terminations, truncations, _ = env.step(env.action_space.sample())
+        done = terminations | truncations
+        for index in range(num_envs):
+            if resetting[index]:  # NEXT_STEP's reset step: no transition
+                continue
+            returns[index] += rewards[index]
+            lengths[index] += 1
+            if done[index]:
+                ends.append(step * num_envs)
+                episode_returns.append(float(returns[index]))
+                episode_lengths.append(int(lengths[index]))
+                returns[index], lengths[index] = 0.0, 0
+        resetting = done & (mode is AutoresetMode.NEXT_STEP)
+        if mode is AutoresetMode.DISABLED and done.any():
+            env.reset(options={"reset_mask": done})
+    env.close()
+    return ends, episode_returns, episode_lengths
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode))
+def test_the_episodes_reported_are_those_of_gymnasiums_loop(mode):
+    """Ends, returns and lengths, env by env, as a Sync loop on the same actions
+    sees them (the figures come from the pool's own count of the episodes)."""
+    if COUNTING_ID not in gym.registry:
+        gym.register(
+            COUNTING_ID,
+            entry_point="vecpool.testing.envs:CountingEnv",
+            kwargs={"max_steps": 12, "terminate_prob": 0.1},
+        )
+    result = collect(
+        COUNTING_ID,
+        num_envs=4,
+        steps=4 * 150,
+        pool_size=None,
+        out=None,
+        seed=5,
+        autoreset_mode=mode,
+    )
+    ends, returns, lengths = _episodes_by_hand(mode, 4, 150, 5)
+    assert len(ends) > 20  # episodes of several lengths and envs
+    assert list(result.episode_ends) == ends
+    assert list(result.episode_lengths) == lengths
+    assert list(result.episode_returns) == pytest.approx(returns, rel=1e-12)
+    assert result.episodes == result.pool.episode_stats.count

@@ -1049,3 +1049,72 @@ def test_a_pool_loaded_from_a_state_dict_owns_its_arrays(settings):
         add(twin, step)
     assert_same_data(fresh.state_dict(), twin.state_dict(), "state_dict")
     assert_same_data(fresh.sample(8), twin.sample(8), "sample")
+
+
+@pytest.mark.parametrize("kind", ["hot", "routed", "random", "env_ids"])
+def test_the_episode_history_is_every_episode_the_pool_counted_in_order(kind):
+    """``take_ended_episodes``: each episode's env, return and length, as they
+    ended (a step's rows in order), without those cut or aborted; what
+    ``episode_stats`` counts, one by one, on every writer path."""
+    num_envs = 3
+    options: dict[str, Any] = {"seed": 0}
+    if kind == "routed":  # clearing takes the routed writer
+        options.update(clearing_freq=1_000, clearing_size=1)
+    pool = vecpool.ReplayPool(
+        spaces.Box(-1, 1, (2,), np.float32),
+        spaces.Discrete(2),
+        num_envs,
+        40,
+        random=kind == "random",
+        **options,
+    )
+    assert pool.take_ended_episodes().env_ids.size == 0  # not kept: none
+    pool.keep_episode_history()
+    rng = np.random.default_rng(1)
+    returns, lengths = np.zeros(num_envs), np.zeros(num_envs, np.int64)
+    cut = np.zeros(num_envs, np.bool_)  # the episode's start was lost
+    expected: list[tuple[int, float, int]] = []
+    taken: list[tuple[int, float, int]] = []
+    for step in range(120):
+        env_ids = (
+            np.array([0, 0, 2]) if kind == "env_ids" and step % 3 else None
+        )  # env 0 twice: two of its steps in one batch
+        rows = np.arange(num_envs) if env_ids is None else env_ids
+        reward = rng.normal(size=rows.size)
+        terminated = rng.random(rows.size) < 0.2
+        obs = np.zeros((rows.size, 2), np.float32)
+        pool.add(
+            obs, np.zeros(rows.size, int), obs, reward, terminated,
+            np.zeros(rows.size, bool), env_ids=env_ids,
+        )  # fmt: skip
+        for env, value, done in zip(rows.tolist(), reward, terminated, strict=True):
+            returns[env] += value
+            lengths[env] += 1
+            if done:
+                if not cut[env]:
+                    expected.append((env, float(returns[env]), int(lengths[env])))
+                returns[env], lengths[env], cut[env] = 0.0, 0, False
+        if step == 50:  # env 1 goes on with its start lost: never counted
+            pool.abort_episodes(np.array([1]), resumes=True)
+            cut[1] = True
+        if step % 17 == 0:
+            ended = pool.take_ended_episodes()
+            taken += zip(
+                ended.env_ids.tolist(),
+                ended.returns.tolist(),
+                ended.lengths.tolist(),
+                strict=True,
+            )
+    ended = pool.take_ended_episodes()
+    taken += zip(
+        ended.env_ids.tolist(), ended.returns.tolist(), ended.lengths.tolist(),
+        strict=True,
+    )  # fmt: skip
+    assert len(expected) > 30
+    assert [(env, length) for env, _, length in taken] == [
+        (env, length) for env, _, length in expected
+    ]
+    assert [value for _, value, _ in taken] == pytest.approx(
+        [value for _, value, _ in expected], rel=1e-12
+    )
+    assert pool.episode_stats.count == len(expected)

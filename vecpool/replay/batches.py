@@ -14,7 +14,13 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["EpisodeStats", "ReplaySample", "Sequences", "Transitions"]
+__all__ = [
+    "EndedEpisodes",
+    "EpisodeStats",
+    "ReplaySample",
+    "Sequences",
+    "Transitions",
+]
 
 
 def _tensors(value: Any, device: Any, torch: Any) -> Any:
@@ -168,3 +174,17 @@ class EpisodeStats(NamedTuple):
     count: int  # type: ignore[assignment]  # shadows tuple.count, on purpose
     mean_return: float
     mean_length: float
+
+
+class EndedEpisodes(NamedTuple):
+    """Episodes that ended, oldest first (a vector step's in env order).
+
+    Attributes:
+        returns: The return of each (float64).
+        lengths: Its length in recorded transitions (int64).
+        env_ids: The env it ran in (int64).
+    """
+
+    returns: npt.NDArray[np.float64]
+    lengths: npt.NDArray[np.int64]
+    env_ids: npt.NDArray[np.int64]

@@ -4,7 +4,10 @@ Per env, the return and length of its episode in progress; over the pool's life,
 count and sums of those that ended; and a ring of the last :data:`RECENT_EPISODES`
 that ended, in the order they ended (a vector step's in env order). Episodes are
 counted as transitions are added (one vector step at a time, or a run of deferred
-steps at once: :meth:`EpisodeLog.close_run`), whatever the pool later drops.
+steps at once: :meth:`EpisodeLog.close_run`), whatever the pool later drops. On
+request (:meth:`EpisodeLog.keep_history`), every episode that ends is also kept,
+with its env, until taken (:meth:`EpisodeLog.take_history`): ``vecpool collect``
+reports its episodes from there, not from a second count of its own.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from vecpool.replay.batches import EpisodeStats
+from vecpool.replay.batches import EndedEpisodes, EpisodeStats
 from vecpool.replay.settings import RECENT_EPISODES
 
 __all__ = ["CUT", "Ended", "EpisodeLog"]
@@ -53,6 +56,29 @@ class EpisodeLog:
         # ring, oldest overwritten), and how many were ever put in it
         self.recent = np.zeros((RECENT_EPISODES, 2), np.float64)
         self.recent_count = np.zeros(1, np.int64)
+        # every episode ended since the last take (returns, lengths, envs), once
+        # asked for (not part of the pool's state: never saved)
+        self.history: list[Ended] | None = None
+
+    def keep_history(self) -> None:
+        """From now on keep every episode that ends, for :meth:`take_history`."""
+        if self.history is None:
+            self.history = []
+
+    def take_history(self) -> EndedEpisodes:
+        """The episodes kept since the last take, oldest first; then none."""
+        kept = self.history or []
+        if self.history is not None:
+            self.history = []
+        if not kept:
+            none = np.zeros(0, np.int64)
+            return EndedEpisodes(np.zeros(0, np.float64), none, none)
+        envs, returns, lengths = (
+            np.concatenate(part) for part in zip(*kept, strict=True)
+        )
+        return EndedEpisodes(
+            returns.astype(np.float64), lengths.astype(np.int64), envs.astype(np.int64)
+        )
 
     def record(
         self,
@@ -101,17 +127,28 @@ class EpisodeLog:
             if not remember:
                 rows = np.flatnonzero(done)
                 return (rows if whole is None else rows[whole]), returns, lengths
-            self._remember(returns, lengths)
+            envs = None
+            if self.history is not None:  # the envs of the episodes
+                envs = np.flatnonzero(ended) if source is None else ended
+                envs = envs if whole is None else envs[whole]
+            self._remember(returns, lengths, envs)
         return None
 
-    def remember_in_order(self, ended: list[Ended]) -> None:
-        """Put the episodes :meth:`record` set aside in the recent ring, by row."""
+    def remember_in_order(
+        self, ended: list[Ended], source: npt.NDArray[np.int64]
+    ) -> None:
+        """Put the episodes :meth:`record` set aside in the recent ring, by row.
+
+        ``source``: the env of each row of the batch.
+        """
         if not ended:
             return
-        order = np.argsort(np.concatenate([rows for rows, _, _ in ended]))
+        rows = np.concatenate([rows for rows, _, _ in ended])
+        order = np.argsort(rows)
         self._remember(
             np.concatenate([returns for _, returns, _ in ended])[order],
             np.concatenate([lengths for _, _, lengths in ended])[order],
+            source[rows[order]],
         )
 
     def close_run(
@@ -163,7 +200,7 @@ class EpisodeLog:
             total = episode_lengths.sum()
         self.episodes += (episode_lengths.size, episode_returns.sum(), total)
         order = np.lexsort((end_env, ticks))  # by vector step, then env
-        self._remember(episode_returns[order], episode_lengths[order])
+        self._remember(episode_returns[order], episode_lengths[order], end_env[order])
         # what is left after each env's last end, or added to what it had
         ended = np.zeros(env_ids.size, np.bool_)
         ended[position] = True
@@ -216,9 +253,17 @@ class EpisodeLog:
         return entries
 
     def _remember(
-        self, returns: npt.NDArray[np.float64], lengths: npt.NDArray[Any]
+        self,
+        returns: npt.NDArray[np.float64],
+        lengths: npt.NDArray[Any],
+        envs: npt.NDArray[np.int64] | None,
     ) -> None:
-        """Put ended episodes (oldest first) in the ring of the recent ones."""
+        """Put ended episodes (oldest first) in the ring of the recent ones.
+
+        ``envs``: their envs (needed only while the history is kept).
+        """
+        if self.history is not None and envs is not None:
+            self.history.append((envs.copy(), returns.copy(), lengths.copy()))
         count = int(self.recent_count[0])
         where = (count + np.arange(returns.size)) % RECENT_EPISODES
         self.recent[where, 0] = returns  # past the ring's size, the last win

@@ -36,7 +36,13 @@ from gymnasium import spaces
 from vecpool._util.spaces import is_native
 from vecpool._util.validation import check_int
 from vecpool.replay import files as pool_files
-from vecpool.replay.batches import EpisodeStats, ReplaySample, Sequences, Transitions
+from vecpool.replay.batches import (
+    EndedEpisodes,
+    EpisodeStats,
+    ReplaySample,
+    Sequences,
+    Transitions,
+)
 from vecpool.replay.episode_log import CUT, Ended, EpisodeLog
 from vecpool.replay.inputs import AddChecks, check_scalars, split_leaves
 from vecpool.replay.layouts import Columns, make_layout
@@ -288,6 +294,42 @@ class ReplayPool:
         """Count, mean return and mean length of the episodes that ended."""
         self._hot.sync()
         return self._log.stats()
+
+    def keep_episode_history(self) -> None:
+        """Keep every episode that ends from now on, for :meth:`take_ended_episodes`.
+
+        For a loop that reports each episode (``vecpool collect``, a training
+        loop's logger): the pool counts them anyway, so nothing is counted twice.
+        The history is not part of the pool's state (never saved or loaded).
+        """
+        self._log.keep_history()
+
+    def take_ended_episodes(self) -> EndedEpisodes:
+        """The episodes that ended since the last take, oldest first.
+
+        Empty unless :meth:`keep_episode_history` was called. The episodes of a
+        vector step come in env order; those :meth:`abort_episodes` cut, or whose
+        start was not recorded, are not among them (as in :attr:`episode_stats`).
+
+        Example:
+            >>> import numpy as np
+            >>> from gymnasium import spaces
+            >>> pool = ReplayPool(spaces.Discrete(3), spaces.Discrete(2), 2, 10)
+            >>> pool.keep_episode_history()
+            >>> for done in ([False, True], [True, False]):
+            ...     pool.add(np.zeros(2, int), np.zeros(2, int), np.zeros(2, int),
+            ...              np.ones(2), np.array(done), np.zeros(2, bool))
+            >>> ended = pool.take_ended_episodes()
+            >>> ended.env_ids.tolist(), ended.lengths.tolist(), ended.returns.tolist()
+            ([1, 0], [1, 2], [1.0, 2.0])
+            >>> pool.take_ended_episodes().env_ids.size  # taken: none left
+            0
+
+        Returns:
+            An :class:`EndedEpisodes` (returns, lengths, env ids).
+        """
+        self._hot.sync()
+        return self._log.take_history()
 
     def get_pool(self) -> Transitions:
         """Every stored transition: sub-pools in env order, each oldest to newest.
@@ -829,7 +871,7 @@ class ReplayPool:
                 )
                 if got is not None:  # rows of this round -> rows of the batch
                     ended.append((chosen[got[0]], got[1], got[2]))
-            self._log.remember_in_order(ended)
+            self._log.remember_in_order(ended, source)
         else:
             self._log.record(source, reward_arr, done)
 

@@ -369,93 +369,96 @@ def _check_out(out: str | os.PathLike[str] | None) -> Path | None:
 
 
 class _EpisodeTracker:
-    """Per-env running returns and lengths, counting only real transitions.
+    """What a collection did so far: its vector steps, transitions and episodes.
 
-    Not transitions: ``NEXT_STEP``'s reset steps, and the rows marked
-    ``infos["worker_restarted"]``, whose cut episode is dropped (never reported).
+    The pool counts every episode as it records it (vecpool/replay/episode_log.py),
+    so the tracker counts none itself: it takes them from the pool
+    (``ReplayPool.take_ended_episodes``, in :meth:`settle`) and notes only *when*
+    each ended. In the plain loop those are the vector steps where a real
+    transition ended an episode, with their envs, which must match the pool's
+    episodes one for one (an error otherwise, never a silent mismatch); with
+    ``overlap=True`` it is the end of the chunk. Not transitions: ``NEXT_STEP``'s
+    reset steps, and the rows marked ``infos["worker_restarted"]``, whose cut
+    episode the pool drops.
     """
 
-    def __init__(self, num_envs: int) -> None:
-        self.num_envs = num_envs
-        self.returns = np.zeros(num_envs, np.float64)
-        self.lengths = np.zeros(num_envs, np.int64)
-        self.transitions = 0
+    def __init__(self, pool: ReplayPool) -> None:
+        self.pool = pool
+        self.num_envs = pool.num_envs
+        pool.keep_episode_history()
+        pool.take_ended_episodes()  # from here on (a pool resumed from a file)
+        self.received = int(pool.received.sum())  # before this collection
         self.vector_steps = 0
         self.started: float | None = None  # when stepping began
         self.ends: list[int] = []
         self.episode_returns: list[float] = []
         self.episode_lengths: list[int] = []
-        self.chunk_rows = np.zeros(num_envs, np.int64)  # overlap=True only
-        self.pending: list[tuple[float, int]] = []
+        self.chunk_rows = np.zeros(self.num_envs, np.int64)  # overlap=True only
+        self.chunked = False  # overlap=True: the episodes are taken at chunk ends
+        # the plain loop's episode ends not yet matched with the pool's episodes
+        self.end_steps: list[int] = []
+        self.end_envs: list[npt.NDArray[np.int64]] = []
+
+    @property
+    def transitions(self) -> int:
+        """Real transitions this collection added to the pool."""
+        return int(self.pool.received.sum()) - self.received
 
     def record(
         self,
-        rewards: npt.NDArray[Any],
         step: tuple[
             npt.NDArray[np.bool_] | None, npt.NDArray[np.bool_] | None, Any, int
         ],
     ) -> npt.NDArray[np.bool_] | None:
-        """Add one vector step; return the mask of envs that need a reset, if any.
+        """Count one vector step; return the mask of envs that need a reset, if any.
 
         ``step`` is what the wrapper found of it (``ReplayPoolWrapper.last_step``:
         the rows that are transitions, those a worker restart cut, the envs whose
-        episode ended, how many), so the boundaries are judged once. Only the
-        episodes that ended are reported.
+        episode ended, how many), so the boundaries are judged once.
         """
-        valid, cut, done, ended_count = step
+        valid, _cut, done, ended_count = step  # `valid` leaves the cut rows out
         self.vector_steps += 1
-        if cut is not None:  # a replaced worker's rows: no transition, episode cut
-            self.returns[cut] = 0.0
-            self.lengths[cut] = 0
-        if valid is not None:
-            # these envs only reset on this step: not transitions (docs/replay-pool.md)
-            np.add(self.returns, rewards, out=self.returns, where=valid)
-            self.lengths += valid
-            self.transitions += int(np.count_nonzero(valid))
-            ended = done & valid
-        else:
-            self.returns += rewards
-            self.lengths += 1
-            self.transitions += self.num_envs
-            ended = done
         if not ended_count:
             return None
-        env_steps = self.vector_steps * self.num_envs
-        for index in np.flatnonzero(ended).tolist():
-            self.ends.append(env_steps)
-            self.episode_returns.append(float(self.returns[index]))
-            self.episode_lengths.append(int(self.lengths[index]))
-        self.returns[ended] = 0.0
-        self.lengths[ended] = 0
+        ended = np.flatnonzero(done if valid is None else done & valid)
+        if ended.size:
+            self.end_steps.append(self.vector_steps)
+            self.end_envs.append(ended)
         done_copy: npt.NDArray[np.bool_] = np.array(done, np.bool_)
         return done_copy
 
-    def add_rows(
-        self,
-        rewards: npt.NDArray[Any],
-        ended: npt.NDArray[np.bool_],
-        env_ids: npt.NDArray[Any],
-    ) -> None:
-        """Transitions the pool just took (``overlap=True``): count them as they land.
+    def settle(self, at: int | None = None) -> None:
+        """Take the pool's episodes ended since the last call, with their ends.
 
-        Counted here, not from the sampler's batches, so a second Ctrl-C in the
-        middle of a chunk leaves the figures equal to what the pool holds. Episodes
-        that end wait in :attr:`pending` for the end of their chunk.
+        Args:
+            at: The vector steps all of them count as ended at (a chunk's end);
+                ``None``: those noted by :meth:`record`.
+
+        Raises:
+            RuntimeError: If the pool's episodes are not those :meth:`record`
+                saw end (a bug: the figures would belong to other episodes).
         """
-        ids = np.asarray(env_ids, np.int64)
-        self.transitions += ids.size
-        self.chunk_rows[ids] += 1
-        self.returns[ids] += rewards
-        self.lengths[ids] += 1
-        for index in ids[np.asarray(ended, np.bool_)].tolist():
-            self.pending.append((float(self.returns[index]), int(self.lengths[index])))
-            self.returns[index] = 0.0
-            self.lengths[index] = 0
-
-    def abort(self, env_ids: Any) -> None:
-        """The episodes in progress of ``env_ids`` were cut (a restart): drop them."""
-        self.returns[env_ids] = 0.0
-        self.lengths[env_ids] = 0
+        if at is None and self.chunked:  # wait for the chunk's end
+            return
+        ended = self.pool.take_ended_episodes()
+        if at is not None:
+            steps = np.full(ended.env_ids.size, at, np.int64)
+        else:
+            sizes = [envs.size for envs in self.end_envs]
+            seen = np.concatenate(self.end_envs) if sizes else ended.env_ids[:0]
+            if not np.array_equal(seen, ended.env_ids):
+                msg = (
+                    f"vecpool collect: the pool logged episodes of envs "
+                    f"{ended.env_ids.tolist()[:20]}, the loop saw episodes of envs "
+                    f"{seen.tolist()[:20]} end: please report this bug."
+                )
+                raise RuntimeError(msg)
+            steps = np.repeat(np.asarray(self.end_steps, np.int64), sizes)
+            self.end_steps.clear()
+            self.end_envs.clear()
+        self.ends.extend((steps * self.num_envs).tolist())
+        self.episode_returns.extend(ended.returns.tolist())
+        self.episode_lengths.extend(ended.lengths.tolist())
 
     def end_chunk(self, vector_steps: int | None = None) -> None:
         """A chunk of ``overlap=True`` ended: its episodes end at its end.
@@ -468,12 +471,7 @@ class _EpisodeTracker:
             vector_steps = int(self.chunk_rows.max())
         self.vector_steps += vector_steps
         self.chunk_rows[:] = 0
-        env_steps = self.vector_steps * self.num_envs
-        for return_, length in self.pending:
-            self.ends.append(env_steps)
-            self.episode_returns.append(return_)
-            self.episode_lengths.append(length)
-        self.pending.clear()
+        self.settle(at=self.vector_steps)
 
     def stepping_seconds(self) -> float:
         """Seconds since stepping began (0 if it has not)."""
@@ -513,6 +511,7 @@ class _CollectProgress:
                 return
             self.shown_tenth = tenth
         self.shown = now
+        tracker.settle()
         if self.display.overwrite:  # tqdm's meter, fitted to the terminal
             self.display.count(
                 vector_steps * self.num_envs,
@@ -686,11 +685,11 @@ def _step(
                 sent = True
         finally:  # the step taken is recorded, whatever stopped the next one
             stop.deferring = True  # ... but never the recording into the pool
-            try:
+            try:  # nor between the pool's count of the step and the tracker's
                 envs.record_step(actions, result)
+                ended = tracker.record(envs.last_step)
             finally:
                 stop.deferring = False
-            ended = tracker.record(result[1], envs.last_step)
         display.update(tracker)
         going = sent or (tracker.vector_steps < planned and not stop.requested)
         if going and not sent:
@@ -704,8 +703,8 @@ def _step(
 class _RecordingPool:
     """The pool the :class:`Sampler` records into with ``overlap=True``.
 
-    It counts every transition as it lands (:meth:`_EpisodeTracker.add_rows`), and a
-    second Ctrl-C cannot cut a write in half.
+    It counts each env's rows of the chunk as they land (a chunk cut short ends at
+    the most rows an env took), and a second Ctrl-C cannot cut a write in half.
     """
 
     def __init__(
@@ -731,8 +730,7 @@ class _RecordingPool:
             self._pool.add_leaves(
                 obs, action, next_obs, reward, terminated, truncated, env_ids
             )
-            ended = np.logical_or(terminated, truncated)
-            self._tracker.add_rows(np.asarray(reward), ended, env_ids)
+            self._tracker.chunk_rows[np.asarray(env_ids, np.int64)] += 1
         finally:
             self._stop.deferring = False
 
@@ -740,7 +738,6 @@ class _RecordingPool:
         self._stop.deferring = True
         try:
             self._pool.abort_episodes(env_ids)
-            self._tracker.abort(env_ids)
         finally:
             self._stop.deferring = False
 
@@ -770,6 +767,7 @@ def _overlap(
         "(Ctrl-C again to stop at once)"
     )
     tracker.started = time.perf_counter()
+    tracker.chunked = True
     try:
         while tracker.vector_steps < planned and not stop.requested:
             sampler.obtain_samples()
@@ -963,7 +961,7 @@ def collect(
         except CollectArgumentError:
             envs.close()
             raise
-        tracker = _EpisodeTracker(num_envs)
+        tracker = _EpisodeTracker(pool)
         display: _CollectProgress | None = None
         hard_stop = False
         halves = f" overlapped (batches of {num_envs // 2} envs)" if overlap else ""
@@ -1015,6 +1013,7 @@ def collect(
                 failure.pool = pool
                 raise failure from error
             file_size = path.stat().st_size
+        tracker.settle()  # after the file: a mismatch there is a bug, not lost work
         exported = None
         if minari is not None:
             dataset, left_out = to_minari(pool, minari, env=env_id)
