@@ -1110,3 +1110,10 @@ def test_the_episodes_reported_are_those_of_gymnasiums_loop(mode):
     assert list(result.episode_lengths) == lengths
     assert list(result.episode_returns) == pytest.approx(returns, rel=1e-12)
     assert result.episodes == result.pool.episode_stats.count
+
+
+def test_episodes_taken_from_the_pool_during_the_run_are_the_same(monkeypatch):
+    """The tracker takes the pool's episodes every few ends (a long run without a
+    progress display keeps little): the figures do not change."""
+    monkeypatch.setattr(collect_module, "SETTLE_ENDS", 3)
+    test_the_episodes_reported_are_those_of_gymnasiums_loop(AutoresetMode.NEXT_STEP)

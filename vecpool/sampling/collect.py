@@ -77,6 +77,10 @@ LOG_LINE_SECONDS = 2.0
 """Shortest time between two progress lines when the output is not a terminal."""
 LOG_LINE_MAX_SECONDS = 30.0
 """Longest time between two progress lines when the output is not a terminal."""
+SETTLE_ENDS = 4096
+"""Vector steps with episode ends the tracker notes at most before it takes the
+pool's episodes (:meth:`_EpisodeTracker.settle`): its notes stay small however long
+the run, with or without a progress display."""
 
 Policy = Callable[[Any], Any]
 """``policy(observations) -> actions``, one call per vector step for the batch (with
@@ -424,6 +428,8 @@ class _EpisodeTracker:
         if ended.size:
             self.end_steps.append(self.vector_steps)
             self.end_envs.append(ended)
+            if len(self.end_steps) >= SETTLE_ENDS:  # a long run without progress
+                self.settle()
         done_copy: npt.NDArray[np.bool_] = np.array(done, np.bool_)
         return done_copy
 
