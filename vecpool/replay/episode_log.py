@@ -71,13 +71,16 @@ class EpisodeLog:
         if self.history is not None:
             self.history = []
         if not kept:
-            none = np.zeros(0, np.int64)
-            return EndedEpisodes(np.zeros(0, np.float64), none, none)
+            return EndedEpisodes(
+                np.zeros(0, np.float64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+            )
         envs, returns, lengths = (
             np.concatenate(part) for part in zip(*kept, strict=True)
         )
-        return EndedEpisodes(
-            returns.astype(np.float64), lengths.astype(np.int64), envs.astype(np.int64)
+        return EndedEpisodes(  # already of these dtypes: no copies
+            np.asarray(returns, np.float64),
+            np.asarray(lengths, np.int64),
+            np.asarray(envs, np.int64),
         )
 
     def record(
