@@ -75,9 +75,10 @@ def _run_recording_warnings(func):
 
 
 def _slow_action(num_envs: int, seconds: float | list[float]) -> np.ndarray:
-    return np.broadcast_to(
+    actions: np.ndarray = np.broadcast_to(
         np.asarray(seconds, dtype=np.float32).reshape(-1, 1), (num_envs, 1)
     ).copy()
+    return actions
 
 
 def _worker_of_env(env, env_index: int) -> int:

@@ -259,3 +259,35 @@ def test_reset_mask_errors_follow_gymnasium_before_1_4(
     with pytest.raises((TypeError, ValueError)) as new:
         validation.check_reset_mask(mask, 2)
     assert str(new.value).startswith("`options['reset_mask']` must")
+
+
+@pytest.mark.parametrize("python", [(3, 10, 13), None], ids=["py3.10", "this"])
+def test_an_env_error_keeps_its_message_and_says_where_on_every_python(
+    monkeypatch: pytest.MonkeyPatch, python: tuple[int, ...] | None
+) -> None:
+    # Python 3.10 has no add_note: vecpool appended its note to the message there,
+    # so `str(error)` was no longer Gymnasium's (25 differential tests failed)
+    import types
+
+    from vecpool._engine import env_errors
+    from vecpool._wire.messages import Reply
+    from vecpool._wire.remote_errors import pack_error
+
+    if python is not None:  # the 3.10 branch, on whatever Python runs this
+        fake = types.SimpleNamespace(version_info=python)
+        monkeypatch.setattr(env_errors, "sys", fake)
+    message = "the simulator diverged"
+    try:
+        raise ValueError(message)
+    except ValueError as exc:
+        record = pack_error(3, exc)
+    with pytest.raises(ValueError, match=message) as info:
+        env_errors.raise_env_errors(
+            [Reply(errors=[record])], "AsyncVectorEnv", log=False
+        )
+    where = "raised in sub-environment 3 of AsyncVectorEnv"
+    assert str(info.value) == message  # the env's, as in Gymnasium
+    assert getattr(info.value, "__notes__", None) == [where]
+    cause = info.value.__cause__
+    assert isinstance(cause, errors.RemoteTraceback)
+    assert f"({where})\nTraceback (most recent call last)" in str(cause)

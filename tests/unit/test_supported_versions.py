@@ -71,6 +71,74 @@ def test_no_tilde_on_a_python_bool():
     assert found == {}, f"`~` on a Python bool (use `not`, or a numpy mask): {found}"
 
 
+# what the oldest supported Python (requires-python >= 3.10) lacks: names added
+# to `typing` in 3.11-3.13, and modules new in 3.11
+NEWER_TYPING = {
+    "LiteralString", "Never", "NotRequired", "ReadOnly", "Required", "Self",
+    "TypeAliasType", "TypeIs", "TypeVarTuple", "Unpack", "assert_never",
+    "assert_type", "clear_overloads", "dataclass_transform", "get_overloads",
+    "override", "reveal_type",
+}  # fmt: skip
+NEWER_MODULES = {"tomllib", "wsgiref.types"}
+GUARDS = ("TYPE_CHECKING", "version_info")
+
+
+def newer_imports(source: str) -> list[tuple[int, str]]:
+    """Runtime imports the oldest Python lacks (those under ``TYPE_CHECKING`` or a
+    ``sys.version_info`` test are fine: they never run there)."""
+    tree = ast.parse(source)
+    guarded = {
+        id(child)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If)
+        and any(word in ast.unparse(node.test) for word in GUARDS)
+        for child in ast.walk(node)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in guarded:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module == "typing":
+            found += [
+                (node.lineno, f"typing.{alias.name}")
+                for alias in node.names
+                if alias.name in NEWER_TYPING
+            ]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else [alias.name for alias in node.names]
+            )
+            found += [(node.lineno, name) for name in names if name in NEWER_MODULES]
+    return sorted(found)
+
+
+def test_the_newer_import_scan_finds_what_it_should():
+    found = newer_imports(
+        "from typing import Any, Self\n"
+        "import tomllib\n"
+        "if TYPE_CHECKING:\n"
+        "    from typing import Self\n"
+        "if sys.version_info >= (3, 11):\n"
+        "    import tomllib\n"
+        "from typing_extensions import Self\n"
+    )
+    assert found == [(1, "typing.Self"), (2, "tomllib")]
+
+
+def test_nothing_imported_at_run_time_that_python_3_10_lacks():
+    # vecpool.AsyncVectorEnv imported `typing.Self` (3.11+): on 3.10, which
+    # requires-python admits, `import vecpool.vector` failed
+    found = {
+        str(path.relative_to(REPO)): lines
+        for folder in SOURCES
+        for path in sorted((REPO / folder).rglob("*.py"))
+        if (lines := newer_imports(path.read_text(encoding="utf-8")))
+    }
+    assert found == {}, f"not in Python 3.10 (guard it, or typing_extensions): {found}"
+
+
 @pytest.mark.start_methods
 def test_workers_start_with_the_default_start_method(make_async):
     # `nox -s forkserver` sets VECPOOL_START_METHOD: the workers of a vector env
@@ -86,11 +154,15 @@ def _classifier_versions() -> set[str]:
     return set(re.findall(r'"Programming Language :: Python :: (3\.\d+)"', text))
 
 
-def test_the_classifiers_list_the_versions_the_readme_says_ci_runs():
+def test_the_classifiers_list_the_versions_the_readme_says_the_suite_ran_on():
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme.split("### Supported and tested", 1)[1].split("\n#", 1)[0]
     section = " ".join(section.split())  # one line: the sentence may wrap anywhere
-    tested = re.search(r"CI runs it on Python ((?:3\.\d+(?:, | and )?)+)", section)
-    assert tested is not None, "README.md: say which Pythons CI runs"
-    assert set(re.findall(r"3\.\d+", tested.group(1))) == _classifier_versions()
+    versions = r"((?:3\.\d+(?:, | and )?)+)"
+    ci = re.search(rf"CI runs it on Python {versions}", section)
+    also = re.search(rf"also passed on Python {versions}", section)
+    assert ci is not None, "README.md: say which Pythons CI runs"
+    assert also is not None, "README.md: say which other Pythons the suite passed on"
+    ran = set(re.findall(r"3\.\d+", f"{ci.group(1)} {also.group(1)}"))
+    assert ran == _classifier_versions()
     assert "forkserver" in section  # and which start methods

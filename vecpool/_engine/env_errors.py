@@ -26,9 +26,12 @@ def raise_env_errors(
 
     Gymnasium's log lines say "Worker-i" for env ``i`` (it has one env a worker)
     and "Shutting it down", and its own test suite matches and counts them, so
-    they stay word for word. The exception carries the truth instead (a note on
-    Python 3.11+, its message on 3.10): which envs raised, which processes step
-    them, and that nothing was shut down (:func:`_truth`).
+    they stay word for word. The exception carries the truth instead, in notes
+    (:func:`_truth`): which envs raised, which processes step them, and that
+    nothing was shut down. Its message stays the env's, as Gymnasium's does. (On
+    Python 3.10, which has no ``add_note``, the notes are still the exception's
+    ``__notes__``, and the remote traceback's text, which a traceback prints, starts
+    with them.)
 
     Args:
         replies: Worker replies.
@@ -59,13 +62,14 @@ def raise_env_errors(
     notes = [where]
     if log and handles is not None:
         notes.append(_truth(errors, handles))
-    add_note = getattr(exception, "add_note", None)
-    if add_note is not None and sys.version_info >= (3, 11):
+    if sys.version_info >= (3, 11):
         for note in notes:
-            add_note(note)
-    elif len(notes) > 1:  # Python 3.10: no notes; the text goes in the message
-        _append_to_message(exception, notes[1])
-    raise exception from RemoteTraceback(f"({where})\n{last.traceback}")
+            exception.add_note(note)
+        heading = f"({where})"
+    else:  # no add_note: the same attribute, unprinted, so the cause says it too
+        exception.__dict__["__notes__"] = [*getattr(exception, "__notes__", ()), *notes]
+        heading = "\n".join([f"({where})", *notes[1:]])
+    raise exception from RemoteTraceback(f"{heading}\n{last.traceback}")
 
 
 def _truth(errors: Sequence[ErrorRecord], handles: Sequence[WorkerHandle]) -> str:
@@ -96,9 +100,3 @@ def _envs(indices: list[int]) -> str:
     if indices == list(range(indices[0], indices[-1] + 1)):
         return f"envs {indices[0]}-{indices[-1]}"
     return "envs " + ", ".join(map(str, indices))
-
-
-def _append_to_message(exception: BaseException, text: str) -> None:
-    """Add ``text`` to ``exception``'s message (where it has one string arg)."""
-    if len(exception.args) == 1 and isinstance(exception.args[0], str):
-        exception.args = (f"{exception.args[0]}\n{text}",)

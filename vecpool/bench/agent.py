@@ -138,7 +138,8 @@ class LatencyPolicy:
     def __call__(self, obs: Any) -> np.floating[Any]:  # noqa: ARG002 - any batch
         """Wait for the "accelerator" (a sleep: no CPU)."""
         time.sleep(self.seconds)
-        return np.float32(0.0)
+        nothing: np.floating[Any] = np.float32(0.0)
+        return nothing
 
 
 def _median_seconds(call: Callable[[], Any], repeats: int) -> float:

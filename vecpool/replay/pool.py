@@ -223,7 +223,8 @@ class ReplayPool:
     def lengths(self) -> npt.NDArray[np.int64]:
         """Number of transitions in each sub-pool (a copy)."""
         self._hot.show()
-        return self._ring.length.copy()
+        lengths: npt.NDArray[np.int64] = self._ring.length.copy()
+        return lengths
 
     @classmethod
     def from_settings(
@@ -252,7 +253,8 @@ class ReplayPool:
     def received(self) -> npt.NDArray[np.int64]:
         """Transitions each sub-pool has received so far, kept or not (a copy)."""
         self._hot.show()
-        return self._ring.received.copy()
+        received: npt.NDArray[np.int64] = self._ring.received.copy()
+        return received
 
     def __len__(self) -> int:
         """Total number of stored transitions."""

@@ -17,7 +17,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
-from typing import Any, Self, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -57,6 +57,9 @@ from vecpool.errors import (
 )
 from vecpool.vector.arguments import check_arguments, observation_spaces
 from vecpool.vector.gymnasium_worker import RESERVED_CALLS, GymnasiumWorkerEnv
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11+; vecpool supports 3.10
+    from typing_extensions import Self
 
 __all__ = ["AsyncState", "AsyncVectorEnv"]
 
