@@ -15,6 +15,12 @@ spell falls on both alike; the figures are totals over the run. Two comparisons:
   the last into a ``ReplayPoolWrapper``'s pool, vecpool/sampling/collect.py) over 8
   CartPole envs with each share of envs in the parent (``--no-record``: the same
   loop without the recording).
+* ``collect-writes SHARE``: issue 39's bound on moving the pool's row writes out of
+  the parent. ``collect``'s loop twice, with the parent share ``SHARE``: recording
+  as it does, and recording without writing the observation, next-observation and
+  action rows (the ring, the episode log and the reward and flag columns kept), as
+  if the workers wrote those rows. The second pool holds wrong rows: it must never
+  be used for anything else.
 
 * ``flat-probe N``: issue 37's measure of the step path's layers. Sync and the
   default ``vecpool.AsyncVectorEnv`` (N CartPole envs) beside a *probe*: the same
@@ -29,6 +35,7 @@ Usage::
 
     python tests/benchmarks/paired_chunks.py vs-sync cartpole 8 none --seconds 5
     python tests/benchmarks/paired_chunks.py collect-shares 4,3,2
+    python tests/benchmarks/paired_chunks.py collect-writes 3
     python tests/benchmarks/paired_chunks.py flat-probe 8
 
 What a setup's idle worker does while the other takes its turn (it spins a moment,
@@ -50,6 +57,7 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 import vecpool
 from vecpool._wire.bell import ANSWERED, BUFFER, COMMAND, LISTENING, fence
@@ -180,10 +188,41 @@ def vs_sync(workload: str, num_envs: int, policy: str, seconds: float) -> None:
     _print(results, "sync")
 
 
-def collect_shares(shares: list[int], record: bool, seconds: float) -> None:
-    """``collect``'s loop with each parent share (8 CartPole envs, NEXT_STEP)."""
+def _without_row_writes(pool: Any) -> None:
+    """Make ``pool``'s hot writer skip the observation, next-obs and action rows."""
+    hot = pool._hot  # a probe: nothing else may use this pool
+
+    def add_aligned(obs: Any, action: Any, next_obs: Any, *flags: Any) -> None:
+        ring, columns = hot.ring, hot.columns
+        first = ring.slot * ring.num_envs
+        rows = slice(first, first + ring.num_envs)
+        columns.reward[rows], columns.terminated[rows], columns.truncated[rows] = flags
+        ring.slot = (ring.slot + 1) % ring.slots
+        hot.pending += 1
+        hot.unsettled += 1
+        if hot.unsettled >= hot.settle_limit:
+            hot.sync()
+
+    def add_rows(obs: Any, action: Any, next_obs: Any, *rest: Any) -> None:
+        *flags, valid = rest
+        hot._leave_alignment()
+        row = hot.ring.row.astype(np.intp)
+        columns = hot.columns
+        columns.reward[row], columns.terminated[row], columns.truncated[row] = flags
+        hot._advance(row, valid)
+
+    hot.add_aligned, hot.add_rows = add_aligned, add_rows
+
+
+def collect_shares(
+    shares: list[int], record: bool, seconds: float, *, writes: bool = False
+) -> None:
+    """``collect``'s loop with each parent share (8 CartPole envs, NEXT_STEP).
+
+    With ``writes``: one share, recorded with and without the row writes.
+    """
     loops: dict[str, Any] = {}
-    for share in shares:
+    for index, share in enumerate(shares):
         env = vecpool.make_vec(
             "CartPole-v1",
             8,
@@ -196,7 +235,11 @@ def collect_shares(shares: list[int], record: bool, seconds: float) -> None:
         wrapper.reset(seed=0)
         wrapper.action_space.seed(0)
         actions = wrapper.action_space.sample()
-        loops[f"share {share}"] = [wrapper, env, (actions, env.step(actions))]
+        name = f"share {share}"
+        if writes and index:
+            _without_row_writes(wrapper.pool)
+            name = "no row writes"
+        loops[name] = [wrapper, env, (actions, env.step(actions))]
     print(f"collect's loop, 8 CartPole envs, {'recording' if record else 'no pool'}")
 
     def turn(loop: list[Any]) -> Callable[[int], int]:
@@ -344,9 +387,11 @@ def main() -> None:
     share = sub.add_parser("collect-shares", help="collect's loop, parent shares")
     share.add_argument("shares", help="comma-separated, e.g. 4,3,2")
     share.add_argument("--no-record", action="store_true")
+    writes = sub.add_parser("collect-writes", help="collect's loop, no row writes")
+    writes.add_argument("share", type=int, help="the parent's share, e.g. 3")
     probe = sub.add_parser("flat-probe", help="the step path against a flat step")
     probe.add_argument("num_envs", type=int)
-    for each in (pair, share, probe):
+    for each in (pair, share, writes, probe):
         each.add_argument("--seconds", type=float, default=6.0, help="per setup")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
@@ -354,6 +399,8 @@ def main() -> None:
         vs_sync(args.workload, args.num_envs, args.policy, args.seconds)
     elif args.what == "flat-probe":
         flat_probe(args.num_envs, args.seconds)
+    elif args.what == "collect-writes":
+        collect_shares([args.share] * 2, True, args.seconds, writes=True)
     else:
         shares = [int(part) for part in args.shares.split(",")]
         collect_shares(shares, not args.no_record, args.seconds)
