@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pickle
-from typing import Any
+import sys
+from typing import Any, cast
 
 import gymnasium.error
 import numpy as np
@@ -263,10 +264,13 @@ def test_reset_mask_errors_follow_gymnasium_before_1_4(
 
 @pytest.mark.parametrize("python", [(3, 10, 13), None], ids=["py3.10", "this"])
 def test_an_env_error_keeps_its_message_and_says_where_on_every_python(
-    monkeypatch: pytest.MonkeyPatch, python: tuple[int, ...] | None
+    monkeypatch: pytest.MonkeyPatch,
+    recwarn: pytest.WarningsRecorder,  # Gymnasium's log lines warn
+    python: tuple[int, ...] | None,
 ) -> None:
-    # Python 3.10 has no add_note: vecpool appended its note to the message there,
-    # so `str(error)` was no longer Gymnasium's (25 differential tests failed)
+    # Python 3.10 has no add_note: vecpool appended its second note to the
+    # message there, so `str(error)` was no longer Gymnasium's (25 differential
+    # tests failed on 3.10)
     import types
 
     from vecpool._engine import env_errors
@@ -281,13 +285,65 @@ def test_an_env_error_keeps_its_message_and_says_where_on_every_python(
         raise ValueError(message)
     except ValueError as exc:
         record = pack_error(3, exc)
+    worker = types.SimpleNamespace(env_indices=range(2, 4), runs_here=False, index=1)
     with pytest.raises(ValueError, match=message) as info:
+        env_errors.raise_env_errors(
+            [Reply(errors=[record])], "AsyncVectorEnv", handles=[cast("Any", worker)]
+        )
+    where = "raised in sub-environment 3 of AsyncVectorEnv"
+    truth = (
+        "vecpool: the log lines above name sub-environment i 'Worker-i', as "
+        "Gymnasium (one env a worker) does; 1 sub-environment raised: env 3 in "
+        "worker process 1. Nothing was shut down: every env and worker process "
+        "stays usable (reset the envs that raised, or all, and go on)."
+    )
+    assert str(info.value) == message  # the env's, as in Gymnasium
+    assert getattr(info.value, "__notes__", None) == [where, truth]
+    cause = info.value.__cause__
+    assert isinstance(cause, errors.RemoteTraceback)
+    # where 3.10 prints no notes, the remote traceback says them
+    old_python = tuple(python or sys.version_info) < (3, 11)
+    heading = f"({where})\n{truth}" if old_python else f"({where})"
+    assert f"{heading}\nTraceback (most recent call last)" in str(cause)
+
+
+class _FrozenError(Exception):
+    """An exception whose attributes cannot be set (a frozen dataclass's way)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(name)
+
+
+@pytest.mark.parametrize(
+    ("kind", "earlier"),
+    [
+        (_FrozenError, None),
+        (ValueError, ["the env's own note"]),
+        (ValueError, "a string"),
+    ],
+)
+def test_the_notes_reach_an_exception_that_refuses_attributes(
+    kind: type[Exception], earlier: Any
+) -> None:
+    # add_note sets `__notes__` through __setattr__: a frozen exception raised
+    # AttributeError in its place; a `__notes__` that is not a list, TypeError.
+    # (A frozen exception's own notes do not cross the pipe: unpickling sets
+    # attributes, so it is rebuilt from its class and message.)
+    from vecpool._engine import env_errors
+    from vecpool._wire.messages import Reply
+    from vecpool._wire.remote_errors import pack_error
+
+    error = kind("frozen")
+    if earlier is not None:
+        error.__dict__["__notes__"] = earlier
+    try:
+        raise error
+    except kind as exc:
+        record = pack_error(0, exc)
+    with pytest.raises(kind, match="frozen") as info:
         env_errors.raise_env_errors(
             [Reply(errors=[record])], "AsyncVectorEnv", log=False
         )
-    where = "raised in sub-environment 3 of AsyncVectorEnv"
-    assert str(info.value) == message  # the env's, as in Gymnasium
-    assert getattr(info.value, "__notes__", None) == [where]
-    cause = info.value.__cause__
-    assert isinstance(cause, errors.RemoteTraceback)
-    assert f"({where})\nTraceback (most recent call last)" in str(cause)
+    kept = [] if earlier is None else [earlier] if isinstance(earlier, str) else earlier
+    where = "raised in sub-environment 0 of AsyncVectorEnv"
+    assert info.value.__dict__["__notes__"] == [*kept, where]

@@ -28,10 +28,12 @@ def raise_env_errors(
     and "Shutting it down", and its own test suite matches and counts them, so
     they stay word for word. The exception carries the truth instead, in notes
     (:func:`_truth`): which envs raised, which processes step them, and that
-    nothing was shut down. Its message stays the env's, as Gymnasium's does. (On
-    Python 3.10, which has no ``add_note``, the notes are still the exception's
-    ``__notes__``, and the remote traceback's text, which a traceback prints, starts
-    with them.)
+    nothing was shut down. Its message stays the env's, as Gymnasium's does. The
+    notes are the exception's ``__notes__`` on every Python, written as
+    ``add_note`` would (but also on an exception whose ``__setattr__`` refuses,
+    such as a frozen dataclass); Python 3.10's own traceback does not print notes
+    (the ``exceptiongroup`` backport, where imported, does), so there the chained
+    remote traceback's text starts with them too.
 
     Args:
         replies: Worker replies.
@@ -62,13 +64,15 @@ def raise_env_errors(
     notes = [where]
     if log and handles is not None:
         notes.append(_truth(errors, handles))
-    if sys.version_info >= (3, 11):
-        for note in notes:
-            exception.add_note(note)
-        heading = f"({where})"
-    else:  # no add_note: the same attribute, unprinted, so the cause says it too
-        exception.__dict__["__notes__"] = [*getattr(exception, "__notes__", ()), *notes]
-        heading = "\n".join([f"({where})", *notes[1:]])
+    earlier = exception.__dict__.get("__notes__")
+    if earlier is None:
+        earlier = []
+    elif isinstance(earlier, str) or not isinstance(earlier, (list, tuple)):
+        earlier = [str(earlier)]  # as add_note would not: keep it, as one note
+    exception.__dict__["__notes__"] = [*earlier, *notes]
+    heading = f"({where})"
+    if sys.version_info < (3, 11):  # 3.10 prints no notes: the cause says them
+        heading = "\n".join([heading, *notes[1:]])
     raise exception from RemoteTraceback(f"{heading}\n{last.traceback}")
 
 

@@ -17,7 +17,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -58,10 +58,11 @@ from vecpool.errors import (
 from vecpool.vector.arguments import check_arguments, observation_spaces
 from vecpool.vector.gymnasium_worker import RESERVED_CALLS, GymnasiumWorkerEnv
 
-if TYPE_CHECKING:  # typing.Self is Python 3.11+; vecpool supports 3.10
-    from typing_extensions import Self
-
 __all__ = ["AsyncState", "AsyncVectorEnv"]
+
+_Env = TypeVar("_Env", bound="AsyncVectorEnv")
+"""``typing.Self`` for ``__new__``, which Python 3.10 lacks (a TypeVar resolves at
+run time too: ``typing.get_type_hints`` reads it)."""
 
 DUMMY_CLOSE_SECONDS = 2.0
 _TRANSPORT_NAMES = {
@@ -144,7 +145,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     processes: list[multiprocessing.process.BaseProcess]
     parent_pipes: list[Connection]
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Self:
+    def __new__(cls: type[_Env], *args: Any, **kwargs: Any) -> _Env:
         """A vecpool engine, or, with a custom ``worker``, Gymnasium's machinery.
 
         A custom worker speaks Gymnasium's pipe protocol, so Gymnasium's own
@@ -153,7 +154,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         """
         worker = kwargs.get("worker", args[5] if len(args) > 5 else None)
         target = cls if worker is None else _gymnasium_worker_class(cls)
-        return cast("Self", object.__new__(target))
+        return cast("_Env", object.__new__(target))
 
     def __init__(
         self,
