@@ -220,8 +220,9 @@ def pytest_report_collectionfinish(
     counts = dict.fromkeys((placement.id for placement in PLACEMENTS), 0)
     for item in items:
         callspec = getattr(item, "callspec", None)
-        if callspec is not None and "placement" in callspec.params:
-            counts[callspec.params["placement"].id] += 1
+        value = None if callspec is None else callspec.params.get("placement")
+        if isinstance(value, Placement):  # not a test's own `placement` parameter
+            counts[value.id] += 1
     return "placement: " + ", ".join(f"{key} {value}" for key, value in counts.items())
 
 
