@@ -14,7 +14,9 @@ import ast
 import multiprocessing
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,15 +61,20 @@ def test_the_bool_inversion_scan_finds_what_it_should():
     assert found == [1, 2, 3]
 
 
+def scan_tree(scan: Callable[[str], list[Any]]) -> dict[str, list[Any]]:
+    """What ``scan`` finds in each Python file of the sources, by file."""
+    return {
+        str(path.relative_to(REPO)): found
+        for folder in SOURCES
+        for path in sorted((REPO / folder).rglob("*.py"))
+        if (found := scan(path.read_text(encoding="utf-8")))
+    }
+
+
 def test_no_tilde_on_a_python_bool():
     # tests/integration/test_restart_random_kills.py had one: on 3.12 every run
     # of it raised the DeprecationWarning as an error
-    found = {
-        str(path.relative_to(REPO)): lines
-        for folder in SOURCES
-        for path in sorted((REPO / folder).rglob("*.py"))
-        if (lines := bool_inversions(path.read_text(encoding="utf-8")))
-    }
+    found = scan_tree(bool_inversions)
     assert found == {}, f"`~` on a Python bool (use `not`, or a numpy mask): {found}"
 
 
@@ -182,12 +189,7 @@ def test_the_newer_import_scan_finds_what_it_should():
 def test_nothing_used_at_run_time_that_python_3_10_lacks():
     # vecpool.AsyncVectorEnv imported `typing.Self` (3.11+): on 3.10, which
     # requires-python admits, `import vecpool.vector` failed
-    found = {
-        str(path.relative_to(REPO)): lines
-        for folder in SOURCES
-        for path in sorted((REPO / folder).rglob("*.py"))
-        if (lines := newer_imports(path.read_text(encoding="utf-8")))
-    }
+    found = scan_tree(newer_imports)
     assert found == {}, f"not in Python 3.10 (guard it): {found}"
 
 

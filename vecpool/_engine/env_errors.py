@@ -68,7 +68,7 @@ def raise_env_errors(
     if earlier is None:
         earlier = []
     elif isinstance(earlier, str) or not isinstance(earlier, (list, tuple)):
-        earlier = [str(earlier)]  # as add_note would not: keep it, as one note
+        earlier = [str(earlier)]  # add_note would raise: kept, as one note
     exception.__dict__["__notes__"] = [*earlier, *notes]
     heading = f"({where})"
     if sys.version_info < (3, 11):  # 3.10 prints no notes: the cause says them
