@@ -269,8 +269,8 @@ def test_an_env_error_keeps_its_message_and_says_where_on_every_python(
     python: tuple[int, ...] | None,
 ) -> None:
     # Python 3.10 has no add_note: vecpool appended its second note to the
-    # message there, so `str(error)` was no longer Gymnasium's (25 differential
-    # tests failed on 3.10)
+    # message there, so `str(error)` was no longer Gymnasium's (with the notes
+    # missing, 71 tests failed on 3.10)
     import types
 
     from vecpool._engine import env_errors
