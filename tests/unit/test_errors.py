@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import sys
+import types
 from typing import Any, cast
 
 import gymnasium.error
@@ -11,6 +12,9 @@ import numpy as np
 import pytest
 
 import vecpool.errors as errors
+from vecpool._engine import env_errors
+from vecpool._wire.messages import Reply
+from vecpool._wire.remote_errors import pack_error
 
 INSTANCES: dict[str, Any] = {
     "VecPoolError": errors.VecPoolError("base failure"),
@@ -271,24 +275,16 @@ def test_an_env_error_keeps_its_message_and_says_where_on_every_python(
     # Python 3.10 has no add_note: vecpool appended its second note to the
     # message there, so `str(error)` was no longer Gymnasium's (with the notes
     # missing, 71 tests failed on 3.10)
-    import types
-
-    from vecpool._engine import env_errors
-    from vecpool._wire.messages import Reply
-    from vecpool._wire.remote_errors import pack_error
-
     if python is not None:  # the 3.10 branch, on whatever Python runs this
         fake = types.SimpleNamespace(version_info=python)
         monkeypatch.setattr(env_errors, "sys", fake)
     message = "the simulator diverged"
-    try:
-        raise ValueError(message)
-    except ValueError as exc:
-        record = pack_error(3, exc)
     worker = types.SimpleNamespace(env_indices=range(2, 4), runs_here=False, index=1)
     with pytest.raises(ValueError, match=message) as info:
         env_errors.raise_env_errors(
-            [Reply(errors=[record])], "AsyncVectorEnv", handles=[cast("Any", worker)]
+            [_reply(ValueError(message), 3)],
+            "AsyncVectorEnv",
+            handles=[cast("Any", worker)],
         )
     where = "raised in sub-environment 3 of AsyncVectorEnv"
     truth = (
@@ -305,6 +301,14 @@ def test_an_env_error_keeps_its_message_and_says_where_on_every_python(
     old_python = tuple(python or sys.version_info) < (3, 11)
     heading = f"({where})\n{truth}" if old_python else f"({where})"
     assert f"{heading}\nTraceback (most recent call last)" in str(cause)
+
+
+def _reply(error: Exception, env_index: int) -> Reply:
+    """A worker's reply reporting ``error``, raised by env ``env_index``."""
+    try:
+        raise error
+    except Exception as exc:  # noqa: BLE001 - packed, as a worker does
+        return Reply(errors=[pack_error(env_index, exc)])
 
 
 class _FrozenError(Exception):
@@ -329,21 +333,11 @@ def test_the_notes_reach_an_exception_that_refuses_attributes(
     # AttributeError in its place; a `__notes__` that is not a list, TypeError.
     # (A frozen exception's own notes do not cross the pipe: unpickling sets
     # attributes, so it is rebuilt from its class and message.)
-    from vecpool._engine import env_errors
-    from vecpool._wire.messages import Reply
-    from vecpool._wire.remote_errors import pack_error
-
     error = kind("frozen")
     if earlier is not None:
         error.__dict__["__notes__"] = earlier
-    try:
-        raise error
-    except kind as exc:
-        record = pack_error(0, exc)
     with pytest.raises(kind, match="frozen") as info:
-        env_errors.raise_env_errors(
-            [Reply(errors=[record])], "AsyncVectorEnv", log=False
-        )
+        env_errors.raise_env_errors([_reply(error, 0)], "AsyncVectorEnv", log=False)
     kept = [] if earlier is None else [earlier] if isinstance(earlier, str) else earlier
     where = "raised in sub-environment 0 of AsyncVectorEnv"
     assert info.value.__dict__["__notes__"] == [*kept, where]

@@ -263,10 +263,12 @@ class EpisodeLog:
     ) -> None:
         """Put ended episodes (oldest first) in the ring of the recent ones.
 
-        ``envs``: their envs (needed only while the history is kept).
+        ``envs``: their envs (needed only while the history is kept). Every caller
+        hands arrays of its own (made by indexing), so the history keeps them as
+        they are.
         """
         if self.history is not None and envs is not None:
-            self.history.append((envs.copy(), returns.copy(), lengths.copy()))
+            self.history.append((envs, returns, lengths))
         count = int(self.recent_count[0])
         where = (count + np.arange(returns.size)) % RECENT_EPISODES
         self.recent[where, 0] = returns  # past the ring's size, the last win
