@@ -12,7 +12,9 @@ Python's default handler (a program with its own handler keeps it). Inside a
 ``with HELD`` section it records the signal; the section's end raises the
 ``KeyboardInterrupt``. A second Ctrl-C inside the same section raises at once, so a
 transfer stuck on a hung worker can still be broken off (the caller then treats that
-pipe as out of step).
+pipe as out of step). A Ctrl-C about to be raised inside a finalizer (a ``__del__``
+or a weak-reference callback, which would print and drop it) is raised as that
+returns instead (:mod:`vecpool._util.interrupts`).
 
 Signals are handled only in the main thread, so sections count only there.
 
@@ -30,6 +32,7 @@ from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from vecpool._util.interrupts import requeue_in_finalizer
 from vecpool.errors import ConcurrentUseError, ForcedInterrupt
 
 __all__ = [
@@ -48,6 +51,10 @@ _state = {"depth": 0, "pending": 0, "users": 0}
 
 
 def _deferring_handler(signum: int, frame: FrameType | None) -> None:
+    if (not _state["depth"] or _state["pending"]) and requeue_in_finalizer(
+        signum, frame
+    ):
+        return  # about to raise inside a finalizer, which would drop it: after it
     if not _state["depth"]:
         signal.default_int_handler(signum, frame)  # raises KeyboardInterrupt
     if _state["pending"]:

@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium.vector import AutoresetMode
 
+from vecpool._util.interrupts import requeue_in_finalizer
 from vecpool._util.loading import load_callable
 from vecpool._util.placement import RECORD_STEPS, plan
 from vecpool._util.progress import Progress
@@ -553,7 +554,9 @@ class _StopOnSigint:
     """Turn the first ``SIGINT`` into a request to stop after the current step.
 
     A second ``SIGINT`` raises ``KeyboardInterrupt`` at once (a step that hangs),
-    unless :attr:`deferring` (while closing and saving, which must finish). Only the
+    unless :attr:`deferring` (while closing and saving, which must finish); one
+    that lands in a finalizer is raised as that returns
+    (:mod:`vecpool._util.interrupts`). Only the
     main thread can set signal handlers; elsewhere this does nothing, and Ctrl-C
     raises ``KeyboardInterrupt`` as usual.
     """
@@ -565,8 +568,10 @@ class _StopOnSigint:
         self._previous: Any = None
         self._installed = False
 
-    def _handle(self, _signum: int, _frame: FrameType | None) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.requested and not self.deferring:
+            if requeue_in_finalizer(signum, frame):
+                return  # raised just after the finalizer, where it can be caught
             raise KeyboardInterrupt
         if not self.requested and self.notice is not None:
             sys.stderr.write(f"\n{self.notice}\n")
