@@ -24,6 +24,7 @@ from its frames and stays as Python leaves it.
 from __future__ import annotations
 
 import _thread
+import contextlib
 import os
 import signal
 import time
@@ -70,14 +71,17 @@ def requeue_in_finalizer(signum: int, frame: FrameType | None) -> bool:
     """
     if not in_finalizer(frame):
         return False
-    # _thread, not threading: no Python lock, which the interrupted code may hold
-    _thread.start_new_thread(_resend, (signum, _thread.get_ident()))
+    try:  # _thread, not threading: no Python lock (the interrupted code may hold one)
+        _thread.start_new_thread(_resend, (signum, _thread.get_ident()))
+    except RuntimeError:  # the interpreter is shutting down: no new thread
+        return False
     return True
 
 
 def _resend(signum: int, ident: int) -> None:
     time.sleep(RESEND_SECONDS)
-    if hasattr(signal, "pthread_kill"):
-        signal.pthread_kill(ident, signum)
-    else:  # Windows: marked pending only
-        _thread.interrupt_main(signal.Signals(signum))
+    with contextlib.suppress(OSError):  # the main thread is gone: nobody to tell
+        if hasattr(signal, "pthread_kill"):
+            signal.pthread_kill(ident, signum)
+        else:  # Windows: marked pending only
+            _thread.interrupt_main(signal.Signals(signum))
