@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from vecpool._engine import guards
+from vecpool._util import interrupts
 from vecpool._util.interrupts import in_finalizer
 from vecpool.errors import ForcedInterrupt
 from vecpool.sampling.collect import _StopOnSigint
@@ -176,3 +177,83 @@ def test_a_plain_frame_is_not_a_finalizer() -> None:
     probe = Probe()
     del probe
     assert found == [True]
+
+
+def test_a_frame_of_weaksets_module_counts_as_a_finalizer() -> None:
+    # WeakSet._remove, where CI's Ctrl-C landed, runs in _weakrefset.py; any of
+    # that module's frames is told apart the same way (here __contains__'s)
+    seen: list[bool] = []
+
+    class Member:
+        def __hash__(self) -> int:
+            seen.append(in_finalizer(sys._getframe()))
+            return 0
+
+    members: weakref.WeakSet[Member] = weakref.WeakSet()
+    assert Member() not in members  # hashes the member inside WeakSet.__contains__
+    assert seen == [True]
+
+
+@pytest.mark.usefixtures("engine_handler")
+def test_a_finalizer_that_hangs_is_still_cut_by_ctrl_c(
+    dropped: list[BaseException], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # resent while the finalizer runs, up to GIVE_UP_SECONDS: then raised in it, as
+    # Python would, which ends the hang (and Python drops the exception there)
+    monkeypatch.setattr(interrupts, "GIVE_UP_SECONDS", 0.05)
+    ended: list[str] = []
+
+    class Hangs:
+        def __del__(self) -> None:
+            signal.raise_signal(signal.SIGINT)
+            threading.Event().wait(20)  # a hang: each resend breaks into it
+            ended.append("waited")
+
+    item = Hangs()
+    del item
+    assert ended == []  # cut short
+    assert [type(error) for error in dropped] == [KeyboardInterrupt]
+
+
+@pytest.mark.usefixtures("engine_handler")
+def test_two_presses_make_one_interrupt_when_the_section_ends_first(
+    dropped: list[BaseException],
+) -> None:
+    # the second press, resent from a finalizer, stood for the Ctrl-C that the
+    # section's end raises: it must not come again after it
+    ended: list[str] = []
+
+    def section() -> None:
+        with guards.HELD:
+            signal.raise_signal(signal.SIGINT)  # held
+            item = _SignalsWhenCollected(ended)
+            del item  # the second, in a finalizer: resent in RESEND_SECONDS
+
+    with pytest.raises(KeyboardInterrupt):
+        section()  # the section ends first: its end raises
+    time.sleep(20 * interrupts.RESEND_SECONDS)  # where a stale resend would land
+    assert ended == ["__del__"]
+    assert dropped == []
+
+
+@pytest.mark.usefixtures("engine_handler")
+def test_a_section_that_ends_inside_a_finalizer_raises_after_it(
+    dropped: list[BaseException],
+) -> None:
+    ended: list[str] = []
+
+    class HoldsInside:
+        def __del__(self) -> None:
+            with guards.HELD:  # e.g. a close() called from __del__
+                signal.raise_signal(signal.SIGINT)  # held: raised at the end
+            ended.append("__del__")
+
+    def collect_one() -> None:
+        item = HoldsInside()
+        del item
+        time.sleep(5)  # cut by the signal sent again once __del__ returned
+
+    with pytest.raises(KeyboardInterrupt):
+        collect_one()
+    assert ended == ["__del__"]
+    assert dropped == []

@@ -13,8 +13,11 @@ Python's default handler (a program with its own handler keeps it). Inside a
 ``KeyboardInterrupt``. A second Ctrl-C inside the same section raises at once, so a
 transfer stuck on a hung worker can still be broken off (the caller then treats that
 pipe as out of step). A Ctrl-C about to be raised inside a finalizer (a ``__del__``
-or a weak-reference callback, which would print and drop it) is raised as that
-returns instead (:mod:`vecpool._util.interrupts`).
+or a weak-reference callback, which would print and drop it), by the handler or at
+a section's end, is raised as that returns instead (:mod:`vecpool._util.interrupts`).
+Only while this handler is installed: the last vector env to close uninstalls it
+first, so in that env's own ``__del__`` Python's handler drops it, as without
+vecpool.
 
 Signals are handled only in the main thread, so sections count only there.
 
@@ -27,12 +30,13 @@ from __future__ import annotations
 
 import functools
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from vecpool._util.interrupts import requeue_in_finalizer
+from vecpool._util.interrupts import cancel_resends, requeue_in_finalizer
 from vecpool.errors import ConcurrentUseError, ForcedInterrupt
 
 __all__ = [
@@ -117,7 +121,9 @@ class _Held:
         if not _state["depth"] and _state["pending"]:
             _state["pending"] = 0
             if exc is None:
-                raise KeyboardInterrupt
+                _raise_interrupt(sys._getframe(1))
+            else:  # the exception on its way out stands for the Ctrl-C
+                cancel_resends()
 
 
 HELD = _Held()
@@ -141,18 +147,26 @@ def drop_held() -> None:
     exception on its way out stands for it), as :data:`HELD` does.
     """
     _state["depth"] -= 1
-    if not _state["depth"]:
+    if not _state["depth"] and _state["pending"]:
         _state["pending"] = 0
+        cancel_resends()
 
 
 def raise_deferred() -> None:
     """Raise the Ctrl-C deferred by a section that :data:`HOLD` opened.
 
     Raises:
-        KeyboardInterrupt: Always.
+        KeyboardInterrupt: Unless called inside a finalizer, where it would be
+            dropped: the signal is then sent again, to be raised after it.
     """
     _state["pending"] = 0
-    raise KeyboardInterrupt
+    _raise_interrupt(sys._getframe(1))
+
+
+def _raise_interrupt(frame: FrameType) -> None:
+    """Raise a held Ctrl-C at a section's end, or after the finalizer it is in."""
+    if not requeue_in_finalizer(signal.SIGINT, frame):
+        raise KeyboardInterrupt
 
 
 _P = ParamSpec("_P")
