@@ -19,7 +19,7 @@ handler again at the very next check, inside the handler, and recurses until a
 ``RecursionError``; and a real signal, unlike a mark, also breaks a blocking call
 (a hung step's wait).
 
-Limits, each as Python would behave without this module:
+Its limits:
 
 * A finalizer that has not returned after :data:`GIVE_UP_SECONDS` of resends (one
   that hangs) gets the ``KeyboardInterrupt`` raised in it: that ends the hang,
