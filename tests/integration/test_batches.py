@@ -149,6 +149,9 @@ def test_batches_refuse_bad_use(make_placed):
         envs.send(np.zeros(2, dtype=np.int64), [1, 1])
     with pytest.raises(ValueError, match=re.escape("must lie in [0, 4)")):
         envs.send(np.zeros(1, dtype=np.int64), [4])
+    # an id past int64 is named as given, not wrapped by a cast to int64
+    with pytest.raises(ValueError, match=re.escape(f"got [{2**63}]")):
+        envs.send(np.zeros(1, dtype=np.int64), [2**63])
     with pytest.raises(ValueError, match=re.escape("one action per id")):
         envs.send(np.zeros(3, dtype=np.int64), [0, 1])
     envs.send(np.zeros(2, dtype=np.int64), [0, 3])

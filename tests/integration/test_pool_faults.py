@@ -73,6 +73,8 @@ def test_abort_episodes_neither_counts_nor_merges():
         (np.array([0.0, 1.0]), "1-D array of ints"),
         (np.array([[0, 1]]), "1-D array of ints"),
         (np.array([0, 5]), re.escape("must lie in [0, 2)")),
+        # named as given, not wrapped to a negative int64
+        (np.array([0, 2**63], np.uint64), re.escape(f"got [0, {2**63}]")),
     ],
 )
 def test_add_refuses_bad_env_ids(env_ids, match):

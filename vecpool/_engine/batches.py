@@ -121,11 +121,11 @@ class Batches:
         if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
             msg = f"`env_ids` must be a non-empty 1-D array of ints, got {env_ids!r}."
             raise ValueError(msg)
-        ids = ids.astype(np.int64, copy=False)
-        listed = ids.tolist()
+        listed = ids.tolist()  # before the cast: a uint64 above 2**63 would wrap
         if min(listed) < 0 or max(listed) >= self.num_envs:
             msg = f"`env_ids` must lie in [0, {self.num_envs}), got {listed}."
             raise ValueError(msg)
+        ids = ids.astype(np.int64, copy=False)
         if len(set(listed)) != ids.size:
             msg = f"`env_ids` must not repeat an id, got {ids.tolist()}."
             raise ValueError(msg)

@@ -114,11 +114,11 @@ class AddChecks:
                 f"{ids.shape}, dtype {ids.dtype}): pass e.g. `np.array([0, 2])`."
             )
             raise ValueError(msg)
-        source = ids.astype(np.int64, copy=False)
-        if source.size and (source.min() < 0 or source.max() >= self.num_envs):
-            msg = f"`env_ids` must lie in [0, {self.num_envs}), got {source.tolist()}."
+        # checked before the cast: a uint64 above 2**63 is named, not wrapped
+        if ids.size and (ids.min() < 0 or ids.max() >= self.num_envs):
+            msg = f"`env_ids` must lie in [0, {self.num_envs}), got {ids.tolist()}."
             raise ValueError(msg)
-        return source
+        return ids.astype(np.int64, copy=False)
 
     def check_valid(self, valid: Any, env_ids: Any) -> npt.NDArray[np.bool_]:
         """``valid`` as a bool mask over the rows."""
