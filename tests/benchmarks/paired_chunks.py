@@ -22,6 +22,11 @@ spell falls on both alike; the figures are totals over the run. Two comparisons:
   if the workers wrote those rows. The second pool holds wrong rows: it must never
   be used for anything else.
 
+* ``collect-stage SHARE``: issue 39's recording cost. ``collect``'s loop three
+  times, with the parent share ``SHARE``: not recorded (vecpool alone), recorded,
+  and recorded with each step's rows written at once (the pool's ``StagedSteps``
+  off, vecpool/replay/writers.py).
+
 * ``flat-probe N``: issue 37's measure of the step path's layers. Sync and the
   default ``vecpool.AsyncVectorEnv`` (N CartPole envs) beside a *probe*: the same
   kind of env stepped by a flat step written here (the actions and buffer placed,
@@ -36,6 +41,7 @@ Usage::
     python tests/benchmarks/paired_chunks.py vs-sync cartpole 8 none --seconds 5
     python tests/benchmarks/paired_chunks.py collect-shares 4,3,2
     python tests/benchmarks/paired_chunks.py collect-writes 3
+    python tests/benchmarks/paired_chunks.py collect-stage 3
     python tests/benchmarks/paired_chunks.py flat-probe 8
 
 What a setup's idle worker does while the other takes its turn (it spins a moment,
@@ -215,13 +221,21 @@ def _without_row_writes(pool: Any) -> None:
 
 
 def collect_shares(
-    shares: list[int], record: bool, seconds: float, *, writes: bool = False
+    shares: list[int],
+    record: bool,
+    seconds: float,
+    *,
+    writes: bool = False,
+    stage: bool = False,
 ) -> None:
     """``collect``'s loop with each parent share (8 CartPole envs, NEXT_STEP).
 
-    With ``writes``: one share, recorded with and without the row writes.
+    With ``writes``: one share, recorded with and without the row writes. With
+    ``stage``: one share, not recorded (vecpool alone), recorded, and recorded
+    with each step's rows written at once (no ``StagedSteps``).
     """
     loops: dict[str, Any] = {}
+    names = ["alone", "recorded", "unstaged"] if stage else []
     for index, share in enumerate(shares):
         env = vecpool.make_vec(
             "CartPole-v1",
@@ -239,17 +253,21 @@ def collect_shares(
         if writes and index:
             _without_row_writes(wrapper.pool)
             name = "no row writes"
+        if stage:
+            name = names[index]
+            if name == "unstaged":
+                wrapper.pool._hot.stage = None  # each step written at once
         loops[name] = [wrapper, env, (actions, env.step(actions))]
     print(f"collect's loop, 8 CartPole envs, {'recording' if record else 'no pool'}")
 
-    def turn(loop: list[Any]) -> Callable[[int], int]:
+    def turn(name: str, loop: list[Any]) -> Callable[[int], int]:
         def run(steps: int) -> int:
             wrapper, env, pending = loop
             for _ in range(steps):
                 actions, result = pending
                 following = wrapper.action_space.sample()
                 env.step_async(following)
-                if record:
+                if record and name != "alone":
                     wrapper.record_step(actions, result)
                 pending = (following, env.step_wait())
             loop[2] = pending
@@ -263,7 +281,7 @@ def collect_shares(
     }
     try:
         results = _alternate(
-            {name: turn(loop) for name, loop in loops.items()}, pids, seconds
+            {name: turn(name, loop) for name, loop in loops.items()}, pids, seconds
         )
     finally:
         for wrapper, _, _ in loops.values():
@@ -389,9 +407,11 @@ def main() -> None:
     share.add_argument("--no-record", action="store_true")
     writes = sub.add_parser("collect-writes", help="collect's loop, no row writes")
     writes.add_argument("share", type=int, help="the parent's share, e.g. 3")
+    staged = sub.add_parser("collect-stage", help="collect's loop, staged or not")
+    staged.add_argument("share", type=int, help="the parent's share, e.g. 3")
     probe = sub.add_parser("flat-probe", help="the step path against a flat step")
     probe.add_argument("num_envs", type=int)
-    for each in (pair, share, writes, probe):
+    for each in (pair, share, writes, staged, probe):
         each.add_argument("--seconds", type=float, default=6.0, help="per setup")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
@@ -401,6 +421,8 @@ def main() -> None:
         flat_probe(args.num_envs, args.seconds)
     elif args.what == "collect-writes":
         collect_shares([args.share] * 2, True, args.seconds, writes=True)
+    elif args.what == "collect-stage":
+        collect_shares([args.share] * 3, True, args.seconds, stage=True)
     else:
         shares = [int(part) for part in args.shares.split(",")]
         collect_shares(shares, not args.no_record, args.seconds)

@@ -308,10 +308,123 @@ def test_settling_every_step_holds_what_settling_a_run_holds(
             for k in (1, 5, 100):
                 _same_stats(each.recent_episode_stats(k), runs.recent_episode_stats(k))
     _same_stats(each.episode_stats, runs.episode_stats)
-    mine, theirs = each.state_dict(), runs.state_dict()  # rows, marks, episodes
-    assert mine.keys() == theirs.keys()
-    for key in mine:
+    _same_state(each, runs)
+
+
+def _same_state(mine: ReplayPool, theirs: ReplayPool) -> None:
+    """Equal ``state_dict``s: rows, marks, episodes.
+
+    Per-row arrays at the held rows only: a free slot may keep a row not held (one
+    not ``valid``, written where the next would go) or an older one."""
+    ring = mine._ring
+    held = ring.row_of(*ring.held())
+    ours, others = mine.state_dict(), theirs.state_dict()
+    assert ours.keys() == others.keys()
+    for key, value in ours.items():
+        other = others[key]
+        if np.ndim(value) and len(value) == ring.rows and key != "next_row":
+            value, other = value[held], other[held]
         if key in ("episode_return", "episodes", "recent"):  # float sums
-            np.testing.assert_allclose(mine[key], theirs[key], rtol=1e-12)
+            np.testing.assert_allclose(value, other, rtol=1e-12)
         else:
-            np.testing.assert_array_equal(mine[key], theirs[key], err_msg=key)
+            np.testing.assert_array_equal(value, other, err_msg=key)
+
+
+@pytest.mark.parametrize(
+    ("settings", "pool_size"),
+    [
+        ({}, 1000),
+        ({}, 45),  # 9 a sub-pool: runs as long as they may be, wrapping
+        ({"alpha": 0.6}, 250),
+        ({"window_size": 5}, 60),
+    ],
+)
+def test_staged_steps_hold_what_steps_written_one_by_one_hold(
+    monkeypatch: pytest.MonkeyPatch, settings: dict[str, Any], pool_size: int
+) -> None:
+    """The hot writer's staged steps (``StagedSteps``, written a run at once) leave
+    the pool as writing each step at once does: rows, marks, episodes, samples.
+
+    Masked steps (``NEXT_STEP``'s reset rows) put the sub-pools at different
+    slots, where steps are staged; reads in between flush runs of any length."""
+    from vecpool.replay import writers
+
+    num_envs = 5
+    box = spaces.Box(-10, 10, (3,), np.float32)
+    action_space = spaces.Dict({"a": spaces.Discrete(3), "b": spaces.Box(-1, 1, (2,))})
+    staged = ReplayPool(box, action_space, num_envs, pool_size, seed=3, **settings)
+    monkeypatch.setattr(writers, "STAGE_BYTES", 0)  # no stage: each step written
+    plain = ReplayPool(box, action_space, num_envs, pool_size, seed=3, **settings)
+    assert staged._hot.stage is not None
+    assert plain._hot.stage is None
+    rng = np.random.default_rng(11)
+    longest = 0  # the longest run staged
+    for step in range(400):
+        obs = rng.normal(size=(num_envs, 3)).astype(np.float32)
+        action = {
+            "a": rng.integers(0, 3, num_envs),
+            "b": rng.uniform(-1, 1, (num_envs, 2)).astype(np.float32),
+        }
+        scalars = (
+            rng.normal(size=num_envs),
+            rng.random(num_envs) < 0.08,
+            rng.random(num_envs) < 0.04,
+        )
+        valid = (rng.random(num_envs) < 0.7) if rng.random() < 0.3 else None
+        for pool in (staged, plain):
+            pool.add(obs, action, obs + 1, *scalars, valid=valid)
+        longest = max(longest, staged._hot.stage.count)
+        read = rng.random()
+        if read < 0.05:
+            for pool in (staged, plain):
+                pool.abort_episodes([step % num_envs])
+        elif read < 0.15:
+            mine, theirs = staged.sample(6), plain.sample(6)
+            for field in ("obs", "next_obs", "reward", "terminated"):
+                np.testing.assert_array_equal(
+                    getattr(mine, field), getattr(theirs, field)
+                )
+            np.testing.assert_array_equal(mine.action["b"], theirs.action["b"])
+            if "alpha" in settings:
+                values = rng.random(6) + 0.1
+                np.testing.assert_array_equal(mine.indices, theirs.indices)
+                staged.update_priorities(mine.indices, values)
+                plain.update_priorities(theirs.indices, values)
+        elif read < 0.2:
+            _same_stats(staged.episode_stats, plain.episode_stats)
+            np.testing.assert_array_equal(staged.lengths, plain.lengths)
+    assert longest >= 8  # runs were staged, and flushed by the reads
+    _same_stats(staged.episode_stats, plain.episode_stats)
+    for k in (1, 7, 100):
+        _same_stats(staged.recent_episode_stats(k), plain.recent_episode_stats(k))
+    held, same = staged.get_pool(), plain.get_pool()
+    for field in ("obs", "next_obs", "reward", "terminated", "truncated"):
+        np.testing.assert_array_equal(getattr(held, field), getattr(same, field))
+    for leaf in ("a", "b"):
+        np.testing.assert_array_equal(held.action[leaf], same.action[leaf])
+    _same_state(staged, plain)
+
+
+def test_steps_are_staged_only_while_nothing_reads_the_pool() -> None:
+    """A pool read after every add (DQN's loop) writes each step at once: a flush
+    of one step would cost more. One not read stages its steps until a read."""
+    pool = ReplayPool(BOX, spaces.Discrete(2), 3, 300)
+    stage = pool._hot.stage
+    assert stage is not None
+
+    def add(valid: Any = None) -> None:
+        obs = np.zeros((3, 2), np.float32)
+        zeros = np.zeros(3, bool)
+        pool.add(obs, np.zeros(3, np.int64), obs, np.ones(3), zeros, zeros, valid=valid)
+
+    add(np.array([True, False, True]))  # the sub-pools now lie at different slots
+    add()
+    add()
+    assert stage.count == 3  # not read: staged
+    assert len(pool) == 8  # a read shows them all
+    assert stage.count == 0
+    add()  # read since the last add: written at once
+    assert stage.count == 0
+    add()  # not read since: staged again
+    assert stage.count == 1
+    assert len(pool) == 14

@@ -7,11 +7,13 @@ sub-pool's free slot is the same, the aligned path), with the counting deferred.
 sampling (lengths, ends, priorities) in a few numpy calls whatever their number;
 :meth:`HotWriter.sync` also settles the stretch marks and episodes of every step
 since the last settle at once, before anything reads them and before a row could
-be written twice. It applies where the storage kind allows it, without clearing
-or random routing. :class:`RoutedWriter` is the general path: rows routed to
-sub-pools (by ``env_ids``, or at random), appended one per sub-pool at a time and
-trimmed at once, in the documented order (append, clearing, overflow;
-docs/replay-pool.md).
+be written twice. Where sub-pools are not at the same slot, small rows are staged
+in step order (:class:`StagedSteps`) and written a run of steps at once, before
+anything reads them (:meth:`HotWriter.flush`). It applies where the storage kind
+allows it, without clearing or random routing. :class:`RoutedWriter` is the
+general path: rows routed to sub-pools (by ``env_ids``, or at random), appended
+one per sub-pool at a time and trimmed at once, in the documented order (append,
+clearing, overflow; docs/replay-pool.md).
 """
 
 from __future__ import annotations
@@ -22,13 +24,108 @@ import numpy as np
 import numpy.typing as npt
 
 from vecpool.replay.episode_log import EpisodeLog
-from vecpool.replay.layouts import Columns, ObservationLayout
+from vecpool.replay.layouts import ArrayLayout, Columns, ObservationLayout
 from vecpool.replay.ring import SubPoolRing
 from vecpool.replay.samplers import IndexSampler
 
-__all__ = ["HotWriter", "RoutedWriter"]
+__all__ = ["STAGE_BYTES", "STAGE_STEPS", "HotWriter", "RoutedWriter"]
 
 Leaves = list[npt.NDArray[Any]]
+
+STAGE_STEPS = 64
+"""Vector steps :meth:`HotWriter.add_rows` stages before it writes them at once."""
+STAGE_BYTES = 1 << 18
+"""The most bytes the staged steps may take (fewer steps for larger rows; none
+where fewer than 4 would fit: a large observation is cheaper written once)."""
+
+
+_STEPS = np.arange(STAGE_STEPS)[:, None]
+"""Each staged step's place among its env's rows, when none came with a mask."""
+
+
+class StagedSteps:
+    """Hot steps kept in step order, for :meth:`HotWriter.flush` to write at once.
+
+    Where sub-pools are not at the same slot (after the first episode end, in a
+    ``NEXT_STEP`` loop), each step's rows lie apart and every field costs a
+    scatter; staged, a step is a few slice writes and a run of steps one scatter
+    a field. Each field is kept in the stored dtype, so its values are those the
+    ring would have been given.
+
+    Attributes:
+        steps: How many steps it holds.
+        count: How many it holds now.
+        arrays: One ``[steps, num_envs, ...]`` array a stored field: observation
+            leaves, next-observation leaves, action leaves, reward, the flags.
+        flat: The same, ``[steps * num_envs, ...]``.
+        valid: Which of each step's rows are transitions.
+        masked: The steps that came with a mask.
+    """
+
+    def __init__(
+        self, layout: ArrayLayout, columns: Columns, num_envs: int, steps: int
+    ):
+        """Room for ``steps`` steps of ``num_envs`` rows."""
+        stored = [*layout.obs, *layout.next_obs, *columns.action]
+        stored += [columns.reward, columns.terminated, columns.truncated]
+        self.steps, self.count, self.leaves = steps, 0, len(layout.obs)
+        self.arrays = [
+            np.empty((steps, num_envs, *a.shape[1:]), a.dtype) for a in stored
+        ]
+        self.flat = [a.reshape(steps * num_envs, *a.shape[2:]) for a in self.arrays]
+        self.valid = np.ones((steps, num_envs), np.bool_)
+        self.masked: list[int] = []
+
+    @classmethod
+    def fit(
+        cls, layout: ObservationLayout, columns: Columns, num_envs: int, limit: int
+    ) -> StagedSteps | None:
+        """A stage for rows of this size, or ``None`` where none pays.
+
+        Only whole observations (:class:`~vecpool.replay.layouts.ArrayLayout`):
+        frames and next observations kept apart depend on the rows before them.
+        At most ``limit`` steps (the writer's settle limit) and
+        :data:`STAGE_BYTES`; none where fewer than 4 steps fit.
+        """
+        if not isinstance(layout, ArrayLayout):
+            return None
+        arrays = [*layout.obs, *layout.next_obs, *columns.action]
+        arrays += [columns.reward, columns.terminated, columns.truncated]
+        step = sum(array[:1].nbytes for array in arrays) * num_envs
+        steps = min(STAGE_STEPS, limit, STAGE_BYTES // max(step, 1))
+        return cls(layout, columns, num_envs, steps) if steps >= 4 else None
+
+    def put(
+        self,
+        obs: Leaves,
+        action: Leaves,
+        next_obs: Leaves,
+        reward: npt.NDArray[Any],
+        terminated: npt.NDArray[np.bool_],
+        truncated: npt.NDArray[np.bool_],
+        valid: npt.NDArray[np.bool_] | None,
+    ) -> None:
+        """Keep one step's rows (``valid``: which are transitions; ``None``: all)."""
+        arrays, step = self.arrays, self.count
+        for store, leaf in zip(arrays, [*obs, *next_obs, *action], strict=False):
+            store[step] = leaf
+        arrays[-3][step] = reward
+        arrays[-2][step] = terminated
+        arrays[-1][step] = truncated
+        if valid is None:
+            self.valid[step] = True
+        else:
+            self.valid[step] = valid
+            self.masked.append(step)
+        self.count = step + 1
+
+    def split(
+        self, fields: Leaves
+    ) -> tuple[Leaves, Leaves, Leaves, tuple[npt.NDArray[Any], ...]]:
+        """``fields`` (one a stored field) as obs, next obs, action leaves, scalars."""
+        leaves = self.leaves
+        obs, next_obs = fields[:leaves], fields[leaves : 2 * leaves]
+        return obs, next_obs, fields[2 * leaves : -3], tuple(fields[-3:])
 
 
 class HotWriter:
@@ -71,6 +168,11 @@ class HotWriter:
         # the masks of the run's masked adds, by their place in the run: which
         # vector step each row came at, so its episodes are logged as they ended
         self.masks: list[tuple[int, npt.NDArray[np.bool_]]] = []
+        # add_rows' steps, kept in step order and written at once (`flush`)
+        self.stage = StagedSteps.fit(layout, columns, ring.num_envs, self.settle_limit)
+        if not enabled:
+            self.stage = None
+        self.read = False  # whether the pool was read (`show`) since the last add
 
     def add_aligned(
         self,
@@ -108,13 +210,74 @@ class HotWriter:
         truncated: npt.NDArray[np.bool_],
         valid: npt.NDArray[np.bool_] | None,
     ) -> None:
-        """One row per env at each sub-pool's free row (not ``valid``: not kept)."""
+        """One row per env at each sub-pool's free row (not ``valid``: not kept).
+
+        Staged where the rows are small (:data:`STAGE_BYTES`) and the pool was not
+        read since the last add: a step's rows are then a handful of slice
+        writes, and :meth:`flush` writes a run of steps into the sub-pools at
+        once, where each env's rows lie apart.
+        """
         self._leave_alignment()
+        stage = self.stage
+        if stage is not None and not self.read:
+            stage.put(obs, action, next_obs, reward, terminated, truncated, valid)
+            if stage.count == stage.steps or self.unsettled + stage.count >= (
+                self.settle_limit
+            ):
+                self.flush()
+            return
+        self.read = False  # read after every add (DQN's loop): not staged, as the
+        # flush of one step would cost more than the step written at once
         # int32 row links (to keep the index small) widened once, not per write
         row = self.ring.row.astype(np.intp)
         self.layout.write_rows(row, obs, next_obs, valid)
         self.columns.write(row, action, reward, terminated, truncated)
         self._advance(row, valid)
+
+    def flush(self) -> None:
+        """Write the staged steps into the sub-pools, as :meth:`add_rows` would.
+
+        Each env's rows go to its sub-pool's next free slots in step order; a
+        row not ``valid`` goes to the free slot after them, as :meth:`add_rows`
+        writes it at the free slot (not held). The counting is then deferred as
+        for any add (:meth:`show`, :meth:`sync`).
+        """
+        stage = self.stage
+        if stage is None or not stage.count:
+            return
+        steps, masked, valid = stage.count, stage.masked, stage.valid[: stage.count]
+        stage.count = 0
+        ring = self.ring
+        num_envs, slots = ring.num_envs, ring.slots
+        free = (ring.row - ring.base) // num_envs  # each sub-pool's free slot
+        place: npt.NDArray[np.intp]
+        if masked:
+            after = np.cumsum(valid, axis=0, dtype=np.intp)
+            counts: Any = after[-1]
+            # each row's place among its env's rows in the run (after - 1), and
+            # for a row not valid, the free slot after them all
+            place = np.where(valid, after - 1, counts)
+        else:
+            place = _STEPS[:steps]
+            counts = steps
+        rows = (ring.base + (free + place) % slots * num_envs).ravel()
+        fields = [flat[: rows.size] for flat in stage.flat]
+        obs, next_obs, action, scalars = stage.split(fields)
+        self.layout.write_rows(rows, obs, next_obs, None)
+        self.columns.write(rows, action, *scalars)
+        ring.row = ring.base + (free + counts) % slots * num_envs
+        if masked:
+            np.add(self.pending_env, valid[masked].sum(axis=0), out=self.pending_env)
+            self.masked = True
+            run = self.unsettled
+            self.masks.extend((run + step, valid[step].copy()) for step in masked)
+            self.pending += steps - len(masked)
+            masked.clear()
+        else:
+            self.pending += steps
+        self.unsettled += steps
+        if self.unsettled >= self.settle_limit:
+            self.sync()
 
     def _leave_alignment(self) -> None:
         """Bring the ring's ``row`` up to date before a per-row write."""
@@ -153,6 +316,9 @@ class HotWriter:
         ``sample()`` after every step shows that step, and a run of steps is
         settled at once).
         """
+        self.read = True
+        if self.stage is not None and self.stage.count:
+            self.flush()
         adds: Any = self.pending
         if self.masked:
             adds = adds + self.pending_env
@@ -242,6 +408,9 @@ class HotWriter:
         """Start over after the ring was loaded: nothing deferred."""
         ring = self.ring
         self.pending, self.unsettled = 0, 0
+        if self.stage is not None:
+            self.stage.count = 0
+            self.stage.masked.clear()
         self.masks.clear()
         self.masked = False
         self.pending_env[:] = 0
