@@ -428,3 +428,35 @@ def test_steps_are_staged_only_while_nothing_reads_the_pool() -> None:
     add()  # not read since: staged again
     assert stage.count == 1
     assert len(pool) == 14
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_a_copied_pool_with_staged_steps_goes_on_as_the_original(how: str) -> None:
+    """A pool pickled or copied while steps are staged goes on alike: its stage
+    keeps no view of its arrays (a copy would write one and flush the other)."""
+    import copy
+    import pickle
+
+    pool = ReplayPool(BOX, spaces.Discrete(2), 3, 300)
+    zeros = np.zeros(3, bool)
+
+    def add(target: ReplayPool, value: float, valid: Any = None) -> None:
+        obs = np.full((3, 2), value, np.float32)
+        target.add(
+            obs, np.ones(3, np.int64), obs, np.ones(3), zeros, zeros, valid=valid
+        )
+
+    add(pool, 0.0, np.array([True, False, True]))
+    _ = len(pool)
+    add(pool, 1.0)
+    add(pool, 2.0)
+    assert pool._hot.stage is not None
+    assert pool._hot.stage.count == 1  # the second add was staged
+    twin = pickle.loads(pickle.dumps(pool)) if how == "pickle" else copy.deepcopy(pool)
+    for target in (pool, twin):
+        for value in (3.0, 4.0, 5.0):
+            add(target, value)
+    mine, theirs = pool.get_pool(), twin.get_pool()
+    np.testing.assert_array_equal(theirs.obs, mine.obs)
+    np.testing.assert_array_equal(theirs.next_obs, mine.next_obs)
+    assert sorted(set(mine.obs[:, 0].tolist())) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]

@@ -57,7 +57,6 @@ class StagedSteps:
         count: How many it holds now.
         arrays: One ``[steps, num_envs, ...]`` array a stored field: observation
             leaves, next-observation leaves, action leaves, reward, the flags.
-        flat: The same, ``[steps * num_envs, ...]``.
         valid: Which of each step's rows are transitions.
         masked: The steps that came with a mask.
     """
@@ -72,7 +71,6 @@ class StagedSteps:
         self.arrays = [
             np.empty((steps, num_envs, *a.shape[1:]), a.dtype) for a in stored
         ]
-        self.flat = [a.reshape(steps * num_envs, *a.shape[2:]) for a in self.arrays]
         self.valid = np.ones((steps, num_envs), np.bool_)
         self.masked: list[int] = []
 
@@ -261,7 +259,8 @@ class HotWriter:
             place = _STEPS[:steps]
             counts = steps
         rows = (ring.base + (free + place) % slots * num_envs).ravel()
-        fields = [flat[: rows.size] for flat in stage.flat]
+        # views made here, not kept: a pickled or copied pool keeps no views
+        fields = [a[:steps].reshape(rows.size, *a.shape[2:]) for a in stage.arrays]
         obs, next_obs, action, scalars = stage.split(fields)
         self.layout.write_rows(rows, obs, next_obs, None)
         self.columns.write(rows, action, *scalars)
