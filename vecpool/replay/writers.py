@@ -43,6 +43,18 @@ _STEPS = np.arange(STAGE_STEPS)[:, None]
 """Each staged step's place among its env's rows, when none came with a mask."""
 
 
+def _stored(layout: ArrayLayout, columns: Columns) -> Leaves:
+    """Every stored per-row array, in :class:`StagedSteps`' order."""
+    return [
+        *layout.obs,
+        *layout.next_obs,
+        *columns.action,
+        columns.reward,
+        columns.terminated,
+        columns.truncated,
+    ]
+
+
 class StagedSteps:
     """Hot steps kept in step order, for :meth:`HotWriter.flush` to write at once.
 
@@ -63,13 +75,12 @@ class StagedSteps:
 
     def __init__(
         self, layout: ArrayLayout, columns: Columns, num_envs: int, steps: int
-    ):
+    ) -> None:
         """Room for ``steps`` steps of ``num_envs`` rows."""
-        stored = [*layout.obs, *layout.next_obs, *columns.action]
-        stored += [columns.reward, columns.terminated, columns.truncated]
         self.steps, self.count, self.leaves = steps, 0, len(layout.obs)
         self.arrays = [
-            np.empty((steps, num_envs, *a.shape[1:]), a.dtype) for a in stored
+            np.empty((steps, num_envs, *a.shape[1:]), a.dtype)
+            for a in _stored(layout, columns)
         ]
         self.valid = np.ones((steps, num_envs), np.bool_)
         self.masked: list[int] = []
@@ -87,9 +98,7 @@ class StagedSteps:
         """
         if not isinstance(layout, ArrayLayout):
             return None
-        arrays = [*layout.obs, *layout.next_obs, *columns.action]
-        arrays += [columns.reward, columns.terminated, columns.truncated]
-        step = sum(array[:1].nbytes for array in arrays) * num_envs
+        step = sum(array[:1].nbytes for array in _stored(layout, columns)) * num_envs
         steps = min(STAGE_STEPS, limit, STAGE_BYTES // max(step, 1))
         return cls(layout, columns, num_envs, steps) if steps >= 4 else None
 
