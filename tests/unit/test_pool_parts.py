@@ -460,3 +460,95 @@ def test_a_copied_pool_with_staged_steps_goes_on_as_the_original(how: str) -> No
     np.testing.assert_array_equal(theirs.obs, mine.obs)
     np.testing.assert_array_equal(theirs.next_obs, mine.next_obs)
     assert sorted(set(mine.obs[:, 0].tolist())) == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def _twins(monkeypatch: pytest.MonkeyPatch, **settings: Any) -> list[ReplayPool]:
+    """A pool that stages steps and one that writes each at once, alike else."""
+    from vecpool.replay import writers
+
+    staged = ReplayPool(BOX, spaces.Discrete(2), 3, 600, seed=0, **settings)
+    with monkeypatch.context() as patch:
+        patch.setattr(writers, "STAGE_BYTES", 0)
+        plain = ReplayPool(BOX, spaces.Discrete(2), 3, 600, seed=0, **settings)
+    return [staged, plain]
+
+
+def _add_to(pools: list[ReplayPool], value: float, valid: Any = None) -> None:
+    obs = np.full((3, 2), value, np.float32)
+    zeros = np.zeros(3, bool)
+    for pool in pools:
+        pool.add(obs, np.ones(3, np.int64), obs, np.ones(3), zeros, zeros, valid=valid)
+
+
+def _same_pools(mine: ReplayPool, theirs: ReplayPool) -> None:
+    held, same = mine.get_pool(), theirs.get_pool()
+    np.testing.assert_array_equal(held.obs, same.obs)
+    np.testing.assert_array_equal(held.next_obs, same.next_obs)
+    _same_state(mine, theirs)
+
+
+def test_an_interrupted_flush_loses_no_staged_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Ctrl-C in the read that writes the staged steps (e.g. ``collect``'s
+    progress line) leaves them staged: the next read writes them."""
+    from vecpool.replay import layouts
+
+    pools = _twins(monkeypatch)
+    _add_to(pools, 0.0, np.array([True, False, True]))
+    for value in (1.0, 2.0, 3.0):
+        _add_to(pools, value)
+    staged = pools[0]
+    assert staged._hot.stage is not None
+    assert staged._hot.stage.count == 4
+    write = layouts.ArrayLayout.write_rows
+
+    def interrupted(*args: Any) -> None:
+        monkeypatch.setattr(layouts.ArrayLayout, "write_rows", write)  # once
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(layouts.ArrayLayout, "write_rows", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _ = len(staged)
+    assert staged._hot.stage.count == 4  # still staged
+    _add_to(pools, 4.0)
+    assert len(staged) == len(pools[1]) == 14
+    _same_pools(*pools)
+
+
+def test_a_pool_pickled_before_stages_existed_loads_and_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pool pickled by the code before this one (its writer had no ``stage``
+    nor ``read``) loads and goes on, writing each step at once."""
+    import pickle
+
+    pools = _twins(monkeypatch)
+    _add_to(pools, 0.0, np.array([True, False, True]))
+    _ = [len(pool) for pool in pools]
+    old = pools[1]
+    del old._hot.stage, old._hot.read  # as the old code pickled it
+    loaded = pickle.loads(pickle.dumps(old))
+    assert "stage" not in vars(loaded._hot)
+    for pool in (loaded, pools[0]):
+        for value in (1.0, 2.0, 3.0):
+            _add_to([pool], value)
+    _same_pools(pools[0], loaded)
+
+
+def test_a_longer_stage_than_the_default_writes_what_it_staged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``STAGE_STEPS`` is read when a stage is made: a longer one works."""
+    from vecpool.replay import writers
+
+    monkeypatch.setattr(writers, "STAGE_STEPS", 100)
+    pools = _twins(monkeypatch)
+    assert pools[0]._hot.stage is not None
+    assert pools[0]._hot.stage.steps == 100
+    _add_to(pools, 0.0, np.array([True, False, True]))
+    _ = len(pools[0])  # a read: the next add is written at once
+    for value in range(1, 90):
+        _add_to(pools, float(value))
+    assert pools[0]._hot.stage.count == 88  # a run with no mask in it
+    _same_pools(*pools)

@@ -28,7 +28,7 @@ from vecpool.replay.layouts import ArrayLayout, Columns, ObservationLayout
 from vecpool.replay.ring import SubPoolRing
 from vecpool.replay.samplers import IndexSampler
 
-__all__ = ["STAGE_BYTES", "STAGE_STEPS", "HotWriter", "RoutedWriter"]
+__all__ = ["STAGE_BYTES", "STAGE_STEPS", "HotWriter", "RoutedWriter", "StagedSteps"]
 
 Leaves = list[npt.NDArray[Any]]
 
@@ -37,10 +37,6 @@ STAGE_STEPS = 64
 STAGE_BYTES = 1 << 18
 """The most bytes the staged steps may take (fewer steps for larger rows; none
 where fewer than 4 would fit: a large observation is cheaper written once)."""
-
-
-_STEPS = np.arange(STAGE_STEPS)[:, None]
-"""Each staged step's place among its env's rows, when none came with a mask."""
 
 
 def _stored(layout: ArrayLayout, columns: Columns) -> Leaves:
@@ -65,12 +61,17 @@ class StagedSteps:
     ring would have been given.
 
     Attributes:
-        steps: How many steps it holds.
+        steps: How many steps it has room for.
         count: How many it holds now.
+        leaves: How many observation leaves there are.
         arrays: One ``[steps, num_envs, ...]`` array a stored field: observation
             leaves, next-observation leaves, action leaves, reward, the flags.
+        objects: Those of ``arrays`` that hold Python objects (cleared once
+            written, so the stage keeps none alive).
         valid: Which of each step's rows are transitions.
         masked: The steps that came with a mask.
+        places: Each step's place among its env's rows, when none came with a
+            mask (``[steps, 1]``).
     """
 
     def __init__(
@@ -82,8 +83,10 @@ class StagedSteps:
             np.empty((steps, num_envs, *a.shape[1:]), a.dtype)
             for a in _stored(layout, columns)
         ]
+        self.objects = [a for a in self.arrays if a.dtype.kind == "O"]
         self.valid = np.ones((steps, num_envs), np.bool_)
         self.masked: list[int] = []
+        self.places = np.arange(steps)[:, None]
 
     @classmethod
     def fit(
@@ -148,6 +151,12 @@ class HotWriter:
             clearing, no random routing).
     """
 
+    stage: StagedSteps | None = None
+    """The staged steps (``None``: each step written at once); a class default
+    for a pool pickled before stages existed."""
+    read: bool = False
+    """Whether the pool was read (:meth:`show`) since the last add."""
+
     def __init__(
         self,
         ring: SubPoolRing,
@@ -176,10 +185,10 @@ class HotWriter:
         # vector step each row came at, so its episodes are logged as they ended
         self.masks: list[tuple[int, npt.NDArray[np.bool_]]] = []
         # add_rows' steps, kept in step order and written at once (`flush`)
-        self.stage = StagedSteps.fit(layout, columns, ring.num_envs, self.settle_limit)
-        if not enabled:
-            self.stage = None
-        self.read = False  # whether the pool was read (`show`) since the last add
+        if enabled:
+            self.stage = StagedSteps.fit(
+                layout, columns, ring.num_envs, self.settle_limit
+            )
 
     def add_aligned(
         self,
@@ -226,7 +235,8 @@ class HotWriter:
         """
         self._leave_alignment()
         stage = self.stage
-        if stage is not None and not self.read:
+        # staged steps come first, also those an interrupted flush left
+        if stage is not None and (stage.count or not self.read):
             stage.put(obs, action, next_obs, reward, terminated, truncated, valid)
             if stage.count == stage.steps or self.unsettled + stage.count >= (
                 self.settle_limit
@@ -247,13 +257,14 @@ class HotWriter:
         Each env's rows go to its sub-pool's next free slots in step order; a
         row not ``valid`` goes to the free slot after them, as :meth:`add_rows`
         writes it at the free slot (not held). The counting is then deferred as
-        for any add (:meth:`show`, :meth:`sync`).
+        for any add (:meth:`show`, :meth:`sync`). The steps stay staged until
+        their rows are written: an exception in the writes (a Ctrl-C in a read
+        that flushes) loses none, and the next flush writes them again.
         """
         stage = self.stage
         if stage is None or not stage.count:
             return
         steps, masked, valid = stage.count, stage.masked, stage.valid[: stage.count]
-        stage.count = 0
         ring = self.ring
         num_envs, slots = ring.num_envs, ring.slots
         free = (ring.row - ring.base) // num_envs  # each sub-pool's free slot
@@ -265,7 +276,7 @@ class HotWriter:
             # for a row not valid, the free slot after them all
             place = np.where(valid, after - 1, counts)
         else:
-            place = _STEPS[:steps]
+            place = stage.places[:steps]
             counts = steps
         rows = (ring.base + (free + place) % slots * num_envs).ravel()
         # views made here, not kept: a pickled or copied pool keeps no views
@@ -273,7 +284,10 @@ class HotWriter:
         obs, next_obs, action, scalars = stage.split(fields)
         self.layout.write_rows(rows, obs, next_obs, None)
         self.columns.write(rows, action, *scalars)
+        stage.count = 0  # written: from here on, the counting
         ring.row = ring.base + (free + counts) % slots * num_envs
+        for objects in stage.objects:  # no reference kept to what was flushed
+            objects[:steps] = None
         if masked:
             np.add(self.pending_env, valid[masked].sum(axis=0), out=self.pending_env)
             self.masked = True
