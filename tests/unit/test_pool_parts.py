@@ -552,3 +552,37 @@ def test_a_longer_stage_than_the_default_writes_what_it_staged(
         _add_to(pools, float(value))
     assert pools[0]._hot.stage.count == 88  # a run with no mask in it
     _same_pools(*pools)
+
+
+def test_an_add_after_a_full_stage_failed_to_flush_writes_it_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The flush of a full stage cut short (a Ctrl-C in the add that filled it):
+    the next add writes the stage first, never past its room nor past the steps
+    that may go unsettled."""
+    from vecpool.replay import layouts
+
+    pools = _twins(monkeypatch)
+    _add_to(pools, 0.0, np.array([True, False, True]))
+    _ = [len(pool) for pool in pools]  # a read: the next add is written at once
+    _add_to(pools, 0.5)
+    stage = pools[0]._hot.stage
+    assert stage is not None
+    for value in range(1, stage.steps + 1):  # the last add fills the stage
+        _add_to(pools[1:], float(value))
+        if value < stage.steps:
+            _add_to(pools[:1], float(value))
+    assert stage.count == stage.steps - 1
+    write = layouts.ArrayLayout.write_rows
+
+    def interrupted(*args: Any) -> None:
+        monkeypatch.setattr(layouts.ArrayLayout, "write_rows", write)  # once
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(layouts.ArrayLayout, "write_rows", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _add_to(pools[:1], float(stage.steps))
+    assert stage.count == stage.steps  # full, not written
+    for value in range(stage.steps + 1, stage.steps + 4):
+        _add_to(pools, float(value))
+    _same_pools(*pools)

@@ -237,10 +237,10 @@ class HotWriter:
         stage = self.stage
         # staged steps come first, also those an interrupted flush left
         if stage is not None and (stage.count or not self.read):
+            if self._stage_full(stage):  # a flush an exception cut short
+                self.flush()
             stage.put(obs, action, next_obs, reward, terminated, truncated, valid)
-            if stage.count == stage.steps or self.unsettled + stage.count >= (
-                self.settle_limit
-            ):
+            if self._stage_full(stage):
                 self.flush()
             return
         self.read = False  # read after every add (DQN's loop): not staged, as the
@@ -250,6 +250,12 @@ class HotWriter:
         self.layout.write_rows(row, obs, next_obs, valid)
         self.columns.write(row, action, reward, terminated, truncated)
         self._advance(row, valid)
+
+    def _stage_full(self, stage: StagedSteps) -> bool:
+        """Whether ``stage`` is full, or holds as many steps as may go unsettled."""
+        return stage.count == stage.steps or (
+            self.unsettled + stage.count >= self.settle_limit
+        )
 
     def flush(self) -> None:
         """Write the staged steps into the sub-pools, as :meth:`add_rows` would.
