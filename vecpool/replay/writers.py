@@ -122,12 +122,14 @@ class StagedSteps:
         arrays[-3][step] = reward
         arrays[-2][step] = terminated
         arrays[-1][step] = truncated
+        # the step and its mask counted in plain stores, no call between them
+        # (Python raises a Ctrl-C only at a call or a backward jump)
         if valid is None:
             self.valid[step] = True
+            self.count = step + 1
         else:
             self.valid[step] = valid
-            self.masked.append(step)
-        self.count = step + 1
+            self.masked, self.count = [*self.masked, step], step + 1
 
     def split(
         self, fields: Leaves
@@ -264,8 +266,9 @@ class HotWriter:
         row not ``valid`` goes to the free slot after them, as :meth:`add_rows`
         writes it at the free slot (not held). The counting is then deferred as
         for any add (:meth:`show`, :meth:`sync`). The steps stay staged until
-        their rows are written: an exception in the writes (a Ctrl-C in a read
-        that flushes) loses none, and the next flush writes them again.
+        their rows are written and counted: an exception before (a Ctrl-C in a
+        read that flushes) loses none, and the next flush writes them again. (So
+        an add whose own flush was cut short is kept: it is not to be repeated.)
         """
         stage = self.stage
         if stage is None or not stage.count:
@@ -290,20 +293,23 @@ class HotWriter:
         obs, next_obs, action, scalars = stage.split(fields)
         self.layout.write_rows(rows, obs, next_obs, None)
         self.columns.write(rows, action, *scalars)
-        stage.count = 0  # written: from here on, the counting
-        ring.row = ring.base + (free + counts) % slots * num_envs
+        # the counting: computed first (a Ctrl-C raised here leaves the steps
+        # staged, to be written again), then taken in plain stores with no call
+        # between them (Python raises a Ctrl-C only at a call or a backward jump)
+        row = ring.base + (free + counts) % slots * num_envs
+        pending, pending_env, masks = self.pending + steps, self.pending_env, self.masks
+        if masked:
+            pending -= len(masked)
+            pending_env = pending_env + valid[masked].sum(axis=0)
+            run = self.unsettled
+            masks = [*masks, *[(run + step, valid[step].copy()) for step in masked]]
+        stage.count, stage.masked, ring.row = 0, [], row
+        self.pending, self.pending_env, self.masks = pending, pending_env, masks
+        self.unsettled += steps
+        if masked:
+            self.masked = True
         for objects in stage.objects:  # no reference kept to what was flushed
             objects[:steps] = None
-        if masked:
-            np.add(self.pending_env, valid[masked].sum(axis=0), out=self.pending_env)
-            self.masked = True
-            run = self.unsettled
-            self.masks.extend((run + step, valid[step].copy()) for step in masked)
-            self.pending += steps - len(masked)
-            masked.clear()
-        else:
-            self.pending += steps
-        self.unsettled += steps
         if self.unsettled >= self.settle_limit:
             self.sync()
 
@@ -323,10 +329,12 @@ class HotWriter:
             ring.row = ring.next_row[row]
             self.pending += 1
         else:  # rows not valid stay at their sub-pool's free slot: not kept
-            ring.row = np.where(valid, ring.next_row[row], row)
-            np.add(self.pending_env, valid, out=self.pending_env)
-            self.masked = True
-            self.masks.append((self.unsettled, valid.copy()))
+            # computed, then taken in plain stores with no call between them
+            # (a Ctrl-C raised before loses the step whole, never half-counted)
+            following = np.where(valid, ring.next_row[row], row)
+            masks = [*self.masks, (self.unsettled, valid.copy())]
+            ring.row, self.pending_env = following, self.pending_env + valid
+            self.masks, self.masked = masks, True
         self.unsettled += 1
         if self.unsettled >= self.settle_limit:
             self.sync()
@@ -350,19 +358,19 @@ class HotWriter:
         adds: Any = self.pending
         if self.masked:
             adds = adds + self.pending_env
-            self.pending_env[:] = 0
-            self.masked = False
         elif not adds:
             return
-        self.pending = 0
         ring = self.ring
-        if ring.aligned:
-            ring.row = ring.base + ring.slot * ring.num_envs
+        row = ring.base + ring.slot * ring.num_envs if ring.aligned else ring.row
         end, length = ring.end, ring.length
-        ring.end = (ring.row - ring.base) // ring.num_envs
-        ring.received += adds
-        ring.length = ring.wrapped(length + adds)
-        self.shown += adds
+        # computed first (a Ctrl-C raised in a call here changes nothing), then
+        # taken in plain stores with no call between them, as in `flush`
+        new_end = (row - ring.base) // ring.num_envs
+        new_length = ring.wrapped(length + adds)
+        received, shown = ring.received + adds, self.shown + adds
+        ring.row, ring.end, ring.length = row, new_end, new_length
+        ring.received[:], self.shown[:] = received, shown
+        self.pending, self.pending_env[:], self.masked = 0, 0, False
         self.sampler.added(ring.envs, end, length, adds, ring.length)
         if self.enabled:
             ring.slot = slot = int(ring.end[0])
