@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import signal
+import copy
+import functools
+import sys
 from typing import Any
 
 import numpy as np
@@ -590,54 +592,86 @@ def test_an_add_after_a_full_stage_failed_to_flush_writes_it_first(
 
 
 class _Interrupt(BaseException):
-    """Raised by a signal handler, as a Ctrl-C would be, at Python's next check."""
+    """Raised where a Ctrl-C could be: at a call, its entry or its return."""
 
 
-@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs setitimer")
-def test_interrupts_at_random_points_never_break_nor_reorder_the_pool() -> None:
-    """Signals every 0.3 ms raise in adds and reads, wherever Python checks for
-    them: a staged pool raises nothing else, stays readable and keeps each env's
-    rows in order (an add cut short is kept or not, never half-counted).
+def _interrupted(action: Any, at: int) -> bool:
+    """Run ``action()`` raising :class:`_Interrupt` at its ``at``-th call event.
 
-    The adds, staging, flushes and ``show`` only: the pool holds every step, so no
-    settle runs while the signals come (``sync`` marking a run's stretches and
-    logging its episodes is not proof against an interrupt: docs/replay-pool.md)."""
-    pool = ReplayPool(BOX, spaces.Discrete(2), 8, 8 * 16_000, seed=0)
-    rng = np.random.default_rng(1)
-    armed = [False]
-    raised = 0
+    Python raises a pending signal's exception only at such points (a call, a
+    function's entry, a backward jump), so this walks every place a Ctrl-C can
+    land in ``action``, one per ``at``. Returns whether it was interrupted."""
+    events, live = [0], [False]
 
-    def handler(signum: int, frame: Any) -> None:
-        if armed[0]:
-            armed[0] = False
-            raise _Interrupt
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if live[0]:
+            events[0] += 1
+            if events[0] == at:
+                live[0] = False
+                raise _Interrupt
 
-    previous = signal.signal(signal.SIGALRM, handler)
-    signal.setitimer(signal.ITIMER_REAL, 0.0003, 0.0003)
+    sys.setprofile(profile)
     try:
-        for value in range(1, 15_001):
-            obs = np.full((8, 2), value, np.float32)
-            valid = rng.random(8) < 0.8
-            ended = rng.random(8) < 0.05
-            zeros = np.zeros(8, bool)
-            armed[0] = True
-            try:
-                pool.add(obs, np.ones(8, np.int64), obs, np.ones(8), ended, zeros,
-                         valid=valid)  # fmt: skip
-                if value % 7 == 0:
-                    _ = len(pool)
-            except _Interrupt:
-                raised += 1
-            finally:
-                armed[0] = False
+        live[0] = True
+        action()
+        live[0] = False
+    except _Interrupt:
+        return True
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0, 0)
-        signal.signal(signal.SIGALRM, previous)
-    assert raised > 0  # the signals came
-    held = pool.get_pool()
-    env, _ = pool._ring.held()
-    for index in range(8):
-        values = held.obs[env == index, 0]
-        assert np.all(np.diff(values) > 0), index  # each env's rows in order
-    assert len(pool) == int(pool.lengths.sum())
-    _ = pool.episode_stats
+        live[0] = False
+        sys.setprofile(None)
+    return False
+
+
+def _filled_twins(monkeypatch: pytest.MonkeyPatch) -> list[ReplayPool]:
+    """Twins (staged, at once) with steps staged in the first, masks among them."""
+    pools = _twins(monkeypatch)
+    rng = np.random.default_rng(5)
+    _add_to(pools, 0.0, np.array([True, False, True]))
+    for value in range(1, 9):
+        _add_to(pools, float(value), (rng.random(3) < 0.7) if value % 3 else None)
+    assert pools[0]._hot.stage is not None
+    assert pools[0]._hot.stage.count == 9
+    return pools
+
+
+def test_a_ctrl_c_anywhere_in_a_read_that_flushes_loses_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At every point a Ctrl-C can land in the read that writes the staged steps,
+    the next read finds the pool as the twin that never staged holds it."""
+    at = 0
+    while True:
+        at += 1
+        pools = _filled_twins(monkeypatch)
+        if not _interrupted(functools.partial(len, pools[0]), at):
+            break
+        _add_to(pools, 99.0)
+        _same_pools(*pools)
+    assert at > 20  # the read was interrupted at every one of its points
+
+
+def test_a_ctrl_c_anywhere_in_an_add_keeps_it_whole_or_not_at_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At every point a Ctrl-C can land in an add (staged, with a mask, filling
+    the stage so that it flushes, or written at once after a read), the pool
+    holds the step whole or not at all, never half-counted."""
+    for read_first in (False, True):
+        at = 0
+        while True:
+            at += 1
+            pools = _filled_twins(monkeypatch)
+            if read_first:
+                _ = [len(pool) for pool in pools]  # the next add is written at once
+            without = pools[1]
+            staged, with_it = pools[0], copy.deepcopy(without)
+            valid = np.array([False, True, True])
+            _add_to([with_it], 50.0, valid)
+            add = functools.partial(_add_to, [staged], 50.0, valid)
+            if not _interrupted(add, at):
+                break
+            _ = len(staged)
+            twin = with_it if len(staged) == len(with_it) else without
+            _same_pools(staged, twin)
+        assert at > 10
