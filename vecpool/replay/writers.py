@@ -297,14 +297,15 @@ class HotWriter:
         # staged, to be written again), then taken in plain stores with no call
         # between them (Python raises a Ctrl-C only at a call or a backward jump)
         row = ring.base + (free + counts) % slots * num_envs
-        pending, pending_env, masks = self.pending + steps, self.pending_env, self.masks
+        pending, pending_env, masks = self.pending + steps, self.pending_env, []
         if masked:
             pending -= len(masked)
             pending_env = pending_env + valid[masked].sum(axis=0)
             run = self.unsettled
-            masks = [*masks, *[(run + step, valid[step].copy()) for step in masked]]
+            masks = [(run + step, valid[step].copy()) for step in masked]
         stage.count, stage.masked, ring.row = 0, [], row
-        self.pending, self.pending_env, self.masks = pending, pending_env, masks
+        self.pending, self.pending_env = pending, pending_env
+        self.masks += masks  # in place, no call (an append is one)
         self.unsettled += steps
         if masked:
             self.masked = True
@@ -332,9 +333,10 @@ class HotWriter:
             # computed, then taken in plain stores with no call between them
             # (a Ctrl-C raised before loses the step whole, never half-counted)
             following = np.where(valid, ring.next_row[row], row)
-            masks = [*self.masks, (self.unsettled, valid.copy())]
+            mask = [(self.unsettled, valid.copy())]
             ring.row, self.pending_env = following, self.pending_env + valid
-            self.masks, self.masked = masks, True
+            self.masks += mask  # in place, no call (an append is one)
+            self.masked = True
         self.unsettled += 1
         if self.unsettled >= self.settle_limit:
             self.sync()
