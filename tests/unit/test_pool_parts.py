@@ -490,35 +490,6 @@ def _same_pools(mine: ReplayPool, theirs: ReplayPool) -> None:
     _same_state(mine, theirs)
 
 
-def test_an_interrupted_flush_loses_no_staged_step(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A Ctrl-C in the read that writes the staged steps (e.g. ``collect``'s
-    progress line) leaves them staged: the next read writes them."""
-    from vecpool.replay import layouts
-
-    pools = _twins(monkeypatch)
-    _add_to(pools, 0.0, np.array([True, False, True]))
-    for value in (1.0, 2.0, 3.0):
-        _add_to(pools, value)
-    staged = pools[0]
-    assert staged._hot.stage is not None
-    assert staged._hot.stage.count == 4
-    write = layouts.ArrayLayout.write_rows
-
-    def interrupted(*args: Any) -> None:
-        monkeypatch.setattr(layouts.ArrayLayout, "write_rows", write)  # once
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(layouts.ArrayLayout, "write_rows", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        _ = len(staged)
-    assert staged._hot.stage.count == 4  # still staged
-    _add_to(pools, 4.0)
-    assert len(staged) == len(pools[1]) == 14
-    _same_pools(*pools)
-
-
 def test_a_pool_pickled_before_stages_existed_loads_and_goes_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
