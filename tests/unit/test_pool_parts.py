@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import pickle
 import sys
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from gymnasium import spaces
 
 from vecpool import ReplayPool, ReplaySample
-from vecpool.replay import samplers
+from vecpool.replay import layouts, samplers, writers
 from vecpool.replay.episode_log import EpisodeLog
 from vecpool.replay.layouts import make_layout
 from vecpool.replay.readers import NStep, SequenceReader, read_rows
@@ -350,7 +351,6 @@ def test_staged_steps_hold_what_steps_written_one_by_one_hold(
 
     Masked steps (``NEXT_STEP``'s reset rows) put the sub-pools at different
     slots, where steps are staged; reads in between flush runs of any length."""
-    from vecpool.replay import writers
 
     num_envs = 5
     box = spaces.Box(-10, 10, (3,), np.float32)
@@ -437,8 +437,6 @@ def test_steps_are_staged_only_while_nothing_reads_the_pool() -> None:
 def test_a_copied_pool_with_staged_steps_goes_on_as_the_original(how: str) -> None:
     """A pool pickled or copied while steps are staged goes on alike: its stage
     keeps no view of its arrays (a copy would write one and flush the other)."""
-    import copy
-    import pickle
 
     pool = ReplayPool(BOX, spaces.Discrete(2), 3, 300)
     zeros = np.zeros(3, bool)
@@ -467,7 +465,6 @@ def test_a_copied_pool_with_staged_steps_goes_on_as_the_original(how: str) -> No
 
 def _twins(monkeypatch: pytest.MonkeyPatch, **settings: Any) -> list[ReplayPool]:
     """A pool that stages steps and one that writes each at once, alike else."""
-    from vecpool.replay import writers
 
     staged = ReplayPool(BOX, spaces.Discrete(2), 3, 600, seed=0, **settings)
     with monkeypatch.context() as patch:
@@ -495,7 +492,6 @@ def test_a_pool_pickled_before_stages_existed_loads_and_goes_on(
 ) -> None:
     """A pool pickled by the code before this one (its writer had no ``stage``
     nor ``read``) loads and goes on, writing each step at once."""
-    import pickle
 
     pools = _twins(monkeypatch)
     _add_to(pools, 0.0, np.array([True, False, True]))
@@ -514,7 +510,6 @@ def test_a_longer_stage_than_the_default_writes_what_it_staged(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``STAGE_STEPS`` is read when a stage is made: a longer one works."""
-    from vecpool.replay import writers
 
     monkeypatch.setattr(writers, "STAGE_STEPS", 100)
     pools = _twins(monkeypatch)
@@ -534,7 +529,6 @@ def test_an_add_after_a_full_stage_failed_to_flush_writes_it_first(
     """The flush of a full stage cut short (a Ctrl-C in the add that filled it):
     the next add writes the stage first, never past its room nor past the steps
     that may go unsettled."""
-    from vecpool.replay import layouts
 
     pools = _twins(monkeypatch)
     _add_to(pools, 0.0, np.array([True, False, True]))
