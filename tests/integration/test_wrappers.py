@@ -16,6 +16,7 @@ from gymnasium.wrappers.vector import (
     RecordEpisodeStatistics,
 )
 
+import vecpool
 from vecpool.testing import assert_same_data, make_env_fns
 
 # A hung worker must fail fast, not eat the global 120 s timeout.
@@ -81,3 +82,33 @@ def test_observation_and_reward_wrappers(make_placed, make_sync):
     assert candidate.unwrapped.num_envs == num_envs
     candidate.close()
     assert candidate.unwrapped.closed
+
+
+def test_step_runs_a_subclass_override_of_either_half(make_sync):
+    # step() skips its halves' guards only where neither half is overridden
+    calls: list[str] = []
+
+    class AsyncLogged(vecpool.AsyncVectorEnv):
+        def step_async(self, actions: Any) -> None:
+            calls.append("step_async")
+            super().step_async(actions)
+
+    class WaitLogged(vecpool.AsyncVectorEnv):
+        def step_wait(self, timeout: float | None = None) -> Any:
+            calls.append("step_wait")
+            return super().step_wait(timeout)
+
+    env_fns = make_env_fns(2)
+    reference = make_sync(env_fns)
+    for cls, name in ((AsyncLogged, "step_async"), (WaitLogged, "step_wait")):
+        assert cls._raw_halves is False
+        candidate = cls(env_fns, num_workers=1)
+        try:
+            assert_same_data(reference.reset(seed=0), candidate.reset(seed=0))
+            calls.clear()
+            action = np.zeros(2, np.int64)
+            assert_same_data(candidate.step(action)[:4], reference.step(action)[:4])
+            assert calls == [name]
+        finally:
+            candidate.close()
+    assert vecpool.AsyncVectorEnv._raw_halves is True

@@ -278,59 +278,61 @@ class WorkerGroup:
             WorkerCrashedError: If a worker's pipe is broken.
         """
         buffer = message[1]
-        stepping: list[WorkerHandle] = []  # rung, or stepped here in the wait
+        bells: list[WorkerHandle] = []  # rung: workers that spin on their bells
+        here: list[WorkerHandle] = []  # the parent's share, stepped in the wait
         piped: list[WorkerHandle] = []
-        rung = False
         self.more = False  # set by the bell wait when an answer says more
         try:
-            for handle in self.handles:
-                numbers = handle.numbers
-                # idle: every command answered and counted (none rung unanswered,
-                # none queued here, no reply left unread), nothing to carry
-                if (
-                    per_env is None
-                    and numbers.received == numbers.sent
-                    and not handle.tail
-                ):
+            if per_env is None:
+                # idle: every command answered (none awaited), nothing to carry
+                for handle in self.remote:  # first: the workers wait for this
+                    numbers = handle.numbers
                     bell = handle.bell
-                    if bell is not None:
+                    if (
+                        bell is not None
+                        and numbers.received == numbers.sent
+                        and not handle.tail
+                    ):
                         bell[BUFFER] = buffer
-                        stepping.append(handle)
-                        rung = True
-                        continue
-                    if handle.runs_here:
-                        handle.direct = buffer  # type: ignore[attr-defined]
-                        stepping.append(handle)
-                        continue
-                piped.append(handle)
+                        bells.append(handle)
+                    else:
+                        piped.append(handle)
+                if bells:
+                    FRESH_LOCK().acquire(False)  # fence(): actions and buffers first
+                    for handle in bells:
+                        handle.rung = number = handle.numbers.sent + 1
+                        handle.bell[COMMAND] = number & NUMBER_MASK
+                    FRESH_LOCK().acquire(False)  # fence(): COMMAND before LISTENING
+                for handle in self.local:
+                    numbers = handle.numbers
+                    if numbers.received == numbers.sent and not handle.tail:
+                        here.append(handle)
+                    else:
+                        piped.append(handle)
+            else:
+                piped = self.handles
             self.all_rung = not piped
-            if rung:
-                FRESH_LOCK().acquire(False)  # fence(): actions and buffers, numbers
-                for handle in stepping:
-                    bell = handle.bell
-                    if bell is not None:
-                        bell[COMMAND] = (handle.numbers.sent + 1) & NUMBER_MASK
-                FRESH_LOCK().acquire(False)  # fence(): the numbers before LISTENING
-            for handle in stepping:  # numbers.sent_one() and expect(), written out
+            for handle in bells:  # counted: numbers.sent_one() and expect()
+                numbers = handle.numbers
+                numbers.sent = number = handle.rung
+                if numbers.answers:  # the last call's (kept until this one)
+                    numbers.answers.clear()
+                numbers.expected.append(number)
+                if not handle.bell[LISTENING]:
+                    # it blocks on its pipe: a wake (an empty message, inline);
+                    # a broken pipe is a death, found by the wait's sentinels
+                    with contextlib.suppress(OSError):
+                        os.write(handle.channel.fd, _EMPTY_MESSAGE)
+            for handle in here:
                 numbers = handle.numbers
                 numbers.sent = number = numbers.sent + 1
-                handle.last_sent = message
-                expected = numbers.expected
-                if expected:
-                    expected.clear()
                 if numbers.answers:
                     numbers.answers.clear()
-                expected.append(number)
-                bell = handle.bell
-                if bell is not None:
-                    handle.rung = number
-                    if not bell[LISTENING]:
-                        # it blocks on its pipe: a wake (an empty message, inline);
-                        # a broken pipe is a death, found by the wait's sentinels
-                        with contextlib.suppress(OSError):
-                            os.write(handle.channel.fd, _EMPTY_MESSAGE)
+                numbers.expected.append(number)
+                handle.direct = buffer  # type: ignore[attr-defined]
+                handle.last_sent = message  # a restart sends it again
         except BaseException:  # a second Ctrl-C: rings, counts and wakes may differ
-            for handle in stepping:
+            for handle in bells + here:
                 handle.cut_off()
             raise
         if piped:
@@ -375,8 +377,8 @@ class WorkerGroup:
                 for handle in self.local:
                     if handle.direct is not None:  # type: ignore[attr-defined]
                         handle.step_here()  # type: ignore[attr-defined]
-                    answers = handle.numbers.answers
-                    if not answers or answers[-1][1] is not None:
+                    numbers = handle.numbers
+                    if numbers.answers or numbers.expected:  # said more, or piped
                         more = True
             except BaseException:
                 if main:
@@ -456,7 +458,8 @@ class WorkerGroup:
                     expected = numbers.expected
                     if expected and expected[0] == rung:
                         expected.popleft()
-                        numbers.answers.append((rung, COLUMNS_ONLY if piped else None))
+                        if piped:  # an answer of nothing to say is not kept
+                            numbers.answers.append((rung, COLUMNS_ONLY))
                 handle.rung = 0
             if not waiting:
                 return True

@@ -236,9 +236,9 @@ class InProcessHandle(WorkerHandle):
             numbers = self.numbers
             expected = numbers.expected
             if not reply and expected and expected[0] == numbers.received + 1:
-                # nothing to say, the answer awaited: numbers.absorb, written out
+                # nothing to say, the answer awaited: counted, not kept
                 numbers.received += 1
-                numbers.answers.append((expected.popleft(), None))
+                expected.popleft()
                 return
             numbers.absorb(reply, decode_reply)
         except Exception:  # not an env's (answered above): as before, no death

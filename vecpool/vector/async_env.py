@@ -567,6 +567,18 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
 
     # -- step --------------------------------------------------------------------------
 
+    _raw_halves: bool = False
+    """Whether :meth:`step` may run its halves unguarded: ``step_async`` and
+    ``step_wait`` are not overridden (set by ``__init_subclass__``)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Note whether a subclass overrides either half of :meth:`step`."""
+        super().__init_subclass__(**kwargs)
+        base = AsyncVectorEnv
+        cls._raw_halves = (
+            cls.step_async is base.step_async and cls.step_wait is base.step_wait
+        )
+
     @exclusive
     def step(self, actions: Any) -> StepResult:
         """Step every sub-environment with its action.
@@ -577,8 +589,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         Returns:
             Batched ``(observations, rewards, terminations, truncations, infos)``.
         """
-        cls = type(self)
-        raw = cls.step_async is _STEP_ASYNC and cls.step_wait is _STEP_WAIT
+        raw = self._raw_halves
         # not overridden: skip re-entering the lock this call already holds
         (_RAW_STEP_ASYNC(self, actions) if raw else self.step_async(actions))
         try:
@@ -614,8 +625,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         buffers = self._buffers
         # the shared actions stay unread while a worker whose call gave up may
         # still read them: then everything goes by pipe (one read)
-        shared = not (group.gave_up and group.any_abandoned())
-        per_env = buffers.actions.place(actions, shared=shared)
+        per_env = buffers.actions.place(
+            actions, shared=not group.gave_up or not group.any_abandoned()
+        )
         main = threading.get_ident() == MAIN
         if main:  # Ctrl-C held back: the send and the state go together
             HOLD["depth"] += 1
@@ -1200,5 +1212,6 @@ AsyncVectorEnv.__new__.__signature__ = inspect.signature(  # type: ignore[attr-d
 
 _STEP_ASYNC = AsyncVectorEnv.step_async
 _STEP_WAIT = AsyncVectorEnv.step_wait
+AsyncVectorEnv._raw_halves = True
 _RAW_STEP_ASYNC: Callable[..., None] = getattr(_STEP_ASYNC, "__wrapped__", _STEP_ASYNC)
 _RAW_STEP_WAIT: Callable[..., Any] = getattr(_STEP_WAIT, "__wrapped__", _STEP_WAIT)
