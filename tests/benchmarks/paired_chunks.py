@@ -211,8 +211,11 @@ def _without_row_writes(pool: Any) -> None:
 
     def add_rows(obs: Any, action: Any, next_obs: Any, *rest: Any) -> None:
         *flags, valid = rest
-        hot._leave_alignment()
-        row = hot.ring.row.astype(np.intp)
+        ring = hot.ring
+        if ring.aligned:  # the ring's `row` brought up to date, as add_rows does
+            ring.row = ring.base + ring.slot * ring.num_envs
+            ring.aligned = False
+        row = ring.row.astype(np.intp)
         columns = hot.columns
         columns.reward[row], columns.terminated[row], columns.truncated[row] = flags
         hot._advance(row, valid)

@@ -526,9 +526,10 @@ def test_a_longer_stage_than_the_default_writes_what_it_staged(
 def test_an_add_after_a_full_stage_failed_to_flush_writes_it_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The flush of a full stage cut short (a Ctrl-C in the add that filled it):
-    the next add writes the stage first, never past its room nor past the steps
-    that may go unsettled."""
+    """A full stage is written by the next add, before its own step; where that
+    write is cut short (a Ctrl-C), the add stages nothing, the stage stays full,
+    and the add after it writes the stage first, never past its room nor past
+    the steps that may go unsettled."""
 
     pools = _twins(monkeypatch)
     _add_to(pools, 0.0, np.array([True, False, True]))
@@ -537,10 +538,8 @@ def test_an_add_after_a_full_stage_failed_to_flush_writes_it_first(
     stage = pools[0]._hot.stage
     assert stage is not None
     for value in range(1, stage.steps + 1):  # the last add fills the stage
-        _add_to(pools[1:], float(value))
-        if value < stage.steps:
-            _add_to(pools[:1], float(value))
-    assert stage.count == stage.steps - 1
+        _add_to(pools, float(value))
+    assert stage.count == stage.steps  # full: written by the next add
     write = layouts.ArrayLayout.write_rows
 
     def interrupted(*args: Any) -> None:
@@ -549,10 +548,55 @@ def test_an_add_after_a_full_stage_failed_to_flush_writes_it_first(
 
     monkeypatch.setattr(layouts.ArrayLayout, "write_rows", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        _add_to(pools[:1], float(stage.steps))
-    assert stage.count == stage.steps  # full, not written
+        _add_to(pools[:1], -1.0)  # not added: its twin never sees it either
+    assert stage.count == stage.steps  # still full, not written
     for value in range(stage.steps + 1, stage.steps + 4):
         _add_to(pools, float(value))
+    assert stage.count == 3
+    _same_pools(*pools)
+
+
+@pytest.mark.parametrize("cut", [False, True], ids=["whole", "cut_short"])
+def test_steps_staged_after_a_flush_that_aligns_the_sub_pools_keep_their_order(
+    monkeypatch: pytest.MonkeyPatch, cut: bool
+) -> None:
+    """An add that finds the stage full writes it first; that write may settle
+    the run and bring every sub-pool to one slot again. The add's own step is
+    staged after it, so the next add must not take the aligned path (it would
+    write its rows before the staged ones). Also where the first such write was
+    cut short by a Ctrl-C (the code before 11-29's second change wrote the later
+    adds first there: wrong rows)."""
+
+    def twins() -> list[ReplayPool]:  # sub-pools of 10 slots: a stage of 9
+        staged = ReplayPool(BOX, spaces.Discrete(2), 3, 30, seed=0)
+        with monkeypatch.context() as patch:
+            patch.setattr(writers, "STAGE_BYTES", 0)
+            plain = ReplayPool(BOX, spaces.Discrete(2), 3, 30, seed=0)
+        return [staged, plain]
+
+    pools = twins()
+    _add_to(pools, 0.0, np.array([True, False, True]))  # env 1 one row behind
+    _add_to(pools, 1.0, np.array([False, True, False]))  # caught up: one slot
+    stage = pools[0]._hot.stage
+    assert stage is not None
+    value = 2.0
+    while stage.count < stage.steps:  # full: written by the next add
+        _add_to(pools, value)
+        value += 1
+    if cut:
+        write = layouts.ArrayLayout.write_rows
+
+        def interrupted(*args: Any) -> None:
+            monkeypatch.setattr(layouts.ArrayLayout, "write_rows", write)  # once
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(layouts.ArrayLayout, "write_rows", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            _add_to(pools[:1], -1.0)  # not added: its twin never sees it either
+        assert stage.count == stage.steps
+    for _ in range(3):  # the first writes the stage, which aligns the ring
+        _add_to(pools, value)
+        value += 1
     _same_pools(*pools)
 
 

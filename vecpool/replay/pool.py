@@ -689,27 +689,11 @@ class ReplayPool:
                 ``env_ids`` are not 1-D integers in range, or if an action is not
                 in the action space (a float for a discrete space, out of range).
         """
-        shapes = self._plain_shapes
-        if (
-            self._ring.aligned
-            and env_ids is None
-            and valid is None
-            and shapes is not None
-            and type(obs) is type(action) is type(next_obs) is np.ndarray
-            and type(reward) is type(terminated) is type(truncated) is np.ndarray
-            and obs.shape == next_obs.shape == shapes[0]
-            and action.shape == shapes[1]
-            and reward.shape == terminated.shape == truncated.shape == shapes[2]
-        ):  # the hot case: every sub-pool at the same slot, one array per field
-            bounds = self._discrete_bounds
-            if bounds is None or action.dtype.kind not in "iu":
-                self._checks.check_actions([action])
-            else:  # a Discrete action, inline: ~0.3 us (see `check_actions`)
-                values = action.tolist()
-                if not (bounds[0] <= min(values) and max(values) < bounds[1]):
-                    self._checks.refuse_actions(action)
-            self._hot.add_aligned(obs, action, next_obs, reward, terminated, truncated)
+        if env_ids is None and self._add_plain(
+            obs, action, next_obs, reward, terminated, truncated, valid
+        ):
             return
+        shapes = self._plain_shapes
         if (
             env_ids is None
             and shapes is not None
@@ -769,6 +753,14 @@ class ReplayPool:
         Raises:
             ValueError: As :meth:`add`.
         """
+        if (
+            env_ids is None
+            and len(obs) == len(action) == len(next_obs) == 1
+            and self._add_plain(
+                obs[0], action[0], next_obs[0], reward, terminated, truncated, valid
+            )
+        ):
+            return
         count = self.num_envs if env_ids is None else np.size(env_ids)
         checks = self._checks
         checks.check_leaves(obs, action, next_obs, count)
@@ -780,26 +772,56 @@ class ReplayPool:
                     source, obs, action, next_obs, reward, terminated, truncated, mask
                 )
             return
-        shapes = checks.plain_shapes
-        if (  # the leaves' shapes are checked above: one array a field
-            self._hot.enabled
-            and shapes is not None
-            and type(reward) is np.ndarray
-            and type(terminated) is np.ndarray
-            and type(truncated) is np.ndarray
+        self._add_rows(None, obs, action, next_obs, reward, terminated, truncated, mask)
+
+    def _add_plain(
+        self,
+        obs: Any,
+        action: Any,
+        next_obs: Any,
+        reward: Any,
+        terminated: Any,
+        truncated: Any,
+        valid: Any,
+    ) -> bool:
+        """Add a step of one array a field, one row per env; whether it was one.
+
+        The hot path of :meth:`add` and :meth:`add_leaves` (the wrapper's): its
+        checks are those of the general path for such a step, inline. A step of
+        any other kind is left to the caller (``False``), nothing done.
+
+        Raises:
+            ValueError: As :meth:`add`, for an action outside the action space
+                or a bad ``valid``.
+        """
+        shapes = self._plain_shapes
+        if not (
+            shapes is not None
+            and self._hot.enabled
+            and type(obs) is type(action) is type(next_obs) is np.ndarray
+            and type(reward) is type(terminated) is type(truncated) is np.ndarray
+            and obs.shape == next_obs.shape == shapes[0]
+            and action.shape == shapes[1]
             and reward.shape == terminated.shape == truncated.shape == shapes[2]
             and terminated.dtype == truncated.dtype == np.bool_
         ):
-            if self._ring.aligned and mask is None:
-                self._hot.add_aligned(
-                    obs[0], action[0], next_obs[0], reward, terminated, truncated
-                )
-            else:
-                self._hot.add_rows(
-                    obs, action, next_obs, reward, terminated, truncated, mask
-                )
-            return
-        self._add_rows(None, obs, action, next_obs, reward, terminated, truncated, mask)
+            return False
+        bounds = self._discrete_bounds
+        if bounds is None or action.dtype.kind not in "iu":
+            self._checks.check_actions([action])
+        else:  # a Discrete action, inline (see `AddChecks.check_actions`)
+            values = action.tolist()
+            if not (bounds[0] <= min(values) and max(values) < bounds[1]):
+                self._checks.refuse_actions(action)
+        if valid is not None:
+            valid = self._checks.check_valid(valid, None)
+        elif self._ring.aligned:  # every sub-pool at the same slot: slice writes
+            self._hot.add_aligned(obs, action, next_obs, reward, terminated, truncated)
+            return True
+        self._hot.add_rows(
+            [obs], [action], [next_obs], reward, terminated, truncated, valid
+        )
+        return True
 
     def abort_episodes(self, env_ids: Any, *, resumes: bool = False) -> None:
         """Abort the unfinished episode of each env in ``env_ids``.

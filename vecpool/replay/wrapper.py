@@ -297,7 +297,11 @@ class ReplayPoolWrapper(_VectorWrapper):
         try:
             np.logical_or(terminations, truncations, out=done)
             ended = int(np.count_nonzero(done))
-            current = self._split(obs)
+            current = (  # _split(obs), its hot case inline
+                [obs]
+                if type(obs) is np.ndarray and obs.shape == self._obs_shape
+                else self._split(obs)
+            )
             cut = restarted_rows(infos)
             valid = self._boundaries.valid()  # NEXT_STEP reset rows are skipped
             if cut is not None:  # and the rows of a restarted worker: no transition
@@ -379,7 +383,11 @@ class ReplayPoolWrapper(_VectorWrapper):
         ``valid``: the rows that are transitions (``None``: all); ``ended``: how
         many envs' episodes ended.
         """
-        action = self._split_actions(actions)
+        action = (  # _split_actions(actions), its hot case inline
+            [actions]
+            if type(actions) is np.ndarray and actions.shape == self._action_shape
+            else self._split_actions(actions)
+        )
         next_obs = current
         if ended and self.autoreset_mode is AutoresetMode.SAME_STEP:
             for store, leaf in zip(self._next, current, strict=True):

@@ -117,8 +117,13 @@ class StagedSteps:
     ) -> None:
         """Keep one step's rows (``valid``: which are transitions; ``None``: all)."""
         arrays, step = self.arrays, self.count
-        for store, leaf in zip(arrays, [*obs, *next_obs, *action], strict=False):
-            store[step] = leaf
+        if len(arrays) == 6:  # one leaf each: obs, next obs, action
+            arrays[0][step] = obs[0]
+            arrays[1][step] = next_obs[0]
+            arrays[2][step] = action[0]
+        else:
+            for store, leaf in zip(arrays, [*obs, *next_obs, *action], strict=False):
+                store[step] = leaf
         arrays[-3][step] = reward
         arrays[-2][step] = terminated
         arrays[-1][step] = truncated
@@ -235,16 +240,25 @@ class HotWriter:
         writes, and :meth:`flush` writes a run of steps into the sub-pools at
         once, where each env's rows lie apart.
         """
-        self._leave_alignment()
         stage = self.stage
+        ring = self.ring
         # staged steps come first, also those an interrupted flush left
         if stage is not None and (stage.count or not self.read):
-            if self._stage_full(stage):  # a flush an exception cut short
-                self.flush()
-            stage.put(obs, action, next_obs, reward, terminated, truncated, valid)
+            # full (or as many as may go unsettled): written before this step, so
+            # the stage never holds more than that between two adds. The flush
+            # may settle the run, which may align the sub-pools again: the ring
+            # leaves alignment after it, so no later add is written aligned
+            # before the steps staged
             if self._stage_full(stage):
                 self.flush()
+            if ring.aligned:  # the ring's `row` brought up to date: per-row writes
+                ring.row = ring.base + ring.slot * ring.num_envs
+                ring.aligned = False
+            stage.put(obs, action, next_obs, reward, terminated, truncated, valid)
             return
+        if ring.aligned:
+            ring.row = ring.base + ring.slot * ring.num_envs
+            ring.aligned = False
         self.read = False  # read after every add (DQN's loop): not staged, as the
         # flush of one step would cost more than the step written at once
         # int32 row links (to keep the index small) widened once, not per write
@@ -267,8 +281,9 @@ class HotWriter:
         writes it at the free slot (not held). The counting is then deferred as
         for any add (:meth:`show`, :meth:`sync`). The steps stay staged until
         their rows are written and counted: an exception before (a Ctrl-C in a
-        read that flushes) loses none, and the next flush writes them again. (So
-        an add whose own flush was cut short is kept: it is not to be repeated.)
+        read or an add that flushes) loses none, and the next flush writes them
+        again. (An add flushes a full stage before it stages its own step: one
+        whose flush was cut short has added nothing.)
         """
         stage = self.stage
         if stage is None or not stage.count:
@@ -313,13 +328,6 @@ class HotWriter:
             objects[:steps] = None
         if self.unsettled >= self.settle_limit:
             self.sync()
-
-    def _leave_alignment(self) -> None:
-        """Bring the ring's ``row`` up to date before a per-row write."""
-        ring = self.ring
-        if ring.aligned:
-            ring.row = ring.base + ring.slot * ring.num_envs
-            ring.aligned = False
 
     def _advance(
         self, row: npt.NDArray[np.intp], valid: npt.NDArray[np.bool_] | None
