@@ -383,11 +383,6 @@ class ReplayPoolWrapper(_VectorWrapper):
         ``valid``: the rows that are transitions (``None``: all); ``ended``: how
         many envs' episodes ended.
         """
-        action = (  # _split_actions(actions), its hot case inline
-            [actions]
-            if type(actions) is np.ndarray and actions.shape == self._action_shape
-            else self._split_actions(actions)
-        )
         next_obs = current
         if ended and self.autoreset_mode is AutoresetMode.SAME_STEP:
             for store, leaf in zip(self._next, current, strict=True):
@@ -396,8 +391,29 @@ class ReplayPoolWrapper(_VectorWrapper):
             for index in np.flatnonzero(self._done).tolist():
                 self._write_next(index, final_obs[index])
             next_obs = self._next
+        if (
+            len(next_obs) == 1
+            and type(actions) is np.ndarray
+            and actions.shape == self._action_shape
+        ):  # one array a field: ReplayPool.add checks and writes it as it is
+            self.pool.add(
+                self._obs[0],
+                actions,
+                next_obs[0],
+                rewards,
+                terminations,
+                truncations,
+                valid=valid,
+            )
+            return
         self.pool.add_leaves(
-            self._obs, action, next_obs, rewards, terminations, truncations, valid=valid
+            self._obs,
+            self._split_actions(actions),
+            next_obs,
+            rewards,
+            terminations,
+            truncations,
+            valid=valid,
         )
 
     def _split(self, batch: Any) -> list[npt.NDArray[Any]]:

@@ -249,7 +249,9 @@ class HotWriter:
             # may settle the run, which may align the sub-pools again: the ring
             # leaves alignment after it, so no later add is written aligned
             # before the steps staged
-            if self._stage_full(stage):
+            if stage.count == stage.steps or (
+                self.unsettled + stage.count >= self.settle_limit
+            ):
                 self.flush()
             if ring.aligned:  # the ring's `row` brought up to date: per-row writes
                 ring.row = ring.base + ring.slot * ring.num_envs
@@ -266,12 +268,6 @@ class HotWriter:
         self.layout.write_rows(row, obs, next_obs, valid)
         self.columns.write(row, action, reward, terminated, truncated)
         self._advance(row, valid)
-
-    def _stage_full(self, stage: StagedSteps) -> bool:
-        """Whether ``stage`` is full, or holds as many steps as may go unsettled."""
-        return stage.count == stage.steps or (
-            self.unsettled + stage.count >= self.settle_limit
-        )
 
     def flush(self) -> None:
         """Write the staged steps into the sub-pools, as :meth:`add_rows` would.
