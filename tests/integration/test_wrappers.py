@@ -84,8 +84,9 @@ def test_observation_and_reward_wrappers(make_placed, make_sync):
     assert candidate.unwrapped.closed
 
 
-def test_step_runs_a_subclass_override_of_either_half(make_sync):
-    # step() skips its halves' guards only where neither half is overridden
+def test_step_runs_an_override_of_either_half(make_sync):
+    # step() skips its halves' guards only where neither half is overridden,
+    # also where one is replaced on the class after it was made (a mock)
     calls: list[str] = []
 
     class AsyncLogged(vecpool.AsyncVectorEnv):
@@ -98,11 +99,20 @@ def test_step_runs_a_subclass_override_of_either_half(make_sync):
             calls.append("step_wait")
             return super().step_wait(timeout)
 
+    class PatchedLater(vecpool.AsyncVectorEnv):
+        pass
+
+    def logged_wait(self: Any, timeout: float | None = None) -> Any:
+        calls.append("patched")
+        return vecpool.AsyncVectorEnv.step_wait(self, timeout)
+
     env_fns = make_env_fns(2)
     reference = make_sync(env_fns)
-    for cls, name in ((AsyncLogged, "step_async"), (WaitLogged, "step_wait")):
-        assert cls._raw_halves is False
+    cases = ((AsyncLogged, "step_async"), (WaitLogged, "step_wait"))
+    for cls, name in (*cases, (PatchedLater, "patched")):
         candidate = cls(env_fns, num_workers=1)
+        if cls is PatchedLater:
+            PatchedLater.step_wait = logged_wait  # type: ignore[method-assign]
         try:
             assert_same_data(reference.reset(seed=0), candidate.reset(seed=0))
             calls.clear()
@@ -111,4 +121,3 @@ def test_step_runs_a_subclass_override_of_either_half(make_sync):
             assert calls == [name]
         finally:
             candidate.close()
-    assert vecpool.AsyncVectorEnv._raw_halves is True

@@ -600,6 +600,21 @@ def test_steps_staged_after_a_flush_that_aligns_the_sub_pools_keep_their_order(
     _same_pools(*pools)
 
 
+def test_a_staged_step_of_no_observation_leaf_and_three_action_leaves() -> None:
+    """Six stored fields need not be one observation leaf and one action leaf:
+    here none and three (a review found the stage's one-leaf writes took them
+    for it and raised IndexError)."""
+
+    actions = spaces.Tuple([spaces.Discrete(5)] * 3)
+    pool = ReplayPool(spaces.Dict({}), actions, 2, 40, seed=0)
+    flags, valid = np.zeros(2, bool), np.array([True, False])
+    for step in ([1, 3, 0], [2, 4, 1]):  # env 1's rows not valid: staged, masked
+        action = tuple(np.full(2, value) for value in step)
+        pool.add({}, action, {}, np.ones(2), flags, flags, valid=valid)
+    held = pool.get_pool()
+    np.testing.assert_array_equal(np.stack(held.action, axis=1), [[1, 3, 0], [2, 4, 1]])
+
+
 class _Interrupt(BaseException):
     """Raised where a Ctrl-C could be: at a call, its entry or its return."""
 

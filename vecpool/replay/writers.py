@@ -117,7 +117,7 @@ class StagedSteps:
     ) -> None:
         """Keep one step's rows (``valid``: which are transitions; ``None``: all)."""
         arrays, step = self.arrays, self.count
-        if len(arrays) == 6:  # one leaf each: obs, next obs, action
+        if self.leaves == 1 and len(arrays) == 6:  # one obs leaf, one action leaf
             arrays[0][step] = obs[0]
             arrays[1][step] = next_obs[0]
             arrays[2][step] = action[0]

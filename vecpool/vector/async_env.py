@@ -567,18 +567,6 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
 
     # -- step --------------------------------------------------------------------------
 
-    _raw_halves: bool = False
-    """Whether :meth:`step` may run its halves unguarded: ``step_async`` and
-    ``step_wait`` are not overridden (set by ``__init_subclass__``)."""
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Note whether a subclass overrides either half of :meth:`step`."""
-        super().__init_subclass__(**kwargs)
-        base = AsyncVectorEnv
-        cls._raw_halves = (
-            cls.step_async is base.step_async and cls.step_wait is base.step_wait
-        )
-
     @exclusive
     def step(self, actions: Any) -> StepResult:
         """Step every sub-environment with its action.
@@ -589,7 +577,8 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         Returns:
             Batched ``(observations, rewards, terminations, truncations, infos)``.
         """
-        raw = self._raw_halves
+        cls = type(self)  # looked up each call: a half replaced later counts too
+        raw = cls.step_async is _STEP_ASYNC and cls.step_wait is _STEP_WAIT
         # not overridden: skip re-entering the lock this call already holds
         (_RAW_STEP_ASYNC(self, actions) if raw else self.step_async(actions))
         try:
@@ -1212,6 +1201,5 @@ AsyncVectorEnv.__new__.__signature__ = inspect.signature(  # type: ignore[attr-d
 
 _STEP_ASYNC = AsyncVectorEnv.step_async
 _STEP_WAIT = AsyncVectorEnv.step_wait
-AsyncVectorEnv._raw_halves = True
 _RAW_STEP_ASYNC: Callable[..., None] = getattr(_STEP_ASYNC, "__wrapped__", _STEP_ASYNC)
 _RAW_STEP_WAIT: Callable[..., Any] = getattr(_STEP_WAIT, "__wrapped__", _STEP_WAIT)
