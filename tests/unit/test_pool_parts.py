@@ -523,6 +523,20 @@ def test_a_longer_stage_than_the_default_writes_what_it_staged(
     _same_pools(*pools)
 
 
+def _add_cut_short(monkeypatch: pytest.MonkeyPatch, pool: ReplayPool) -> None:
+    """An add to ``pool`` whose first row write raises a Ctrl-C (once): it writes a
+    full stage first, so it adds nothing (its twin never sees it either)."""
+    write = layouts.ArrayLayout.write_rows
+
+    def interrupted(*args: Any) -> None:
+        monkeypatch.setattr(layouts.ArrayLayout, "write_rows", write)  # once
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(layouts.ArrayLayout, "write_rows", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _add_to([pool], -1.0)
+
+
 def test_an_add_after_a_full_stage_failed_to_flush_writes_it_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -540,15 +554,7 @@ def test_an_add_after_a_full_stage_failed_to_flush_writes_it_first(
     for value in range(1, stage.steps + 1):  # the last add fills the stage
         _add_to(pools, float(value))
     assert stage.count == stage.steps  # full: written by the next add
-    write = layouts.ArrayLayout.write_rows
-
-    def interrupted(*args: Any) -> None:
-        monkeypatch.setattr(layouts.ArrayLayout, "write_rows", write)  # once
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(layouts.ArrayLayout, "write_rows", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        _add_to(pools[:1], -1.0)  # not added: its twin never sees it either
+    _add_cut_short(monkeypatch, pools[0])
     assert stage.count == stage.steps  # still full, not written
     for value in range(stage.steps + 1, stage.steps + 4):
         _add_to(pools, float(value))
@@ -584,15 +590,7 @@ def test_steps_staged_after_a_flush_that_aligns_the_sub_pools_keep_their_order(
         _add_to(pools, value)
         value += 1
     if cut:
-        write = layouts.ArrayLayout.write_rows
-
-        def interrupted(*args: Any) -> None:
-            monkeypatch.setattr(layouts.ArrayLayout, "write_rows", write)  # once
-            raise KeyboardInterrupt
-
-        monkeypatch.setattr(layouts.ArrayLayout, "write_rows", interrupted)
-        with pytest.raises(KeyboardInterrupt):
-            _add_to(pools[:1], -1.0)  # not added: its twin never sees it either
+        _add_cut_short(monkeypatch, pools[0])
         assert stage.count == stage.steps
     for _ in range(3):  # the first writes the stage, which aligns the ring
         _add_to(pools, value)
