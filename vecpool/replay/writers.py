@@ -241,28 +241,28 @@ class HotWriter:
         once, where each env's rows lie apart.
         """
         stage = self.stage
-        ring = self.ring
         # staged steps come first, also those an interrupted flush left
-        if stage is not None and (stage.count or not self.read):
+        if stage is not None and not stage.count and self.read:
+            stage = None  # read after every add (DQN's loop): written at once
+        if stage is not None and (
+            stage.count == stage.steps
+            or self.unsettled + stage.count >= self.settle_limit
+        ):
             # full (or as many as may go unsettled): written before this step, so
             # the stage never holds more than that between two adds. The flush
             # may settle the run, which may align the sub-pools again: the ring
             # leaves alignment after it, so no later add is written aligned
             # before the steps staged
-            if stage.count == stage.steps or (
-                self.unsettled + stage.count >= self.settle_limit
-            ):
-                self.flush()
-            if ring.aligned:  # the ring's `row` brought up to date: per-row writes
-                ring.row = ring.base + ring.slot * ring.num_envs
-                ring.aligned = False
-            stage.put(obs, action, next_obs, reward, terminated, truncated, valid)
-            return
-        if ring.aligned:
+            self.flush()
+        ring = self.ring
+        if ring.aligned:  # the ring's `row` brought up to date: per-row writes
             ring.row = ring.base + ring.slot * ring.num_envs
             ring.aligned = False
-        self.read = False  # read after every add (DQN's loop): not staged, as the
-        # flush of one step would cost more than the step written at once
+        if stage is not None:
+            stage.put(obs, action, next_obs, reward, terminated, truncated, valid)
+            return
+        self.read = False  # not staged: the flush of one step would cost more
+        # than the step written at once
         # int32 row links (to keep the index small) widened once, not per write
         row = self.ring.row.astype(np.intp)
         self.layout.write_rows(row, obs, next_obs, valid)
