@@ -6,10 +6,11 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import signal
 import sys
 import threading
+from types import FrameType
+from typing import Any
 
 from vecpool._util.arguments import (
     Handler,
@@ -35,6 +36,7 @@ def _collect(args: argparse.Namespace) -> int:
     """
     steps: int = args.steps
     pool_size: int | None = args.pool_size
+    quiet = _QuietOnceStarted()
     try:
         if (args.clearing_freq is None) != (args.clearing_size is None):
             given, missing = (
@@ -74,13 +76,14 @@ def _collect(args: argparse.Namespace) -> int:
             overlap=args.overlap,
             resume=args.resume,
             progress=not args.quiet,
-            log=functools.partial(print, flush=True),
+            log=quiet.log,
         )
     except (
         collect.CollectArgumentError,
         collect.CollectSaveError,
         ImportError,
     ) as error:
+        quiet.restore()
         print(f"vecpool collect: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C before stepping began: nothing to save
@@ -89,12 +92,50 @@ def _collect(args: argparse.Namespace) -> int:
         return 130
     if result.interrupted:
         _ignore_ctrl_c()  # saved; what is left is printing and exiting with 130
+    else:
+        quiet.restore()
     if args.plot is not None:  # written before anything is printed, which may fail
         collect.plot_collection(result, args.plot)
     print("\n".join(result.summary_lines()))
     if args.plot is not None:
         print(f"wrote {args.plot}")
     return 130 if result.interrupted else 0
+
+
+class _QuietOnceStarted:
+    """SIGINT's handler around ``collect``: Python's, until collecting starts.
+
+    ``collect`` stops on a Ctrl-C itself while it collects, saves, and then puts
+    back the handler it found: this one. A Ctrl-C repeated in quick succession can
+    reach Python just after that (CPython runs a handler between bytecodes, with
+    the handler installed then), in ``collect``'s return or in a finalizer run
+    there, where Python's handler would print a traceback. Once the "collecting"
+    line is logged, this handler ignores it: what is left is returning, printing
+    and exiting. Installed only over Python's own handler, in the main thread.
+    """
+
+    def __init__(self) -> None:
+        self.started = False
+        self.previous: Any = None
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if not self.started:
+            signal.default_int_handler(signum, frame)  # raises KeyboardInterrupt
+
+    def log(self, line: str) -> None:
+        """Print one of ``collect``'s lines (its first: collecting has started)."""
+        self.started = True
+        print(line, flush=True)
+
+    def restore(self) -> None:
+        """Put back the handler found (a collection that was not interrupted)."""
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
 
 
 def _ignore_ctrl_c() -> None:
