@@ -700,9 +700,9 @@ class ReplayPool:
             and type(obs) is np.ndarray
             and type(action) is np.ndarray
             and type(next_obs) is np.ndarray
-        ):  # the common case: one array per field
-            self.add_leaves(
-                [obs], [action], [next_obs], reward, terminated, truncated, valid=valid
+        ):  # one array per field, not the plain path's: the checks of any leaves
+            self._add_checked(
+                [obs], [action], [next_obs], reward, terminated, truncated, None, valid
             )
             return
         count = (
@@ -761,6 +761,22 @@ class ReplayPool:
             )
         ):
             return
+        self._add_checked(
+            obs, action, next_obs, reward, terminated, truncated, env_ids, valid
+        )
+
+    def _add_checked(
+        self,
+        obs: list[npt.NDArray[Any]],
+        action: list[npt.NDArray[Any]],
+        next_obs: list[npt.NDArray[Any]],
+        reward: Any,
+        terminated: Any,
+        truncated: Any,
+        env_ids: Any,
+        valid: Any,
+    ) -> None:
+        """:meth:`add_leaves` for leaves that are not one plain array a field."""
         count = self.num_envs if env_ids is None else np.size(env_ids)
         checks = self._checks
         checks.check_leaves(obs, action, next_obs, count)

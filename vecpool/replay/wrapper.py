@@ -297,11 +297,7 @@ class ReplayPoolWrapper(_VectorWrapper):
         try:
             np.logical_or(terminations, truncations, out=done)
             ended = int(np.count_nonzero(done))
-            current = (  # _split(obs), its hot case inline
-                [obs]
-                if type(obs) is np.ndarray and obs.shape == self._obs_shape
-                else self._split(obs)
-            )
+            current = self._split(obs)
             cut = restarted_rows(infos)
             valid = self._boundaries.valid()  # NEXT_STEP reset rows are skipped
             if cut is not None:  # and the rows of a restarted worker: no transition
