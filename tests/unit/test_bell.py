@@ -23,6 +23,7 @@ from vecpool._wire.bell import (
     COMMAND,
     LISTENING,
     PIPED,
+    WAITING,
     wait_for_command,
 )
 from vecpool._wire.channel import Channel
@@ -349,8 +350,29 @@ def test_a_piped_answer_to_a_rung_command_is_read_from_the_pipe(connection):
     handle.numbers.expect(number)
     worker.send(b"")  # its reply, in the pipe ...
     _answer_on_the_bell(handle, number, piped=1)  # ... and so the bell says
-    assert handle.answered() is True  # read it: nothing taken from the bell
+    assert handle.settle() is True  # read it: nothing taken from the bell
     assert handle.numbers.received == 0
     assert handle.receive() is True
     assert handle.numbers.received == number
     assert handle.rung == 0
+
+
+@pytest.mark.parametrize("also_waiting", [False, True], ids=["alone", "beside_one"])
+def test_a_bell_answered_after_the_last_look_is_looked_at_again_not_blocked_on(
+    connection, also_waiting
+):
+    # the wait looked (not answered), then the worker answered on its bell alone,
+    # with WAITING still down, so it writes no wake: blocking now would never end
+    handle, _ = _handle(connection)
+    number = _ring(handle, b"s\x00")
+    handles = [handle]
+    if also_waiting:  # a second rung worker, still stepping
+        other, _ = _handle((connection[1], connection[0]))
+        _ring(other, b"s\x00")
+        handles.append(other)
+    _answer_on_the_bell(handle, number)
+    poller = select.poll()
+    poller.register(handle.conn.fileno(), select.POLLIN)
+    deadline = time.monotonic() + 2.0
+    assert WorkerGroup._block(handles, (poller, {}), deadline) is None  # look again
+    assert all(h.bell[WAITING] == 0 for h in handles)

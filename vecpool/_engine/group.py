@@ -44,7 +44,6 @@ from vecpool._wire.bell import (
     WAITING,
 )
 from vecpool._wire.messages import COLUMNS_ONLY, WAKE
-from vecpool._wire.spin import spin_until_ready
 from vecpool.errors import OutOfStepError, WorkerCrashedError
 
 __all__ = ["Restarting", "WorkerGroup", "poll_set"]
@@ -352,10 +351,10 @@ class WorkerGroup:
 
         The parent steps its own share by a direct call (Ctrl-C held back until it
         completes), then spins on each rung worker's ``ANSWERED`` word and takes a
-        bell's answer there, within the spin budget. Whatever is left (a reply in
-        the pipe, a worker not rung, a spin past its budget, which also checks for
-        dead workers) goes to :meth:`wait`, which blocks, reads the pipes and
-        watches the sentinels.
+        bell's answer there, within the spin budget: the one wait's hot head.
+        Whatever is left (a reply in the pipe, a worker not rung, a spin past its
+        budget) goes on in :meth:`wait`, which blocks with the bells raised, reads
+        the pipes and watches the sentinels.
 
         Returns:
             Whether an answer says more than "the rows are written" (infos, in
@@ -393,7 +392,7 @@ class WorkerGroup:
             if not self._poll_all_built:
                 self._all_poll()
             # every worker answered on its bell, nothing more: no look at each
-            answered = self._wait_bells(self.remote, spin.spin, None, self._poll_all)
+            answered = self._wait_bells(self.remote, spin.spin)
             more = more or not answered or self.more
         if more or not self.all_rung:
             # a reply in a pipe (a worker not rung): its answer is read, also when
@@ -409,30 +408,22 @@ class WorkerGroup:
             spin.waited(now - started)  # stepping envs is not the parent's work
         return more
 
-    def _wait_bells(
-        self,
-        handles: list[WorkerHandle],
-        budget: float,
-        deadline: float | None,
-        polled: tuple[select.poll, dict[int, tuple[WorkerHandle, bool]]],
-    ) -> bool:
+    def _wait_bells(self, handles: list[WorkerHandle], budget: float) -> bool:
         """Wait until every rung worker among ``handles`` answers on its bell.
 
-        The one wait on the bells (vecpool/_wire/bell.py), for every call: it spins
-        on each rung worker's ``ANSWERED`` word for up to ``budget`` seconds and
-        takes an answer given on the bell alone there, then blocks
-        (:meth:`_block_step`). A rung worker whose answer is piped is left for the
-        pipe reading that follows.
+        The hot head of the one wait (vecpool/_wire/bell.py): it looks at each rung
+        worker's ``ANSWERED`` word for up to ``budget`` seconds and takes an answer
+        given on the bell alone there, then blocks as :meth:`wait` does
+        (:meth:`_block`) and reads the wakes off. A rung worker whose answer is
+        piped is left for the pipe reading that follows.
 
         Args:
             handles: The workers to look at (those not rung are skipped).
             budget: Seconds to spin before blocking (0: block at once).
-            deadline: The ``time.monotonic()`` deadline of the blocking wait.
-            polled: The poll set (and its fd map) of the pipes and sentinels.
 
         Returns:
-            ``True`` once every rung worker answered; ``False`` when a sentinel or
-            a pipe has something for the caller to judge, or the deadline passed.
+            ``True`` once every rung worker answered; ``False`` when a sentinel, a
+            reply or a broken pipe is there for :meth:`wait` to read or judge.
         """
         until = 0.0  # the spin's end, timed from the first look that waits
         looks = 0
@@ -466,89 +457,19 @@ class WorkerGroup:
             if not looks:
                 until = time.perf_counter() + budget
             looks += 1
-            if (not budget or not looks & 63) and (
-                not budget or time.perf_counter() >= until
-            ):
+            if not budget or (not looks & 63 and time.perf_counter() >= until):
                 budget = 0.0  # spun out: block until each answers
-                self.more = True  # it may read a piped reply
-                if not self._block_step(handles, deadline, polled):
-                    return False
-
-    def _block_step(
-        self,
-        handles: list[WorkerHandle],
-        deadline: float | None,
-        polled: tuple[select.poll, dict[int, tuple[WorkerHandle, bool]]],
-    ) -> bool:
-        """Block until a rung worker among ``handles`` answers on its bell.
-
-        ``WAITING`` goes up on every unanswered bell (a worker that answers on its
-        bell alone then writes a wake: vecpool/_wire/bell.py), and the parent
-        blocks on the pipes and sentinels; wakes are read off (a piped reply is
-        taken as its handle takes it).
-
-        Returns:
-            ``True`` to look at the bells again; ``False`` when a sentinel fired,
-            a pipe broke (the general :meth:`wait` judges it) or the deadline
-            passed.
-        """
-        raised = []  # the workers still to answer (not those whose reply is piped)
-        for handle in handles:
-            if handle.rung and handle.bell[ANSWERED] != handle.rung & NUMBER_MASK:
-                handle.bell[WAITING] = 1
-                raised.append(handle)
-        if not raised:  # each answered since the last look: look again
-            return True
-        FRESH_LOCK().acquire(False)  # fence(): WAITING before the look at ANSWERED
-        try:
-            for handle in raised:
-                if handle.bell[ANSWERED] == handle.rung & NUMBER_MASK:
-                    return True
-            poller, watched = polled
-            events = (
-                poller.poll() if deadline is None else self._block(poller, deadline)
-            )
-        finally:
-            for handle in raised:
-                handle.bell[WAITING] = 0
-        if not events:  # the deadline passed
-            return False
-        for fd, _ in events:
-            entry = watched.get(fd)
-            if entry is None or entry[1]:  # a sentinel: a death, judged below
-                return False
-            handle = entry[0]
-            channel = handle.channel
-            # a read and its count go together: Ctrl-C held back, inline (HOLD)
-            main = threading.get_ident() == MAIN
-            if main:
-                HOLD["depth"] += 1
-            try:
-                chunk = os.read(fd, 1 << 16)
-                if chunk != _WAKE_MESSAGE or channel.buffer:  # a reply, not a wake
-                    channel.buffer += chunk
-                    handle.receive()  # the whole reply (its worker is writing it)
-                    while channel.buffer and channel.has_message():
-                        handle.receive()
-                # a wake alone: the answer is on the bell (vecpool/_wire/bell.py)
-            except (EOFError, OSError):  # a broken pipe: the general wait judges it
-                chunk = b""
-            except KeyboardInterrupt:  # a second Ctrl-C: the read may be lost
-                if main:
-                    drop_held()
-                handle.cut_off()
-                raise
-            except BaseException:
-                if main:
-                    drop_held()
-                raise
-            if main:
-                HOLD["depth"] -= 1
-                if HOLD["pending"] and not HOLD["depth"]:
-                    raise_deferred()
-            if not chunk:  # its end, or a broken pipe: the general wait judges it
-                return False
-        return True
+                # a piped reply may be read now or in the wait that follows: this
+                # step's answers are read, also if a Ctrl-C cuts it and it is
+                # waited for again
+                self.more = True
+                pending = []  # a loop, not a comprehension: no call on 3.11
+                for handle in handles:
+                    rung = handle.rung
+                    if rung and handle.bell[ANSWERED] != rung & NUMBER_MASK:
+                        pending.append(handle)
+                if pending and self._block(pending, self._poll_all, None) is not None:
+                    return False  # a reply, a death: the wait's to read or judge
 
     def wait(
         self,
@@ -588,7 +509,7 @@ class WorkerGroup:
         if deadline is None and timeout is not None:
             deadline = time.monotonic() + timeout
         if self.local:  # the parent's own envs step now, while the workers step
-            self._run_local(what, poller, watched, any_answer=any_answer)
+            self._run_local(what, any_answer=any_answer)
             if deadline is not None and time.monotonic() > deadline:
                 # the call took longer than its timeout, as Gymnasium's does
                 msg = (
@@ -622,16 +543,20 @@ class WorkerGroup:
     ) -> None:
         """:meth:`wait`'s loop: read replies until the handles have their answers.
 
-        Workers that answer a rung command on their bell alone
-        (vecpool/_wire/bell.py) write nothing to the pipe: their answers are taken
-        from the bells first, spinning watches the bells, and before blocking the
-        parent raises its ``WAITING`` word so that such a worker wakes it.
+        Answers at hand come first, with no system call: a rung command's answer
+        on its bell alone (vecpool/_wire/bell.py), replies already read in bulk.
+        Then the parent spins within its budget: it looks at the bells every turn,
+        and polls the pipes and sentinels every turn while a reply can come only
+        by pipe, else every 64th (a death is seen within the spin). Past the
+        budget it blocks on them all (:meth:`_block`), each unanswered bell's
+        ``WAITING`` raised so that its worker wakes it, until ``deadline``.
         """
         timeout, name, _ = self.waiting
-        spin = self.spin.before_wait()
+        until = time.perf_counter() + self.spin.before_wait()
+        give = getattr(os, "sched_yield", None) if self.spin.spin_yield else None
+        looks = 0
         while True:
-            # replies already read in bulk come first (no system call)
-            events = [
+            events: list[Any] | None = [
                 (handle.conn.fileno(), select.POLLIN)
                 for handle in handles
                 if (handle.channel.buffer and handle.channel.has_message())
@@ -639,19 +564,24 @@ class WorkerGroup:
             ]
             if not events and self._finished(handles, any_answer):
                 break
-            events = events or poller.poll(0)
-            if not events and not any_answer and any(h.rung for h in handles):
-                # a rung command's answer may come on its bell alone: watch them
-                if self._wait_bells(handles, spin, deadline, (poller, watched)):
+            if not events:
+                looks += 1
+                spinning = time.perf_counter() < until
+                if (
+                    not spinning
+                    or not looks & 63
+                    or looks == 1
+                    or any(not h.rung and h.numbers.expected for h in handles)
+                ):
+                    events = poller.poll(0)
+                if not events and spinning:
+                    if give is not None:
+                        give()
                     continue
-                events = poller.poll(0)  # what stopped it, if not the deadline
-                if not events and (deadline is None or time.monotonic() < deadline):
+            if not events:
+                events = self._block(handles, (poller, watched), deadline)
+                if events is None:  # a bell answered as its WAITING went up
                     continue
-            elif not events:
-                if spin > 0.0:
-                    events = spin_until_ready(poller, spin, self.spin.spin_yield)
-                if not events:
-                    events = self._block(poller, deadline)
             if not events:
                 msg = f"The call to `{name}` has timed out after {timeout} second(s)."
                 raise multiprocessing.TimeoutError(msg)
@@ -664,31 +594,81 @@ class WorkerGroup:
         self.spin.after_wait()
 
     @staticmethod
-    def _block(poller: select.poll, deadline: float | None) -> list[Any]:
-        """Block on the pipes and sentinels until an event or ``deadline``."""
-        if deadline is None:
-            return poller.poll()
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return []
-        return poller.poll(max(1, math.ceil(remaining * 1000)))
+    def _block(
+        handles: list[WorkerHandle],
+        polled: tuple[select.poll, dict[int, tuple[WorkerHandle, bool]]],
+        deadline: float | None,
+    ) -> list[Any] | None:
+        """Block on the pipes and sentinels until an event or ``deadline``.
 
-    def _run_local(
-        self,
-        what: str,
-        poller: select.poll,
-        watched: dict[int, tuple[WorkerHandle, bool]],
-        *,
-        any_answer: bool,
-    ) -> None:
+        ``WAITING`` goes up on every rung bell not answered yet, so a worker that
+        answers on its bell alone writes a wake (vecpool/_wire/bell.py); wakes are
+        read off here. Anything else read from a pipe (a reply, a part of one, its
+        end) stays in the channel's buffer, for :meth:`_read_events`. A read and
+        its keeping go together: Ctrl-C is held back (inline :data:`HOLD`).
+
+        Returns:
+            The events to read or judge (``[]``: the deadline passed), or ``None``
+            when a bell answered (since the last look, or as its ``WAITING`` went
+            up) or only wakes came: look again.
+        """
+        raised = []
+        for handle in handles:
+            if handle.rung:
+                if handle.bell[ANSWERED] == handle.rung & NUMBER_MASK:
+                    return None  # answered since the last look
+                handle.bell[WAITING] = 1
+                raised.append(handle)
+        poller, watched = polled
+        try:
+            FRESH_LOCK().acquire(False)  # fence(): WAITING before the look at ANSWERED
+            for handle in raised:
+                if handle.bell[ANSWERED] == handle.rung & NUMBER_MASK:
+                    return None
+            if deadline is None:
+                events = poller.poll()
+            else:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return []
+                events = poller.poll(max(1, math.ceil(remaining * 1000)))
+        finally:
+            for handle in raised:
+                handle.bell[WAITING] = 0
+        kept = []
+        main = threading.get_ident() == MAIN
+        for event in events:
+            entry = watched.get(event[0])
+            if entry is None or entry[1] or entry[0].runs_here:
+                kept.append(event)  # a sentinel; the parent's share's answers
+                continue
+            channel = entry[0].channel
+            if main:
+                HOLD["depth"] += 1
+            try:
+                chunk = os.read(event[0], 1 << 16)
+                if chunk != _WAKE_MESSAGE or channel.buffer:  # not a wake alone
+                    channel.buffer += chunk
+                    kept.append(event)
+            except OSError:  # a broken pipe: judged by the reader
+                kept.append(event)
+            except BaseException:
+                if main:
+                    drop_held()
+                raise
+            if main:
+                HOLD["depth"] -= 1
+                if HOLD["pending"] and not HOLD["depth"]:
+                    raise_deferred()
+        return kept or (None if events else [])
+
+    def _run_local(self, what: str, *, any_answer: bool) -> None:
         """Step the parent's own envs: run the commands their handles queued.
 
-        Their answers are read at once (no system call), and the workers' replies
-        that came meanwhile with one ``poll``: in the common case, a step whose
-        share took as long as the workers' steps, the wait loop is then skipped.
-        With ``any_answer`` (``recv``) the parent's answers are left for the loop,
-        which reads the workers' first, so the parent's envs, always done first, do
-        not always win.
+        Their answers are read at once (no system call). With ``any_answer``
+        (``recv``) they are left for the loop, and the workers' replies that came
+        meanwhile are read first with one ``poll``, so the parent's envs, always
+        done first, do not always win.
         """
         with HELD:
             started = time.perf_counter()
@@ -699,16 +679,8 @@ class WorkerGroup:
             # stepping envs is not the parent's own work between steps (a policy):
             # it must not stop the workers spinning (vecpool/_engine/spinning.py)
             self.spin.waited(time.perf_counter() - started)
-            polls = any_answer
-            for handle in self.remote if not any_answer else ():
-                if not handle.numbers.expected:
-                    continue
-                if handle.answered():  # its bell: the reply is in the pipe, unpolled
-                    fd = handle.conn.fileno()
-                    self._read_events([(fd, select.POLLIN)], poller, watched, what)
-                elif handle.bell is None:
-                    polls = True
-            if polls:  # one poll for the workers without a bell
+            if any_answer:
+                poller, watched = self._all_poll()
                 events = poller.poll(0)
                 if events:
                     self._read_events(events, poller, watched, what)

@@ -190,10 +190,6 @@ class WorkerHandle:
         self.rung = 0
         return False
 
-    def answered(self) -> bool:
-        """Whether the awaited reply is in the pipe (a bell's answer is taken here)."""
-        return bool(self.rung) and self.settle()
-
     def take_wide_offer(self, offer: WideOffer) -> None:
         """Map the wide-info area this worker offers; the next step accepts it.
 
