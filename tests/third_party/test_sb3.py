@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -31,6 +32,13 @@ SAME, DISABLED, NEXT = (
     AutoresetMode.DISABLED,
     AutoresetMode.NEXT_STEP,
 )
+
+
+@pytest.fixture(autouse=True)
+def _sb3_logs_in_tmp_path(tmp_path, monkeypatch):
+    """``model.learn()`` makes an ``SB3-<time>`` folder in the temporary directory:
+    the test's own, not the machine's ``/tmp``."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
 
 def cartpole(max_episode_steps: int = 20) -> gym.Env[Any, Any]:
