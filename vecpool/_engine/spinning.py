@@ -1,7 +1,7 @@
 """The parent's wait policy: when it spins, and when it tells the workers to.
 
-:class:`SpinPolicy` decides how long the parent spins for replies
-(:func:`vecpool._wire.spin.spin_until_ready`) before it blocks, and, with
+:class:`SpinPolicy` decides how long the parent spins for replies (the
+group's wait, vecpool/_engine/group.py) before it blocks, and, with
 ``wait_strategy="auto"``, whether the workers spin for their next command: its
 :class:`GapTracker` measures the parent's own work between two step commands (the
 time less its waits), and the verdict goes into a byte of the shared block

@@ -2,10 +2,10 @@
 
 Spinning (poll + ``sched_yield``) skips the 50-150 microseconds it costs to wake a
 blocked process; it pays only while replies come back quickly and no more processes
-run than cores. The parent spins with :func:`spin_until_ready` for replies when
-its policy says so (vecpool/_engine/spinning.py: its ``SpinPolicy``); a worker
-spins on its doorbell (vecpool/_wire/bell.py), or, without one (restarts), with
-this function on its pipe.
+run than cores. A worker spins on its doorbell (vecpool/_wire/bell.py), or,
+without one (restarts), with :func:`spin_until_ready` on its pipe; the parent
+spins in its wait (vecpool/_engine/group.py) when its policy says so
+(vecpool/_engine/spinning.py: its ``SpinPolicy``).
 """
 
 from __future__ import annotations
