@@ -42,6 +42,7 @@ from gymnasium.vector import AutoresetMode
 
 import vecpool
 from vecpool import cli
+from vecpool._engine.group import WorkerGroup
 from vecpool._engine.handle import WorkerHandle
 from vecpool._engine.in_process import InProcessHandle, _LocalChannel
 from vecpool._util import interrupts
@@ -896,6 +897,7 @@ def _forced_at(code: Any, marker: str) -> Callable[[], None]:
         ("step_here", "host = self.local_channel.host", "here"),
         ("step_here", "numbers = self.numbers", "here"),
         ("run_queued", "if not self.running:", "here"),
+        ("block", "channel.buffer += chunk", "bell"),
     ],
     ids=[
         "write-before-its-count",
@@ -903,6 +905,7 @@ def _forced_at(code: Any, marker: str) -> Callable[[], None]:
         "share-before-its-step",
         "share-before-its-answer",
         "queued-before-its-reply",
+        "blocked-read-before-it-is-kept",
     ],
 )
 def test_a_second_ctrl_c_between_a_transfer_and_its_count_never_gives_wrong_rows(
@@ -918,13 +921,21 @@ def test_a_second_ctrl_c_between_a_transfer_and_its_count_never_gives_wrong_rows
         "receive": WorkerHandle.receive,
         "step_here": InProcessHandle.step_here,
         "run_queued": _LocalChannel.run_queued,
+        "block": WorkerGroup._block,
     }
-    kwargs: dict[str, Any] = (
-        {"num_workers": 1, "parent_envs": 0, "wait_strategy": "block"}
-        if placement == "worker"
-        else {"num_workers": 0}
+    kwargs: dict[str, Any] = {
+        "worker": {"num_workers": 1, "parent_envs": 0, "wait_strategy": "block"},
+        "here": {"num_workers": 0},
+        "bell": {"num_workers": 1, "parent_envs": 0, "wait_strategy": "spin"},
+    }[placement]
+    # "bell": the parent blocks on a rung worker (a 50 ms step) whose second step
+    # raises, so its answer, an error, comes by pipe and the blocked wait reads it
+    env_fn = (
+        functools.partial(ActionEchoEnv, 0.05, False, 2)
+        if placement == "bell"
+        else ActionEchoEnv
     )
-    envs = vecpool.AsyncVectorEnv([ActionEchoEnv] * 2, **kwargs)
+    envs = vecpool.AsyncVectorEnv([env_fn] * 2, **kwargs)
     try:
         envs.reset(seed=0)
         envs.step(np.array([1.0, 1.5]))

@@ -652,9 +652,11 @@ class WorkerGroup:
                     kept.append(event)
             except OSError:  # a broken pipe: judged by the reader
                 kept.append(event)
-            except BaseException:
+            except BaseException as exc:
                 if main:
                     drop_held()
+                if isinstance(exc, KeyboardInterrupt):  # a second Ctrl-C: what
+                    entry[0].cut_off()  # was read may be lost, the pipe out of step
                 raise
             if main:
                 HOLD["depth"] -= 1
