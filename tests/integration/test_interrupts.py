@@ -923,11 +923,12 @@ def test_a_second_ctrl_c_between_a_transfer_and_its_count_never_gives_wrong_rows
         "run_queued": _LocalChannel.run_queued,
         "block": WorkerGroup._block,
     }
-    kwargs: dict[str, Any] = {
+    placements: dict[str, dict[str, Any]] = {
         "worker": {"num_workers": 1, "parent_envs": 0, "wait_strategy": "block"},
         "here": {"num_workers": 0},
         "bell": {"num_workers": 1, "parent_envs": 0, "wait_strategy": "spin"},
-    }[placement]
+    }
+    kwargs = placements[placement]
     # "bell": the parent blocks on a rung worker (a 50 ms step) whose second step
     # raises, so its answer, an error, comes by pipe and the blocked wait reads it
     env_fn = (
