@@ -106,7 +106,8 @@ class AutoresetTracker:
         """
         if self._next_step:
             if cols is None:
-                self.resetting[:] = ended
+                if count is None or count or self._any:  # else: all False already
+                    self.resetting[:] = ended
                 if count is None:
                     count = int(np.count_nonzero(self.resetting))
                 self._any = count > 0

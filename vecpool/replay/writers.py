@@ -68,7 +68,8 @@ class StagedSteps:
             leaves, next-observation leaves, action leaves, reward, the flags.
         objects: Those of ``arrays`` that hold Python objects (cleared once
             written, so the stage keeps none alive).
-        valid: Which of each step's rows are transitions.
+        valid: Which rows are transitions, at the steps that came with a mask
+            (the others' rows are all transitions and are not written).
         masked: The steps that came with a mask.
         places: Each step's place among its env's rows, when none came with a
             mask (``[steps, 1]``).
@@ -84,6 +85,8 @@ class StagedSteps:
             for a in _stored(layout, columns)
         ]
         self.objects = [a for a in self.arrays if a.dtype.kind == "O"]
+        # one observation leaf and one action leaf: each field one array
+        self.plain = self.leaves == 1 and len(self.arrays) == 6
         self.valid = np.ones((steps, num_envs), np.bool_)
         self.masked: list[int] = []
         self.places = np.arange(steps)[:, None]
@@ -117,7 +120,7 @@ class StagedSteps:
     ) -> None:
         """Keep one step's rows (``valid``: which are transitions; ``None``: all)."""
         arrays, step = self.arrays, self.count
-        if self.leaves == 1 and len(arrays) == 6:  # one obs leaf, one action leaf
+        if self.plain:
             arrays[0][step] = obs[0]
             arrays[1][step] = next_obs[0]
             arrays[2][step] = action[0]
@@ -129,8 +132,7 @@ class StagedSteps:
         arrays[-1][step] = truncated
         # the step and its mask counted in plain stores, no call between them
         # (Python raises a Ctrl-C only at a call or a backward jump)
-        if valid is None:
-            self.valid[step] = True
+        if valid is None:  # its row of `valid` is not read (see HotWriter.flush)
             self.count = step + 1
         else:
             self.valid[step] = valid
@@ -284,12 +286,14 @@ class HotWriter:
         stage = self.stage
         if stage is None or not stage.count:
             return
-        steps, masked, valid = stage.count, stage.masked, stage.valid[: stage.count]
+        steps, masked = stage.count, stage.masked
         ring = self.ring
         num_envs, slots = ring.num_envs, ring.slots
         free = (ring.row - ring.base) // num_envs  # each sub-pool's free slot
         place: npt.NDArray[np.intp]
-        if masked:
+        if masked:  # the rows of the steps that came with a mask, the others all
+            valid = np.ones((steps, num_envs), np.bool_)
+            valid[masked] = stage.valid[masked]
             after = np.cumsum(valid, axis=0, dtype=np.intp)
             counts: Any = after[-1]
             # each row's place among its env's rows in the run (after - 1), and
