@@ -20,7 +20,9 @@ import pytest
 
 import vecpool
 import vecpool.errors
+from vecpool._wire.bell import ANSWERED, NUMBER_MASK
 from vecpool.testing import (
+    ActionEchoEnv,
     CountingEnv,
     CustomExceptionEnv,
     DeliberateError,
@@ -288,6 +290,54 @@ def test_worker_killed_while_idle_raises_on_next_step(make_placed, leak_checker)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         env.close()
+    leak_checker.assert_no_leaks()
+
+
+@pytest.mark.timeout(20)  # a hang guard, not a speed claim
+@pytest.mark.parametrize("wait_strategy", ["auto", "spin", "block"])
+def test_a_worker_killed_after_it_answered_raises_at_the_next_step(
+    wait_strategy, leak_checker
+):
+    # worker 0 answers a step at once and dies while the step still waits for
+    # worker 1 (100 ms): the wait sees its end with nothing awaited from it, and
+    # the next step, which only rings its bell (no write that could fail), must
+    # raise; found: it waited forever (a timeout raised TimeoutError instead)
+    env = vecpool.AsyncVectorEnv(
+        [
+            functools.partial(ActionEchoEnv, 0.0),
+            functools.partial(ActionEchoEnv, 0.1),
+        ],
+        num_workers=2,
+        parent_envs=0,
+        wait_strategy=wait_strategy,
+    )
+    try:
+        env.reset(seed=0)
+        env.step(np.array([1.0, 1.0]))
+        env.step_async(np.array([2.0, 2.0]))
+        first = env._group.handles[0]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (  # its answer, on the bell or piped
+            first.bell[ANSWERED] != first.rung & NUMBER_MASK
+            if first.rung
+            else not first.conn.poll()
+        ):
+            time.sleep(0.001)
+        victim = env.processes[0]
+        assert victim.pid is not None
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.join(10)
+        observations = env.step_wait()[0]
+        np.testing.assert_array_equal(observations, [[2.0, 2.0], [2.0, 2.0]])
+        with pytest.raises(vecpool.errors.WorkerCrashedError) as info:
+            # the send (a pipe write) or the wait finds it dead, never a timeout
+            env.step(np.array([3.0, 3.0]))
+        assert info.value.worker == 0
+        assert "Worker 0" in str(info.value)
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            env.close()
     leak_checker.assert_no_leaks()
 
 

@@ -734,8 +734,8 @@ class WorkerGroup:
             except (EOFError, OSError):
                 if handle.numbers.expected:
                     self.lose(handle, what)
-                elif self.restarter is not None:  # gone after its last answer:
-                    self.restarter.give_back_permit(handle)  # next command
+                else:
+                    self._gone(handle)
                 for gone in (fd, handle.sentinel):
                     with contextlib.suppress(KeyError, ValueError):
                         poller.unregister(gone)
@@ -745,13 +745,26 @@ class WorkerGroup:
                 continue  # its last words come first
             if handle.numbers.expected:
                 self.lose(handle, what)
-            elif self.restarter is not None:  # replaced at its next command, but
-                self.restarter.give_back_permit(handle)  # others need it now
-            # it answered, then exited (e.g. after reporting an env error at
-            # start-up): the next command will find out
+            else:
+                self._gone(handle)
             with contextlib.suppress(KeyError, ValueError):
                 poller.unregister(fd)
             watched.pop(fd, None)
+
+    def _gone(self, handle: WorkerHandle) -> None:
+        """A worker exited while nothing was awaited from it: mark it gone.
+
+        E.g. after reporting an env error at start-up, or killed after its last
+        answer while the call waited for others. No poll watches it from now on,
+        so its next command must not count on one: it loses its bell (a ring
+        cannot fail) and :meth:`send_to` judges the death (a
+        :class:`~vecpool.errors.WorkerCrashedError`, or a restart). Its
+        ``max_concurrency`` permit is given back now: the others need it.
+        """
+        handle.gone = True
+        handle.bell = None
+        if self.restarter is not None:
+            self.restarter.give_back_permit(handle)
 
     def _all_poll(self) -> tuple[select.poll, dict[int, tuple[WorkerHandle, bool]]]:
         if not self._poll_all_built:
@@ -792,10 +805,11 @@ class WorkerGroup:
             WorkerCrashedError: If a pipe is broken and no restart is allowed.
         """
         while True:
-            try:
-                return handle, send(handle)
-            except OSError:
-                pass  # dead (a replacement may die before its first command too)
+            if not handle.gone:
+                try:
+                    return handle, send(handle)
+                except OSError:
+                    pass  # dead (a replacement may die before its first command too)
             handle = self.lose_at_send(handle, what)
 
     def lose_at_send(self, handle: WorkerHandle, what: str) -> WorkerHandle:

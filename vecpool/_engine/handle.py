@@ -94,6 +94,10 @@ class WorkerHandle:
         sentinel: The process sentinel the wait loop watches.
         numbers: The numbering of its commands and replies.
         out_of_step: Whether a transfer was cut off half-way (a second Ctrl-C).
+        gone: Whether its worker was found gone (its pipe's end, its process'
+            exit) while nothing was awaited from it: no poll watches it any more,
+            so its next command does not reach it (:meth:`WorkerGroup.send_to`
+            judges the death then).
         on_cut: Called when a transfer is cut off (the group then checks pipes).
         last_sent: The last command's bytes (re-sent to a replacement on a restart).
         info_wide: The worker's wide info rows (``[hosted envs, stride]``) the
@@ -134,6 +138,7 @@ class WorkerHandle:
         self.numbers = ReplyNumbers(sent=after)
         self.numbers.expect_also(self.numbers.sent_one())  # sent unasked
         self.out_of_step = False
+        self.gone = False
         self.on_cut: Callable[[], None] | None = None
         self.last_sent = b""
         self.info_wide: npt.NDArray[np.uint8] | None = None
