@@ -42,9 +42,11 @@ from gymnasium.vector import AutoresetMode
 
 import vecpool
 from vecpool import cli
+from vecpool._engine.batches import Batches
 from vecpool._engine.group import WorkerGroup
 from vecpool._engine.handle import WorkerHandle
 from vecpool._engine.in_process import InProcessHandle, _LocalChannel
+from vecpool._engine.restart import Restarter
 from vecpool._util import interrupts
 from vecpool._wire.bell import BUFFER, COMMAND, LISTENING
 from vecpool.errors import (
@@ -56,7 +58,7 @@ from vecpool.errors import (
 )
 from vecpool.sampling import collect as collect_module
 from vecpool.sampling.collect import collect
-from vecpool.testing import ActionEchoEnv, assert_same_data
+from vecpool.testing import ActionEchoEnv, assert_same_data, kill_worker
 
 pytestmark = [
     pytest.mark.usefixtures("python_sigint_handler"),
@@ -963,5 +965,80 @@ def test_a_second_ctrl_c_between_a_transfer_and_its_count_never_gives_wrong_rows
                 match=r"call `close\(\)`",
             ):
                 step_again()
+    finally:
+        _close_promptly(envs)
+
+
+@pytest.mark.parametrize(
+    "marker",
+    ['infos["env_id"] = ids', "buffers.obs.take(rows)"],
+    ids=["while-choosing", "while-copying"],
+)
+def test_a_recv_cut_by_ctrl_c_returns_its_batch_the_next_time(marker):
+    # a Ctrl-C in `recv` once it had the batch (choosing it, or copying its rows
+    # out): the next `recv` returns that batch, whose envs stay pending meanwhile;
+    # found: they had left `pending_env_ids` and no later `recv` returned them
+    envs = vecpool.AsyncVectorEnv(
+        [ActionEchoEnv] * 4, num_workers=1, parent_envs=0, batch_size=2
+    )
+    try:
+        envs.reset(seed=0)
+        envs.send(np.array([1.0, 2.0]), np.array([2, 3]))
+        code = Batches._choose if marker.startswith("infos") else Batches.recv
+        untrace = _forced_at(code.__code__, marker)
+        try:
+            with pytest.raises(ForcedInterrupt):
+                envs.recv()
+        finally:
+            untrace()
+        assert envs.pending_env_ids == [2, 3]
+        with pytest.raises(ValueError, match="recv"):
+            envs.send(np.array([9.0]), np.array([3]))  # its rows are not out yet
+        obs, _, _, _, infos = envs.recv(timeout=WAIT)
+        assert infos["env_id"].tolist() == [2, 3]
+        np.testing.assert_array_equal(obs, [[1.0, 1.0], [2.0, 1.0]])
+        assert envs.pending_env_ids == []
+        envs.send(np.array([3.0, 4.0]), np.array([2, 3]))
+        obs, _, _, _, infos = envs.recv(timeout=WAIT)
+        np.testing.assert_array_equal(obs, [[3.0, 2.0], [4.0, 2.0]])
+    finally:
+        _close_promptly(envs)
+
+
+def test_a_ctrl_c_while_a_replacement_starts_in_recv_loses_no_batch():
+    # a Ctrl-C while `recv` waits for a replacement to start: the batch in flight
+    # on the dead worker goes to the replacement all the same, and comes back
+    # marked; found: its envs stayed pending for good (every recv timed out, step
+    # and reset refused)
+    envs = vecpool.AsyncVectorEnv(
+        [ActionEchoEnv] * 4,
+        num_workers=2,
+        batch_size=4,
+        on_worker_crash="restart",
+    )
+    try:
+        envs.reset(seed=0)
+        envs.send(np.array([1.0, 2.0, 3.0, 4.0]), np.arange(4))
+        kill_worker(envs, 1)
+        untrace = _forced_at(Restarter.replace.__code__, 'group.wait("restart"')
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the restart warning
+                with pytest.raises(ForcedInterrupt):
+                    envs.recv()
+        finally:
+            untrace()
+        rows: dict[int, Any] = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            while envs.pending_env_ids:
+                obs, _, _, truncated, infos = envs.recv(timeout=WAIT)
+                for row, index in enumerate(infos["env_id"].tolist()):
+                    rows[index] = (obs[row].tolist(), bool(truncated[row]))
+        assert rows[0] == ([1.0, 1.0], False)
+        assert rows[1] == ([2.0, 1.0], False)
+        assert rows[2][1]  # cut by the crash: truncated
+        assert rows[3][1]
+        envs.step(np.zeros(4))  # usable again
     finally:
         _close_promptly(envs)

@@ -36,6 +36,9 @@ class Batches:
         in_flight: ``bool[num_envs]``: sent and not yet answered.
         ready: Envs answered and not yet returned, in finishing order.
         ready_infos: Their infos.
+        returning: The batch :meth:`recv` is returning (its envs, rows and
+            infos), kept until it is returned: a ``recv`` that a Ctrl-C cut short
+            returns it the next time (its envs count as pending meanwhile).
     """
 
     def __init__(
@@ -61,11 +64,17 @@ class Batches:
         self.flying = 0  # in_flight.sum(), kept as an int (the loops test it)
         self.ready: deque[int] = deque()
         self.ready_infos: dict[int, dict[str, Any]] = {}
+        self.returning: tuple[list[int], Any, dict[str, Any]] | None = None
 
     @property
     def pending(self) -> list[int]:
         """Envs sent and not yet returned by :meth:`recv`, sorted."""
-        return sorted([*np.flatnonzero(self.in_flight).tolist(), *self.ready])
+        return sorted({*np.flatnonzero(self.in_flight).tolist(), *self._waiting()})
+
+    def _waiting(self) -> list[int]:
+        """Envs answered and not yet returned (the batch being returned too)."""
+        returning = self.returning
+        return [*self.ready, *returning[0]] if returning is not None else [*self.ready]
 
     def assert_none_pending(self, method: str) -> None:
         """Refuse ``method`` while envs are in flight or waiting to be returned.
@@ -73,7 +82,7 @@ class Batches:
         Raises:
             AlreadyPendingCallError: Naming the envs.
         """
-        if self.flying or self.ready:
+        if self.flying or self.ready or self.returning is not None:
             msg = (
                 f"Calling `{method}` while envs {self.pending} are in flight from "
                 "`send` or waiting to be returned: `recv` them first."
@@ -103,6 +112,7 @@ class Batches:
             or listed != list(range(first, last + 1))
             or (self.flying and self.in_flight[first : last + 1].any())
             or (self.ready and not set(self.ready).isdisjoint(listed))
+            or self.returning is not None
         ):
             return None
         return env_ids, first
@@ -136,7 +146,7 @@ class Batches:
                 "sending them again."
             )
             raise ValueError(msg)
-        waiting = sorted(set(listed) & set(self.ready)) if self.ready else []
+        waiting = sorted(set(listed) & set(self._waiting()))
         if waiting:
             msg = (
                 f"envs {waiting} have finished but `recv` has not returned them yet: "
@@ -233,6 +243,38 @@ class Batches:
                 flight).
             WorkerCrashedError: If a worker died.
         """
+        returning = self.returning
+        if returning is None:  # else: a recv cut short by a Ctrl-C, returned now
+            returning = self._choose(timeout)
+        listed, rows, infos = returning
+        with HELD:  # its envs leave `ready` (idempotent: they lead it, in order)
+            ready, ready_infos, taken = self.ready, self.ready_infos, set(listed)
+            while ready and ready[0] in taken:
+                ready.popleft()
+            if ready_infos:
+                for index in listed:
+                    ready_infos.pop(index, None)
+        buffers = self.buffers
+        result = (
+            buffers.obs.take(rows),
+            buffers.rewards[rows].copy(),
+            buffers.terminations[rows].copy(),
+            buffers.truncations[rows].copy(),
+            infos,
+        )
+        self.returning = None  # a plain store: no Ctrl-C between it and the return
+        return result
+
+    def _choose(self, timeout: float | None) -> tuple[list[int], Any, dict[str, Any]]:
+        """Wait for the batch :meth:`recv` returns; keep it as :attr:`returning`.
+
+        Nothing leaves :attr:`ready` here: a Ctrl-C anywhere before the batch is
+        kept leaves it to be chosen again.
+
+        Raises:
+            NoAsyncCallError: If nothing is in flight or ready.
+            multiprocessing.TimeoutError: If the timeout expired.
+        """
         if not self.ready and not self.flying:
             msg = "Calling `recv` without any env in flight; call `send` first."
             raise NoAsyncCallError(msg, "recv")
@@ -240,40 +282,34 @@ class Batches:
         while len(self.ready) < self.batch_size and self.flying:
             busy = self._busy()
             self._wait(timeout, busy, deadline)
-        with HELD:
-            count = min(self.batch_size, len(self.ready))
-            ready = self.ready
-            listed = [ready.popleft() for _ in range(count)]
-            ids = np.array(listed, np.int64)
-            ready_infos = self.ready_infos
-            pickled = (
-                [
-                    (row, ready_infos.pop(index))
-                    for row, index in enumerate(listed)
-                    if index in ready_infos
-                ]
-                if ready_infos
-                else []
-            )
-            infos = self.buffers.infos.merge(self.group.handles, pickled, listed)
+        count = min(self.batch_size, len(self.ready))
+        ready = self.ready
+        listed = [ready[position] for position in range(count)]
+        ids = np.array(listed, np.int64)
+        ready_infos = self.ready_infos
+        pickled = (
+            [
+                (row, ready_infos[index])
+                for row, index in enumerate(listed)
+                if index in ready_infos
+            ]
+            if ready_infos
+            else []
+        )
+        infos = self.buffers.infos.merge(self.group.handles, pickled, listed)
         infos["env_id"] = ids
-        buffers = self.buffers
         first = listed[0] if listed else 0
+        rows: slice | npt.NDArray[np.int64]
         if (
             count
             and listed[-1] - first + 1 == count
             and listed == list(range(first, first + count))
         ):  # a run of envs (one worker's batch): slices, copied
-            rows: slice | npt.NDArray[np.int64] = slice(first, first + count)
+            rows = slice(first, first + count)
         else:
             rows = ids
-        return (
-            buffers.obs.take(rows),
-            buffers.rewards[rows].copy(),
-            buffers.terminations[rows].copy(),
-            buffers.truncations[rows].copy(),
-            infos,
-        )
+        self.returning = (listed, rows, infos)
+        return self.returning
 
     def _wait(
         self, timeout: float | None, busy: list[WorkerHandle], deadline: float | None
@@ -356,3 +392,4 @@ class Batches:
         self.flying = 0
         self.ready.clear()
         self.ready_infos.clear()
+        self.returning = None

@@ -878,6 +878,15 @@ class WorkerGroup:
         self.broken = WorkerCrashedError(msg, handle.index, tuple(envs), exitcode)
         raise WorkerCrashedError(msg, handle.index, tuple(envs), exitcode)
 
+    def watch_all_again(self) -> None:
+        """Rebuild the standing poll set: a worker taken out of it is watched again.
+
+        Restart (vecpool/_engine/restart.py) calls it when a second Ctrl-C stopped
+        a replacement's start: the dead worker stays in place, and its next wait
+        must see its death again.
+        """
+        self._poll_all_built = False
+
     def note_give_up(self) -> None:
         """A call gave up (or a transfer was cut): check the handles from now on."""
         self.gave_up = True

@@ -276,22 +276,25 @@ class Restarter:
             seeds=self.policy.start_seeds(index, envs),
         )
         assert self.starter is not None  # set once the workers started
-        with HELD:
-            # numbers go on from the old pipe's: answers already read keep theirs
-            new = self.starter.spawn(group, index, envs, start, old.numbers.sent)
-            group.put(new)
-        startup = new.numbers.sent  # the number of its start-up reply
         try:
+            with HELD:  # a Ctrl-C meanwhile is raised once it is in place
+                # numbers go on from the old pipe's: answers already read keep theirs
+                new = self.starter.spawn(group, index, envs, start, old.numbers.sent)
+                startup = new.numbers.sent  # the number of its start-up reply
+                group.put(new)
             # within the deadline of the call that found the crash
             group.wait("restart", None, [new], deadline=group.waiting[2])
-        except multiprocessing.TimeoutError:
-            # the call gives up; later waits read the start-up reply first. The
-            # replacement now starting (this one, or one a nested restart started
-            # when this one died) takes over `old`'s work at once: the `send`
-            # batches still owed, queued in its pipe (a later `recv` collects
-            # them). A step or reset whose call gave up is not sent again: its cut
-            # rows answer the next call.
+        except (multiprocessing.TimeoutError, KeyboardInterrupt):
+            # the call gives up (a timeout, a Ctrl-C); later waits read the
+            # start-up reply first. The replacement now starting (this one, or
+            # one a nested restart started when this one died) takes over `old`'s
+            # work at once: the `send` batches still owed, queued in its pipe (a
+            # later `recv` collects them). A step or reset whose call gave up is
+            # not sent again: its cut rows answer the next call.
             current = group.handles[index]
+            if current is old:  # a second Ctrl-C stopped the start: none runs
+                group.watch_all_again()  # it is found dead (and replaced) again
+                raise
             nested = next((r for r in group.starting if r.handle is current), None)
             with HELD:
                 if current is new:
