@@ -225,3 +225,13 @@ def test_the_load_is_watched_while_the_parent_computes_too(tmp_path, two_cpu_hos
     assert policy.hint.value == 0
     assert crowd.is_crowded
     policy.drop_hint()
+
+
+def test_batch_workers_spin_only_where_the_parent_keeps_a_core():
+    # with send/recv batches a worker steps while the parent works on another's
+    # batch: workers on every core would spin on the parent's core (measured: half
+    # the env-steps/s of blocking on 2 CPUs)
+    assert SpinPolicy.from_strategy("auto", 2, 2, batches=True).worker_spin == 0.0
+    assert SpinPolicy.from_strategy("auto", 1, 2, batches=True).worker_spin > 0.0
+    assert SpinPolicy.from_strategy("auto", 2, 2).worker_spin > 0.0  # plain steps
+    assert SpinPolicy.from_strategy("spin", 2, 2, batches=True).worker_spin > 0.0

@@ -205,7 +205,13 @@ class SpinPolicy:
 
     @classmethod
     def from_strategy(
-        cls, wait_strategy: str, num_workers: int, cpus: int, *, share: bool = False
+        cls,
+        wait_strategy: str,
+        num_workers: int,
+        cpus: int,
+        *,
+        share: bool = False,
+        batches: bool = False,
     ) -> SpinPolicy:
         """The policy for ``wait_strategy`` with ``num_workers`` on ``cpus`` cores.
 
@@ -220,9 +226,16 @@ class SpinPolicy:
             num_workers: Worker processes.
             cpus: Cores (physical where known: vecpool/_util/topology.py).
             share: Whether the parent steps a share of the envs.
+            batches: Whether ``send``/``recv`` batches are on (``batch_size``):
+                then a worker is stepping while the parent works on another's
+                batch, so with ``"auto"`` the workers spin only where they leave
+                the parent a core of its own (8 CartPole envs, ``batch_size=4``,
+                2 workers on 2 CPUs: 7,800-8,100 env-steps/s spinning,
+                15,500-18,600 blocking).
         """
         spins = wait_strategy == "spin" or (
-            wait_strategy == "auto" and num_workers <= cpus
+            wait_strategy == "auto"
+            and (num_workers < cpus if batches else num_workers <= cpus)
         )
         budget = SPIN_BUDGET if spins else 0.0
         adaptive = wait_strategy == "auto"

@@ -302,6 +302,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
                 self.num_workers,
                 self.placement.cores,
                 share=bool(self.parent_envs) and bool(self.num_workers),
+                batches=self.batch_size is not None and self.batch_size < self.num_envs,
             )
         )
 
