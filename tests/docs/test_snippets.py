@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -157,6 +158,8 @@ def test_snippet(
             text=True,
             timeout=110,
             check=False,
+            # its temporary files (SB3's `SB3-<time>` log folders) in the test's own
+            env={**os.environ, "TMPDIR": str(tmp_path)},
         )
         assert result.returncode == 0, result.stdout + result.stderr
         return
