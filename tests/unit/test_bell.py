@@ -376,3 +376,21 @@ def test_a_bell_answered_after_the_last_look_is_looked_at_again_not_blocked_on(
     deadline = time.monotonic() + 2.0
     assert WorkerGroup._block(handles, (poller, {}), deadline) is None  # look again
     assert all(h.bell[WAITING] == 0 for h in handles)
+
+
+def test_a_bell_answered_with_its_reply_in_the_pipe_is_polled_not_looked_at_again(
+    connection,
+):
+    # its answer is the reply in the pipe: the block returns that reply's event
+    # (kept in the channel's buffer), never "look again" forever
+    handle, worker = _handle(connection)
+    number = _ring(handle, b"s\x00")
+    worker.send(b"")  # its reply ...
+    _answer_on_the_bell(handle, number, piped=1)  # ... and so the bell says
+    poller = select.poll()
+    poller.register(handle.conn.fileno(), select.POLLIN)
+    watched = {handle.conn.fileno(): (handle, False)}
+    events = WorkerGroup._block([handle], (poller, watched), time.monotonic() + 2.0)
+    assert events == [(handle.conn.fileno(), select.POLLIN)]
+    assert handle.receive() is True  # the reply, from the bytes the block kept
+    assert handle.numbers.received == number

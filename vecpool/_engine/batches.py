@@ -248,9 +248,10 @@ class Batches:
             returning = self._choose(timeout)
         listed, rows, infos = returning
         with HELD:  # its envs leave `ready` (idempotent: they lead it, in order)
-            ready, ready_infos, taken = self.ready, self.ready_infos, set(listed)
-            while ready and ready[0] in taken:
-                ready.popleft()
+            ready, ready_infos = self.ready, self.ready_infos
+            for index in listed:
+                if ready and ready[0] == index:
+                    ready.popleft()
             if ready_infos:
                 for index in listed:
                     ready_infos.pop(index, None)

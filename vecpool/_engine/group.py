@@ -463,12 +463,7 @@ class WorkerGroup:
                 # step's answers are read, also if a Ctrl-C cuts it and it is
                 # waited for again
                 self.more = True
-                pending = []  # a loop, not a comprehension: no call on 3.11
-                for handle in handles:
-                    rung = handle.rung
-                    if rung and handle.bell[ANSWERED] != rung & NUMBER_MASK:
-                        pending.append(handle)
-                if pending and self._block(pending, self._poll_all, None) is not None:
+                if self._block(handles, self._poll_all, None) is not None:
                     return False  # a reply, a death: the wait's to read or judge
 
     def wait(
@@ -603,9 +598,11 @@ class WorkerGroup:
 
         ``WAITING`` goes up on every rung bell not answered yet, so a worker that
         answers on its bell alone writes a wake (vecpool/_wire/bell.py); wakes are
-        read off here. Anything else read from a pipe (a reply, a part of one, its
-        end) stays in the channel's buffer, for :meth:`_read_events`. A read and
-        its keeping go together: Ctrl-C is held back (inline :data:`HOLD`).
+        read off here. A bell whose answer is in the pipe (``PIPED`` 1) needs no
+        wake: the poll sees its reply. Anything else read from a pipe (a reply, a
+        part of one, its end) stays in the channel's buffer, for
+        :meth:`_read_events`. A read and its keeping go together: Ctrl-C is held
+        back (inline :data:`HOLD`).
 
         Returns:
             The events to read or judge (``[]``: the deadline passed), or ``None``
@@ -614,10 +611,14 @@ class WorkerGroup:
         """
         raised = []
         for handle in handles:
-            if handle.rung:
-                if handle.bell[ANSWERED] == handle.rung & NUMBER_MASK:
+            rung = handle.rung
+            if rung:
+                bell = handle.bell
+                if bell[ANSWERED] == rung & NUMBER_MASK:
+                    if bell[PIPED] == 1:  # its reply is in the pipe: polled
+                        continue
                     return None  # answered since the last look
-                handle.bell[WAITING] = 1
+                bell[WAITING] = 1
                 raised.append(handle)
         poller, watched = polled
         try:
