@@ -125,6 +125,61 @@ def test_step_exception_keeps_type_message_and_remote_traceback(
         assert_same_data(reference.step(action), env.step(action), f"step {step_index}")
 
 
+@pytest.mark.needs_worker_process(
+    reason="a KeyboardInterrupt in the parent's own envs is the user's Ctrl-C"
+)
+@pytest.mark.parametrize("raise_on", ["step", "reset"])
+def test_an_envs_own_keyboard_interrupt_in_a_worker_comes_back_as_its_error(
+    raise_on, make_placed, make_sync
+):
+    # Gymnasium's worker reports an env's KeyboardInterrupt like any exception; a
+    # worker ignores SIGINT, so one raised there is the env's own, not a Ctrl-C:
+    # it must not kill the worker (and the envs beside it)
+    num_envs = 4
+    env_fns = _raising(1, num_envs, raise_on=raise_on, at=2, exc_type=KeyboardInterrupt)
+    env = make_placed(env_fns)
+    action = np.ones(num_envs, dtype=np.int64)
+    env.reset(seed=0)
+    if raise_on == "step":
+        env.step(action)
+    call = env.step if raise_on == "step" else env.reset
+    exc, logs = _run_recording_warnings(
+        lambda: call(action) if raise_on == "step" else call(seed=0)
+    )
+    assert type(exc) is KeyboardInterrupt
+    assert str(exc) == RaisingEnv.message_for(raise_on, 2)
+    assert isinstance(exc.__cause__, vecpool.errors.RemoteTraceback)
+    assert "explode" in str(exc.__cause__)
+    assert len(logs) == ERROR_LOG_LINES
+    assert "Worker-1" in logs[0]
+    reference = make_sync(make_env_fns(num_envs, **NO_INFOS))
+    assert_same_data(reference.reset(seed=5), env.reset(seed=5), "reset after error")
+    assert_same_data(reference.step(action), env.step(action), "step after error")
+
+
+# a class of the user's script: cloudpickle sends it to a spawned worker by value
+MainScriptError = type("MainScriptError", (Exception,), {"__module__": "__main__"})
+
+
+@pytest.mark.needs_worker_process(reason="the class must reach a spawned process")
+def test_an_exception_class_of_the_main_script_keeps_its_type_under_spawn(
+    placement, leak_checker
+):
+    # under spawn (and forkserver, Python 3.14's default) the worker holds its own
+    # copy of the class, which plain pickle cannot send back: the parent must get
+    # its own class again, so that `except MainScriptError` catches it
+    env_fns = _raising(1, 2, raise_on="step", at=1, exc_type=MainScriptError)
+    env = vecpool.AsyncVectorEnv(env_fns, context="spawn", **placement.kwargs(2))
+    try:
+        env.reset(seed=0)
+        exc, _ = _run_recording_warnings(lambda: env.step(np.ones(2, np.int64)))
+        assert type(exc) is MainScriptError
+        assert str(exc) == RaisingEnv.message_for("step", 1)
+        assert isinstance(exc.__cause__, vecpool.errors.RemoteTraceback)
+    finally:
+        env.close()
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")  # Gymnasium's error log lines
 def test_an_env_error_names_its_env_and_the_env_stays_usable(make_placed):
     env = make_placed([CountingEnv, lambda: RaisingEnv(raise_on="step", at=2)])

@@ -12,6 +12,8 @@ import pickle
 import traceback
 from typing import Any, NamedTuple
 
+import cloudpickle
+
 from vecpool.errors import VecPoolError
 
 __all__ = ["ErrorRecord", "pack_error", "rebuild_exception"]
@@ -49,12 +51,17 @@ def pack_error(env_index: int, exc: BaseException) -> ErrorRecord:
         A picklable record; the exception itself travels if it survives a round trip.
     """
     trace = traceback.format_exc()
-    data: bytes | None
-    try:
-        data = pickle.dumps(exc)
-        pickle.loads(data)  # checks the round trip (custom __init__ args can fail)
-    except Exception:  # noqa: BLE001 - any pickling failure falls back to type + text
-        data = None
+    data: bytes | None = None
+    # plain pickle, else cloudpickle: a class the worker got by value (defined in
+    # the parent's `__main__`, under spawn or forkserver) travels back by value,
+    # and cloudpickle gives the parent its own class again (the same tracker id)
+    for dumps in (pickle.dumps, cloudpickle.dumps):
+        try:
+            data = bytes(dumps(exc))
+            pickle.loads(data)  # checks the round trip (custom __init__ args can fail)
+            break
+        except Exception:  # noqa: BLE001 - any pickling failure falls back to type + text
+            data = None
     exc_type: type[BaseException] | None = type(exc)
     try:
         pickle.dumps(exc_type)

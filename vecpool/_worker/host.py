@@ -54,14 +54,27 @@ from vecpool._wire.wide_infos import (
 )
 from vecpool._worker.cuts import Cuts
 
-__all__ = ["Host", "open_host", "serve"]
+__all__ = ["IN_PARENT", "IN_WORKER", "Host", "open_host", "serve"]
+
+IN_PARENT: tuple[type[BaseException], ...] = (Exception,)
+"""What env code may raise and have reported as its error, in the parent's share:
+a ``KeyboardInterrupt`` there is the user's Ctrl-C, and goes on up."""
+IN_WORKER: tuple[type[BaseException], ...] = (KeyboardInterrupt, Exception)
+"""The same in a worker process, as Gymnasium's worker: it ignores SIGINT
+(vecpool/_worker/loop.py), so a ``KeyboardInterrupt`` there is the env's own."""
 
 
 class Host:
     """The envs of one worker and the views they read and write."""
 
-    def __init__(self, config: WorkerConfig, envs: list[Any]) -> None:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        envs: list[Any],
+        caught: tuple[type[BaseException], ...] = IN_PARENT,
+    ) -> None:
         self.config = config
+        self.caught = caught  # what env code raises that is reported as its error
         self.envs = envs
         self.start = config.start
         self.indices = range(config.start, config.start + len(envs))
@@ -227,7 +240,7 @@ class Host:
                             columns = True
                         else:
                             infos.append((index, info))
-                except Exception as exc:  # noqa: BLE001 - reported to the parent
+                except self.caught as exc:  # reported to the parent
                     errors.append(pack_error(index, exc))
                     schema_id = 0
                 # one write, and only when it changes (an older id must not show)
@@ -364,7 +377,7 @@ class Host:
                     self.last_obs[local] = obs  # a reference: no copy
                     if info:
                         infos.append((index, info))
-                except Exception as exc:  # noqa: BLE001 - reported to the parent
+                except self.caught as exc:  # reported to the parent
                     errors.append(pack_error(index, exc))
         finally:
             if permits is not None:
@@ -418,7 +431,7 @@ class Host:
                 results.append(
                     attr(*env_args, **env_kwargs) if callable(attr) else attr
                 )
-            except Exception as exc:  # noqa: BLE001 - reported to the parent
+            except self.caught as exc:  # reported to the parent
                 results.append(None)
                 errors.append(pack_error(self.start + local, exc))
         return encode_safely(Reply(results=results, errors=errors or None), self.start)
@@ -433,7 +446,7 @@ class Host:
                     else copy.deepcopy(values[local])
                 )
                 env.set_wrapper_attr(name, value)
-            except Exception as exc:  # noqa: BLE001 - reported to the parent
+            except self.caught as exc:  # reported to the parent
                 errors.append(pack_error(self.start + local, exc))
         return encode(Reply(errors=errors)) if errors else b""
 
@@ -456,7 +469,7 @@ class Host:
             try:
                 state = self._state_methods(local).get_state()
                 results.append(EnvState(state, self.autoreset[local]))
-            except Exception as exc:  # noqa: BLE001 - reported to the parent
+            except self.caught as exc:  # reported to the parent
                 results.append(None)
                 errors.append(pack_error(self.start + local, exc))
         return encode_safely(Reply(results=results, errors=errors or None), self.start)
@@ -466,7 +479,7 @@ class Host:
         for local, state in zip(locals_, states, strict=True):
             try:
                 self._restore(local, state)
-            except Exception as exc:  # noqa: BLE001 - reported to the parent
+            except self.caught as exc:  # reported to the parent
                 errors.append(pack_error(self.start + local, exc))
         return encode(Reply(errors=errors)) if errors else b""
 
@@ -510,7 +523,7 @@ class Host:
                     methods.get_state(), self.mode is AutoresetMode.NEXT_STEP and ended
                 )
                 results.append((new_state, obs, total, terminated, truncated, info))
-            except Exception as exc:  # noqa: BLE001 - reported to the parent
+            except self.caught as exc:  # reported to the parent
                 results.append(None)
                 errors.append(pack_error(self.start + local, exc))
         return encode_safely(Reply(results=results, errors=errors or None), self.start)
@@ -572,12 +585,18 @@ def _run_command(host: Host, data: bytes | memoryview) -> tuple[bytes, bool]:
     raise RuntimeError(msg)
 
 
-def open_host(config: WorkerConfig, envs: list[Any]) -> tuple[Host | None, bytes]:
+def open_host(
+    config: WorkerConfig,
+    envs: list[Any],
+    caught: tuple[type[BaseException], ...] = IN_PARENT,
+) -> tuple[Host | None, bytes]:
     """Create the envs of ``config`` (appended to ``envs``) and their host.
 
     Args:
         config: The worker configuration.
         envs: Filled with the envs as they are created (the caller closes them).
+        caught: What env code may raise and have reported as its error
+            (:data:`IN_WORKER` in a worker process).
 
     Returns:
         The host (``None`` if a constructor raised) and the first reply: the
@@ -586,9 +605,9 @@ def open_host(config: WorkerConfig, envs: list[Any]) -> tuple[Host | None, bytes
     for local, env_fn in enumerate(config.env_fns()):
         try:
             envs.append(env_fn())
-        except Exception as exc:  # noqa: BLE001 - reported to the parent
+        except caught as exc:  # reported to the parent
             return None, encode(Reply(errors=[pack_error(config.start + local, exc)]))
-    host = Host(config, envs)
+    host = Host(config, envs, caught)
     return host, host.check_spaces()
 
 
@@ -613,5 +632,5 @@ def serve(host: Host, data: bytes | memoryview) -> tuple[bytes, bool]:
             subset = np.frombuffer(data, np.uint16, offset=1).tolist()
             return host.step(None, subset), True
         return _run_command(host, data)
-    except Exception as exc:  # noqa: BLE001 - protocol errors go back too
+    except host.caught as exc:  # protocol errors go back too
         return encode(Reply(errors=[pack_error(host.start, exc)])), True

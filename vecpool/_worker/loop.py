@@ -33,7 +33,7 @@ from vecpool._wire.bell import (
 from vecpool._wire.channel import Channel
 from vecpool._wire.messages import INFOS_IN_MEMORY, STEP, WAKE, WorkerConfig
 from vecpool._wire.spin import spin_until_ready
-from vecpool._worker.host import open_host, serve
+from vecpool._worker.host import IN_WORKER, open_host, serve
 
 __all__ = ["WAITS", "WaitCounts", "run_worker", "wait_counts"]
 
@@ -168,7 +168,7 @@ def run_worker(
     envs: list[Any] = []
     channel = Channel(conn.fileno())
     try:
-        host, first = open_host(config, envs)
+        host, first = open_host(config, envs, IN_WORKER)
         spin, spin_yield = config.spin, config.spin_yield
         # a doorbell (vecpool/_wire/bell.py): plain steps come through shared memory
         # (a worker that never spins blocks on its pipe: it needs no bell). What it

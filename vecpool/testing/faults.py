@@ -77,7 +77,7 @@ class RaisingEnv(CountingEnv):
         self,
         raise_on: str = "step",
         at: int = 1,
-        exc_type: type[Exception] = ValueError,
+        exc_type: type[BaseException] = ValueError,
         **kwargs: Any,
     ) -> None:
         """Build the env.
