@@ -452,6 +452,28 @@ def test_step_timeout_then_fresh_results(shared_memory, make_placed, make_sync):
         assert_same_data(reference.step(fast), env.step(fast), f"step {step_index}")
 
 
+def test_a_zero_timeout_returns_results_that_are_ready(make_placed, make_sync):
+    # Gymnasium's `step_wait(timeout=0)` asks whether the results are ready; the
+    # parent's own envs, stepped in the wait, count from `step_async` as a
+    # worker's do (they used to time out always: their stepping takes > 0 s)
+    num_envs = 4
+    env_fns = make_env_fns(num_envs, **NO_INFOS)
+    reference = make_sync(env_fns)
+    env = make_placed(env_fns)
+    env.reset_async(seed=3)
+    time.sleep(0.5)
+    assert_same_data(reference.reset(seed=3), env.reset_wait(timeout=0), "reset")
+    action = np.ones(num_envs, dtype=np.int64)
+    for step_index in range(3):
+        env.step_async(action)
+        time.sleep(0.5)  # ample for every env's step, on a busy machine too
+        expected = reference.step(action)
+        assert_same_data(expected, env.step_wait(timeout=0), f"step {step_index}")
+    env.call_async("get_pid")
+    time.sleep(0.5)
+    assert len(env.call_wait(timeout=0)) == num_envs
+
+
 def test_step_timeout_then_step_gives_fresh_results(make_placed):
     num_envs = 2
     env = make_placed([functools.partial(SlowEnv)] * num_envs)

@@ -140,6 +140,9 @@ class WorkerGroup:
         # whether a bell's answer said more than "the rows are written"
         self.all_rung = False
         self.more = False
+        # when the last command went out: the parent's share, stepped in the wait,
+        # is timed as if it had started then, as a worker's envs do
+        self.sent_at = 0.0
 
     def put(self, handle: WorkerHandle) -> None:
         """Put a replacement's handle in the place of the worker it replaces."""
@@ -277,6 +280,7 @@ class WorkerGroup:
             WorkerCrashedError: If a worker's pipe is broken.
         """
         buffer = message[1]
+        self.sent_at = time.monotonic()
         bells: list[WorkerHandle] = []  # rung: workers that spin on their bells
         here: list[WorkerHandle] = []  # the parent's share, stepped in the wait
         piped: list[WorkerHandle] = []
@@ -504,9 +508,15 @@ class WorkerGroup:
         if deadline is None and timeout is not None:
             deadline = time.monotonic() + timeout
         if self.local:  # the parent's own envs step now, while the workers step
+            started = time.monotonic()
             self._run_local(what, any_answer=any_answer)
-            if deadline is not None and time.monotonic() > deadline:
-                # the call took longer than its timeout, as Gymnasium's does
+            # timed as a worker's envs: from when the command went out, so a share
+            # stepped before the deadline would have passed is in time (Gymnasium's
+            # `timeout=0` after `step_async`: "are the results ready?")
+            if (
+                deadline is not None
+                and self.sent_at + time.monotonic() - started > deadline
+            ):
                 msg = (
                     f"The call to `{label or what}` has timed out after {timeout} "
                     "second(s)."
@@ -547,7 +557,10 @@ class WorkerGroup:
         ``WAITING`` raised so that its worker wakes it, until ``deadline``.
         """
         timeout, name, _ = self.waiting
-        until = time.perf_counter() + self.spin.before_wait()
+        budget = self.spin.before_wait()
+        if deadline is not None:  # never spins past it (`timeout=0`: one look)
+            budget = min(budget, max(0.0, deadline - time.monotonic()))
+        until = time.perf_counter() + budget
         give = getattr(os, "sched_yield", None) if self.spin.spin_yield else None
         looks = 0
         while True:
@@ -805,6 +818,7 @@ class WorkerGroup:
         Raises:
             WorkerCrashedError: If a pipe is broken and no restart is allowed.
         """
+        self.sent_at = time.monotonic()
         while True:
             if not handle.gone:
                 try:
