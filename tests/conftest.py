@@ -9,6 +9,7 @@ shared helper is a fixture here; every env lives in :mod:`vecpool.testing`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import multiprocessing
@@ -319,6 +320,38 @@ def shm_files() -> set[str]:
         return set()
 
 
+def live_elsewhere(names: set[str]) -> set[str]:
+    """Those of ``names`` (in ``/dev/shm``) that another process tree maps now.
+
+    Under ``pytest -n`` the other test processes create semaphores and segments
+    of their own while this one runs (a ``multiprocessing`` queue under spawn
+    holds three ``sem.mp-*``): mapped by a process outside this one and its
+    descendants, and by none of those, such a name is not this test's leak. A
+    leaked name is mapped by nobody, or by this tree.
+    """
+    # by inode: glibc's sem_open maps a temporary name, then links it to the real one
+    inodes: dict[int, str] = {}
+    for name in names:
+        with contextlib.suppress(OSError):
+            inodes[os.stat(f"/dev/shm/{name}").st_ino] = name
+    ours = {os.getpid(), *child_pids()}
+    mappers: dict[str, set[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/maps", encoding="utf-8", errors="replace") as maps:
+                for line in maps:
+                    fields = line.split(maxsplit=5)
+                    if len(fields) == 6 and "/dev/shm/" in fields[5]:
+                        name = inodes.get(int(fields[4]))
+                        if name is not None:
+                            mappers.setdefault(name, set()).add(int(entry))
+        except OSError:  # gone, or not ours to read
+            continue
+    return {name for name, pids in mappers.items() if not pids & ours}
+
+
 class LeakChecker:
     """Snapshot of child processes and ``/dev/shm``; assert nothing new remains."""
 
@@ -341,6 +374,8 @@ class LeakChecker:
             # /proc first: `active_children()` reaps zombies and would hide them.
             leaked = self.new_children()
             new_shm = shm_files() - self.shm_before
+            if new_shm:
+                new_shm -= live_elsewhere(new_shm)
             if not leaked and not new_shm:
                 break
             if time.monotonic() > deadline:
