@@ -19,7 +19,7 @@ from gymnasium.vector import AutoresetMode
 import vecpool
 from vecpool.replay.episodes import complete_episodes
 from vecpool.sampling.sampler import EpisodeRecord, SampleBatch, Sampler
-from vecpool.testing import CountingEnv, SlowEnv
+from vecpool.testing import CountingEnv, RaisingEnv, SlowEnv
 
 MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
 KINDS = ["sync", "vecpool", "vecpool-batch"]
@@ -648,6 +648,35 @@ def test_alternating_equals_sync_run(make_async, make_sync, mode):
             return (record.env_index, record.length, record.return_)
 
         assert sorted(got, key=key) == sorted(want, key=key)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # Gymnasium's error log lines
+@pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.name)
+def test_alternating_sampler_is_usable_after_several_envs_raise_at_once(
+    make_async, mode
+):
+    # every env raises once, in its 4th step: each raising `recv` returns one
+    # env's error, and the sampler must drain them all, not stop at the first,
+    # or every later call fails (its reset finds envs still in flight)
+    fns = [
+        functools.partial(RaisingEnv, raise_on="step", at=4, max_steps=6)
+        for _ in range(4)
+    ]
+    env = make_async(fns, num_workers=4, batch_size=2, autoreset_mode=mode)
+    sampler = Sampler(env, obs_policy, batch_T=8, seed=3)
+    errors = 0
+    for _ in range(4):  # each call raises an env's own error until none is left
+        try:
+            sampler.obtain_samples()
+        except ValueError as exc:
+            assert str(exc) == RaisingEnv.message_for("step", 4)
+            errors += 1
+        assert env.pending_env_ids == []
+    assert errors >= 1
+    for _ in range(2):  # then whole batches again
+        got, _ = sampler.obtain_samples()
+        assert first_leaf(got.obs).shape[:2] == (8, 4)
+        assert got.valid.shape == (8, 4)
 
 
 def overlap_run(make_async, delay, batch_size):

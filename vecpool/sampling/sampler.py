@@ -744,12 +744,17 @@ class Sampler:
                 self._dispatch(env, group, row, in_flight)
         except Exception:
             # leave nothing in flight, so the env can be reset (best effort: the
-            # env may be what failed)
-            while in_flight.any():
+            # env may be what failed). Each `recv` returns a batch or raises one
+            # env's error (which takes that env off the env's pending list), so
+            # as many tries as envs in flight drain it, errors and all
+            for _ in range(int(np.count_nonzero(in_flight))):
+                pending = getattr(env, "pending_env_ids", None)
+                if not (in_flight.any() if pending is None else pending):
+                    break
                 try:
                     *_, infos = env.recv()
-                except Exception:  # noqa: BLE001 - the first error is re-raised
-                    break
+                except Exception:  # noqa: BLE001, S112 - the first error is re-raised
+                    continue
                 in_flight[np.asarray(infos["env_id"])] = False
             raise
         assert (row == steps).all()
