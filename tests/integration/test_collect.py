@@ -402,6 +402,8 @@ def test_cli_plot_writes_a_png(tmp_path):
         (["--policy", "vecpool_no_such_module:act"], "Cannot import the policy"),
         (["--autoreset-mode", "later"], "Unknown autoreset mode 'later'"),
         (["NoSuchEnv-v0"], "NoSuchEnv"),
+        (["--seed", "-1"], "`seed` must be an integer >= 0 (--seed), got -1."),
+        (["--steps", str(10**17), "--num-envs", "1"], "does not fit in memory"),
     ],
 )
 def test_cli_invalid_arguments_exit_with_2(tmp_path, argv, message):
@@ -412,6 +414,18 @@ def test_cli_invalid_arguments_exit_with_2(tmp_path, argv, message):
     assert message in stderr
     assert stdout == ""
     assert not out.exists()
+
+
+def test_cli_a_plot_into_a_missing_folder_is_refused_before_collecting(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "pool.npz"
+    plot = tmp_path / "no" / "such" / "plot.png"
+    code, _, stderr = run_cli(
+        ["collect", "--quiet", "--out", str(out), "--plot", str(plot)]
+    )
+    assert code == 2
+    assert "--plot: the folder" in stderr
+    assert not out.exists()  # refused before collecting: nothing written
 
 
 def test_cli_rejects_non_positive_numbers(capsys):
@@ -786,6 +800,71 @@ def test_a_step_taken_is_recorded_when_the_next_ones_policy_raises(tmp_path, err
             with pytest.raises(RuntimeError, match="stop here"):
                 small_run(tmp_path, out=None, policy=policy, steps=2 * 20)
     assert len(recorded) == 9
+
+
+def test_an_error_of_the_policy_saves_what_was_collected_then_raises(tmp_path):
+    # as after Ctrl-C, the steps taken before an env's or the policy's error are
+    # saved (they were lost: nothing was written); the error itself comes back
+    calls = []
+
+    def policy(obs: np.ndarray) -> np.ndarray:
+        calls.append(len(obs))
+        if len(calls) == 10:  # before step 10: steps 1-9 were taken
+            msg = "stop here"
+            raise RuntimeError(msg)
+        return _jittery_policy(obs)
+
+    path = tmp_path / "pool.npz"
+    with pytest.raises(RuntimeError, match="stop here") as info:
+        small_run(tmp_path, out=path, policy=policy, steps=2 * 20, seed=5)
+    if sys.version_info >= (3, 11):  # notes: what was saved, and where
+        assert str(path) in info.value.__notes__[-1]
+    saved = vecpool.ReplayPool.load(path)
+    expected = _in_turn(
+        "next_step", _jittery_policy, num_envs=2, vector_steps=9, seed=5
+    )
+    assert len(saved) == len(expected) > 0
+    got, want = saved.get_pool(), expected.get_pool()
+    for name, got_rows, want_rows in zip(want._fields, got, want, strict=True):
+        np.testing.assert_array_equal(got_rows, want_rows, err_msg=name)
+
+
+def test_cli_an_env_error_exits_1_with_the_traceback_and_the_file_saved(
+    tmp_path, monkeypatch
+):
+    (tmp_path / "failing_policy.py").write_text(
+        "import numpy as np\n"
+        "calls = []\n"
+        "def act(obs):\n"
+        "    calls.append(1)\n"
+        "    if len(calls) == 5:\n"
+        "        raise ZeroDivisionError('policy broke')\n"
+        "    return np.zeros(len(obs), np.int64)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "kept.npz"
+    code, _, err = run_cli(
+        [
+            "collect",
+            "CartPole-v1",
+            "--num-envs",
+            "2",
+            "--steps",
+            "40",
+            "--quiet",
+            "--policy",
+            "failing_policy:act",
+            "--out",
+            str(out),
+            "--num-workers",
+            "1",
+        ]
+    )
+    assert code == 1
+    assert "ZeroDivisionError: policy broke" in err
+    assert "vecpool collect: stopped by ZeroDivisionError: policy broke" in err
+    assert len(vecpool.ReplayPool.load(out)) > 0
 
 
 def test_overlap_calls_the_policy_with_batches_of_at_most_half_of_the_envs():

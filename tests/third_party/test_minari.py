@@ -13,6 +13,7 @@ pytest.importorskip("h5py")
 import gymnasium as gym  # noqa: E402
 
 import vecpool  # noqa: E402
+from vecpool.cli import main  # noqa: E402
 from vecpool.replay.episodes import complete_episodes  # noqa: E402
 from vecpool.replay.minari import to_minari  # noqa: E402
 from vecpool.testing import make_env_fns  # noqa: E402
@@ -86,8 +87,6 @@ def test_a_pool_without_complete_episodes_is_refused():
 
 
 def test_collect_writes_a_minari_dataset_beside_its_pool(tmp_path):
-    from vecpool.cli import main
-
     code = main(
         [
             "collect",
@@ -111,6 +110,65 @@ def test_collect_writes_a_minari_dataset_beside_its_pool(tmp_path):
     loaded = minari.load_dataset("cartpole/cli-v0")
     assert loaded.total_episodes == len(episodes) > 0
     assert pool.to_minari("cartpole/method-v0")[0].total_episodes == len(episodes)
+
+
+def test_collect_exports_an_env_id_given_with_its_module(tmp_path):
+    # `PKG:EnvId-v0` (gym.make's form, which imports PKG first): Minari takes the
+    # id alone; the whole string failed after collecting, with a dataset folder
+    # left behind that refused the next try
+    code = main(
+        [
+            "collect",
+            "gymnasium.envs.classic_control:CartPole-v1",
+            "--num-envs",
+            "2",
+            "--steps",
+            "400",
+            "--num-workers",
+            "0",
+            "--quiet",
+            "--out",
+            str(tmp_path / "pool.npz"),
+            "--minari",
+            "cartpole/module-v0",
+        ]
+    )
+    assert code == 0
+    assert minari.load_dataset("cartpole/module-v0").spec.env_spec.id == "CartPole-v1"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--random-routing"], "`random_routing` (--random-routing) mixes"),
+        ([], "A Minari dataset with ID cartpole/taken-v0 already exists"),
+    ],
+)
+def test_collect_refuses_an_export_that_would_fail_before_collecting(
+    tmp_path, capsys, argv, message
+):
+    pool = _collected([lambda: gym.make("CartPole-v1")] * 2, 200)
+    to_minari(pool, "cartpole/taken-v0")
+    out = tmp_path / "pool.npz"
+    code = main(
+        [
+            "collect",
+            "CartPole-v1",
+            "--num-envs",
+            "2",
+            "--steps",
+            "40",
+            "--quiet",
+            "--out",
+            str(out),
+            "--minari",
+            "cartpole/taken-v0",
+            *argv,
+        ]
+    )
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_mission_strings_round_trip_as_text():

@@ -10,6 +10,7 @@ JPEG encoding of images).
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +21,7 @@ from vecpool.replay.episodes import Episode, EpisodeScan, RecordedPool
 from vecpool.replay.portable import portable
 from vecpool.replay.storage import flatten_stored
 
-__all__ = ["to_minari"]
+__all__ = ["check_new_dataset", "to_minari"]
 
 INSTALL = 'pip install "vecpool[minari]"'
 
@@ -31,6 +32,29 @@ def _minari() -> Any:
     except ImportError as error:
         msg = f"Exporting to Minari needs the minari package: {INSTALL}."
         raise ImportError(msg) from error
+
+
+def check_new_dataset(dataset_id: str) -> None:
+    """Check, before recording, that :func:`to_minari` can create ``dataset_id``.
+
+    Minari refuses an id it holds already, and only once the export runs; a
+    collection checks this first (vecpool/sampling/collect.py).
+
+    Args:
+        dataset_id: Minari's id, ``(namespace/)(env_name/)dataset_name(-vN)``.
+
+    Raises:
+        ImportError: Without the minari package (how to install it).
+        ValueError: If a local dataset has that id.
+    """
+    _minari()
+    path = importlib.import_module("minari.storage").get_dataset_path(dataset_id)
+    if os.path.exists(path):
+        msg = (
+            f"A Minari dataset with ID {dataset_id} already exists ({path}): give "
+            "another name or version, or delete it first."
+        )
+        raise ValueError(msg)
 
 
 def _lists(batch: Any) -> Any:

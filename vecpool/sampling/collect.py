@@ -43,7 +43,7 @@ from vecpool.errors import (
     CollectSaveError,
     VecPoolPerformanceWarning,
 )
-from vecpool.replay.minari import to_minari
+from vecpool.replay.minari import check_new_dataset, to_minari
 from vecpool.replay.pool import ReplayPool
 from vecpool.replay.settings import PoolSettings, renamed_clearing_size
 from vecpool.replay.wrapper import ReplayPoolWrapper
@@ -211,6 +211,13 @@ class CollectResult:
         return lines
 
 
+def _note(error: BaseException, text: str) -> None:
+    """Add ``text`` to ``error``'s notes (Python 3.11+; 3.10 has none to add)."""
+    add_note = getattr(error, "add_note", None)
+    if add_note is not None:
+        add_note(text)
+
+
 def _mean(values: Sequence[float]) -> float:
     return math.fsum(values) / len(values) if values else math.nan
 
@@ -353,6 +360,28 @@ def _resumed(
         )
         raise CollectArgumentError(msg)
     return pool
+
+
+def _check_minari(dataset_id: str, random_routing: bool) -> None:
+    """Refuse a Minari export that could only fail after the collection.
+
+    Raises:
+        CollectArgumentError: With random routing, or for a dataset id that
+            exists already.
+        ImportError: Without the minari package.
+    """
+    if random_routing:
+        msg = (
+            "`minari` (--minari) exports each env's episodes, and `random_routing` "
+            "(--random-routing) mixes the envs' transitions in every sub-pool: "
+            "drop one of the two."
+        )
+        raise CollectArgumentError(msg)
+    try:
+        check_new_dataset(dataset_id)
+    except ValueError as error:
+        msg = f"`minari` (--minari): {error}"
+        raise CollectArgumentError(msg) from error
 
 
 def _check_out(out: str | os.PathLike[str] | None) -> Path | None:
@@ -633,6 +662,13 @@ def _start(
             wrapper = ReplayPoolWrapper(vector_env, pool=settings)
         else:
             wrapper = ReplayPoolWrapper(vector_env, **dataclasses.asdict(settings))
+    except MemoryError as error:  # numpy's: the pool's arrays do not fit
+        vector_env.close()
+        msg = (
+            f"The pool does not fit in memory ({error}): lower `pool_size` "
+            "(--pool-size) or `steps` (--steps)."
+        )
+        raise CollectArgumentError(msg) from error
     except ValueError as error:
         vector_env.close()
         msg = str(error)
@@ -902,6 +938,10 @@ def collect(
     steps = check_int("steps", steps, 1, error=CollectArgumentError)
     if pool_size is not None:
         pool_size = check_int("pool_size", pool_size, 1, error=CollectArgumentError)
+    if seed is not None:
+        seed = check_int("seed", seed, 0, hint=" (--seed)", error=CollectArgumentError)
+    if minari is not None:  # what the export at the end would refuse, refused now
+        _check_minari(minari, random_routing)
     policy_fn = load_policy(policy) if isinstance(policy, str) else policy
     path = _check_out(out)
     planned = math.ceil(steps / num_envs)
@@ -975,6 +1015,7 @@ def collect(
         tracker = _EpisodeTracker(pool)
         display: _CollectProgress | None = None
         hard_stop = False
+        failure: Exception | None = None  # the env's or the policy's, re-raised
         halves = f" overlapped (batches of {num_envs // 2} envs)" if overlap else ""
         share = int(getattr(envs.env, "parent_envs", 0))
         where = f"on {num_workers} worker process{'' if num_workers == 1 else 'es'}"
@@ -1000,6 +1041,8 @@ def collect(
             run(envs, planned, seed, policy_fn, tracker, display, stop)
         except KeyboardInterrupt:  # a second Ctrl-C: the step was cut short
             hard_stop = True
+        except Exception as error:  # noqa: BLE001 - re-raised once what came is saved
+            failure = error
         finally:
             seconds = tracker.stepping_seconds()
             stop.deferring = True  # closing and saving must finish
@@ -1020,14 +1063,26 @@ def collect(
                     f"Cannot write {str(path)!r}: {error}. Nothing was written (a "
                     "previous file there is unchanged)."
                 )
-                failure = CollectSaveError(msg)
-                failure.pool = pool
-                raise failure from error
+                unsaved = CollectSaveError(msg)
+                unsaved.pool = pool
+                if failure is not None:  # what stopped the collection comes first
+                    _note(failure, f"vecpool collect: and then: {msg}")
+                    raise failure from error
+                raise unsaved from error
             file_size = path.stat().st_size
+        if failure is not None:  # what was collected is saved: now the error
+            kept = "were saved to " + repr(str(path)) if path else "are in the pool"
+            _note(
+                failure,
+                f"vecpool collect stopped after {tracker.vector_steps * num_envs:,} "
+                f"env steps and closed the envs; the {tracker.transitions:,} "
+                f"transitions recorded before this error {kept}",
+            )
+            raise failure
         tracker.settle()  # after the file: a mismatch there is a bug, not lost work
         exported = None
-        if minari is not None:
-            dataset, left_out = to_minari(pool, minari, env=env_id)
+        if minari is not None:  # `PKG:EnvId-v0`: the id alone (the module is in)
+            dataset, left_out = to_minari(pool, minari, env=env_id.rpartition(":")[2])
             exported = (minari, int(dataset.total_episodes), left_out)
     return CollectResult(
         env_id=env_id,

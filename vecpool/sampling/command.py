@@ -9,6 +9,8 @@ import argparse
 import signal
 import sys
 import threading
+import traceback
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -32,7 +34,8 @@ def _collect(args: argparse.Namespace) -> int:
     Returns:
         0 on success, 130 if interrupted by Ctrl-C (what was collected is saved),
         2 on invalid arguments, a policy that cannot be loaded or a missing
-        optional dependency.
+        optional dependency, 1 when the env or the policy raised (what was
+        collected is saved; the traceback is printed).
     """
     steps: int = args.steps
     pool_size: int | None = args.pool_size
@@ -52,6 +55,10 @@ def _collect(args: argparse.Namespace) -> int:
             raise collect.CollectArgumentError(msg)
         if args.plot is not None:
             require_matplotlib()
+            folder = Path(args.plot).parent
+            if not folder.is_dir():  # else the plot, written last, fails
+                msg = f"--plot: the folder {str(folder)!r} does not exist."
+                raise collect.CollectArgumentError(msg)
         import_modules(
             args.imports, option="--import", error=collect.CollectArgumentError
         )
@@ -90,6 +97,14 @@ def _collect(args: argparse.Namespace) -> int:
         _ignore_ctrl_c()
         print("vecpool collect: interrupted before collecting", file=sys.stderr)
         return 130
+    except Exception as error:  # noqa: BLE001 - the env's or the policy's: shown whole
+        quiet.restore()
+        traceback.print_exc()  # its notes say what was saved (Python 3.11+)
+        print(
+            f"vecpool collect: stopped by {type(error).__name__}: {error}",
+            file=sys.stderr,
+        )
+        return 1
     if result.interrupted:
         _ignore_ctrl_c()  # saved; what is left is printing and exiting with 130
     else:

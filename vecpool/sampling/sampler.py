@@ -753,7 +753,7 @@ class Sampler:
                     break
                 try:
                     *_, infos = env.recv()
-                except Exception:  # noqa: BLE001, S112 - the first error is re-raised
+                except Exception:  # noqa: BLE001 - the first error is re-raised
                     continue
                 in_flight[np.asarray(infos["env_id"])] = False
             raise
