@@ -212,6 +212,33 @@ def test_invalid_arguments_exit_with_2(argv, message):
     assert out == ""
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--seconds", "nan"], "argument --seconds: expected a finite number"),
+        (["--seconds", "inf"], "argument --seconds: expected a finite number"),
+        (["--seconds", "-1"], "argument --seconds: expected a finite number"),
+        (["--seed", "-1"], "argument --seed: expected an integer >= 0"),
+    ],
+)
+def test_bad_numbers_are_refused_by_the_parser(argv, message, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["bench", "--quiet", "--quick", *argv])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--json", "--plot"])
+def test_an_output_into_a_missing_folder_is_refused_before_measuring(tmp_path, flag):
+    if flag == "--plot":
+        pytest.importorskip("matplotlib")
+    target = tmp_path / "no" / "such" / "out.file"
+    code, out, err = run_cli(["bench", "--quiet", "--quick", flag, str(target)])
+    assert code == 2
+    assert f"{flag}: the folder" in err
+    assert out == ""  # nothing measured (the figures were lost at the end)
+
+
 # ----------------------------------------------------------------------- helpers
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 
 __all__ = [
@@ -12,6 +13,8 @@ __all__ = [
     "agent_ms",
     "num_workers_arg",
     "positive_int",
+    "positive_seconds",
+    "seed_arg",
 ]
 
 Handler = Callable[[argparse.Namespace], int]
@@ -63,6 +66,38 @@ def positive_int(text: str) -> int:
         value = 0
     if value < 1:
         msg = f"expected an integer >= 1, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """Parse a duration: a finite number of seconds above 0.
+
+    Raises:
+        argparse.ArgumentTypeError: Otherwise (``nan`` and ``inf`` included).
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        msg = f"expected a finite number of seconds > 0, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
+def seed_arg(text: str) -> int:
+    """Parse ``--seed``: an integer >= 0 (what Gymnasium's seeding takes).
+
+    Raises:
+        argparse.ArgumentTypeError: Otherwise.
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        msg = f"expected an integer >= 0, got {text!r}"
         raise argparse.ArgumentTypeError(msg)
     return value
 

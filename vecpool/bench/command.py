@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from pathlib import Path
 
 from vecpool import bench
 from vecpool._util.arguments import (
@@ -15,6 +16,8 @@ from vecpool._util.arguments import (
     Subparsers,
     agent_ms,
     positive_int,
+    positive_seconds,
+    seed_arg,
 )
 from vecpool.bench import main_job, pool_peers
 from vecpool.bench import pool as pool_bench
@@ -171,6 +174,11 @@ def _bench(args: argparse.Namespace) -> int:
             bench.resolve_workload(name)
         if args.plot is not None:
             bench.require_matplotlib()
+        for flag, target in (("--json", args.json), ("--plot", args.plot)):
+            folder = None if target is None else Path(target).parent
+            if folder is not None and not folder.is_dir():  # else lost at the end
+                msg = f"{flag}: the folder {str(folder)!r} does not exist."
+                raise ValueError(msg)
     except (ValueError, ImportError) as error:
         print(f"vecpool bench: error: {error}", file=sys.stderr)
         return 2
@@ -265,12 +273,12 @@ def add_bench_parser(
         help="interleaved rounds, at least 3 unless --quick (default: %(default)s)",
     )
     parser.add_argument(
-        "--seed", type=int, default=0, help="reset and action seed (default: 0)"
+        "--seed", type=seed_arg, default=0, help="reset and action seed (default: 0)"
     )
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument(
         "--seconds",
-        type=float,
+        type=positive_seconds,
         default=None,
         help=f"target seconds per backend run (default: {bench.DEFAULT_SECONDS}, "
         f"{bench.QUICK_SECONDS} with --quick; 0.5 with `tune`)",
