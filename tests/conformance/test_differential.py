@@ -282,6 +282,44 @@ def test_reset_seed_list_length_error_matches_gymnasium(make_placed, make_sync):
 
 
 @pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"seed": np.int64(5)},  # an int, but not a Python int
+        {"seed": 5.0},
+        {"seed": (s for s in range(3))},  # a generator has no length
+        {"options": "reset_mask"},  # not a dict, holding the key
+    ],
+    ids=["np-int", "float", "generator", "options-str"],
+)
+def test_odd_reset_arguments_raise_as_gymnasium(kwargs, make_placed, make_gym_async):
+    env_fns = make_env_fns(3)
+    reference = make_gym_async(env_fns)
+    candidate = make_placed(env_fns)
+    for env in (reference, candidate):
+        env.reset(seed=0)
+    with pytest.raises(Exception) as expected:  # noqa: PT011 - compared below
+        reference.reset(**kwargs)
+    with pytest.raises(type(expected.value), match=re.escape(str(expected.value))):
+        candidate.reset(**kwargs)
+    candidate.reset(seed=0)  # still usable
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # Gymnasium's error log lines
+def test_an_info_of_none_is_refused_as_sync_refuses_it(make_placed, make_sync):
+    # Sync fails in `_add_info` (Gymnasium's Async hangs): the same type, and a
+    # message that says what the env returned
+    env_fns = [_NoneInfoEnv] * 2
+    with pytest.raises(AttributeError) as expected:
+        make_sync(env_fns).reset(seed=0)
+    with pytest.raises(AttributeError, match=re.escape(str(expected.value))):
+        make_placed(env_fns).reset(seed=0)
+    candidate = make_placed([functools.partial(_NoneInfoEnv, on="step")] * 2)
+    candidate.reset(seed=0)
+    with pytest.raises(AttributeError, match="returned `info=None`"):
+        candidate.step(np.zeros(2, np.int64))
+
+
+@pytest.mark.parametrize(
     ("mask", "exc_type"),
     [
         ([True, False, True], TypeError),  # not an array
@@ -447,6 +485,25 @@ def test_copy_true_results_are_independent(
                 leaf[...] = 0
         else:
             handed_out.append((actual[0], copy.deepcopy(actual[0])))
+
+
+class _NoneInfoEnv(gym.Env[Any, Any]):
+    """Returns ``info=None`` from ``reset`` or from ``step`` (``on``)."""
+
+    observation_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, on: str = "reset") -> None:
+        self.on = on
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, Any]:
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), None if self.on == "reset" else {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, Any]:
+        return np.zeros(1, np.float32), 0.0, False, False, None
 
 
 class _LogEnv(gym.Env[Any, Any]):

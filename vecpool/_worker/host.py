@@ -54,8 +54,13 @@ from vecpool._wire.wide_infos import (
 )
 from vecpool._worker.cuts import Cuts
 
-__all__ = ["IN_PARENT", "IN_WORKER", "Host", "open_host", "serve"]
+__all__ = ["IN_PARENT", "IN_WORKER", "NONE_INFO", "Host", "open_host", "serve"]
 
+NONE_INFO = (
+    "'NoneType' object has no attribute 'items' (the env returned `info=None`; an "
+    "info is a dict, `{}` for none)"
+)
+"""Gymnasium's ``SyncVectorEnv`` error for such an info (its ``_add_info``), said."""
 IN_PARENT: tuple[type[BaseException], ...] = (Exception,)
 """What env code may raise and have reported as its error, in the parent's share:
 a ``KeyboardInterrupt`` there is the user's Ctrl-C, and goes on up."""
@@ -240,6 +245,8 @@ class Host:
                             columns = True
                         else:
                             infos.append((index, info))
+                    elif info is None:
+                        raise AttributeError(NONE_INFO)
                 except self.caught as exc:  # reported to the parent
                     errors.append(pack_error(index, exc))
                     schema_id = 0
@@ -377,6 +384,8 @@ class Host:
                     self.last_obs[local] = obs  # a reference: no copy
                     if info:
                         infos.append((index, info))
+                    elif info is None:
+                        raise AttributeError(NONE_INFO)
                 except self.caught as exc:  # reported to the parent
                     errors.append(pack_error(index, exc))
         finally:

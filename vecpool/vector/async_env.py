@@ -505,6 +505,7 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         elif isinstance(seed, int):
             seeds = [seed + i for i in range(self.num_envs)]
         else:
+            len(seed)  # Gymnasium's check of the length: its TypeError for a non-list
             seeds = list(seed)
         if len(seeds) != self.num_envs:
             msg = (
@@ -515,6 +516,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         self._assert_idle("reset_async", end="")
         flags = [True] * self.num_envs
         if options is not None and "reset_mask" in options:
+            if not hasattr(options, "pop"):  # Gymnasium pops it: fails so
+                msg = f"'{type(options).__name__}' object has no attribute 'pop'"
+                raise AttributeError(msg)
             options = dict(options)  # never mutate the caller's dict
             flags = check_reset_mask(options.pop("reset_mask"), self.num_envs)
         if self._restarter is not None:  # the seeds given: none to an env left out
