@@ -340,13 +340,14 @@ def live_elsewhere(names: set[str]) -> set[str]:
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/maps", encoding="utf-8", errors="replace") as maps:
+            path = f"/proc/{entry}/maps"
+            with open(path, encoding="utf-8", errors="replace") as maps:
                 for line in maps:
                     fields = line.split(maxsplit=5)
                     if len(fields) == 6 and "/dev/shm/" in fields[5]:
-                        name = inodes.get(int(fields[4]))
-                        if name is not None:
-                            mappers.setdefault(name, set()).add(int(entry))
+                        mapped = inodes.get(int(fields[4]))
+                        if mapped is not None:
+                            mappers.setdefault(mapped, set()).add(int(entry))
         except OSError:  # gone, or not ours to read
             continue
     return {name for name, pids in mappers.items() if not pids & ours}

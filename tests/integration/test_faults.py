@@ -158,7 +158,9 @@ def test_an_envs_own_keyboard_interrupt_in_a_worker_comes_back_as_its_error(
 
 
 # a class of the user's script: cloudpickle sends it to a spawned worker by value
-MainScriptError = type("MainScriptError", (Exception,), {"__module__": "__main__"})
+MainScriptError: type[Exception] = type(
+    "MainScriptError", (Exception,), {"__module__": "__main__"}
+)
 
 
 @pytest.mark.needs_worker_process(reason="the class must reach a spawned process")
@@ -174,6 +176,7 @@ def test_an_exception_class_of_the_main_script_keeps_its_type_under_spawn(
         env.reset(seed=0)
         exc, _ = _run_recording_warnings(lambda: env.step(np.ones(2, np.int64)))
         assert type(exc) is MainScriptError
+        assert isinstance(exc, MainScriptError)
         assert str(exc) == RaisingEnv.message_for("step", 1)
         assert isinstance(exc.__cause__, vecpool.errors.RemoteTraceback)
     finally:
