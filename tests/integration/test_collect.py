@@ -531,10 +531,10 @@ def test_a_failed_save_keeps_the_pool_for_the_caller(tmp_path, monkeypatch):
     with pytest.raises(CollectSaveError) as info:
         small_run(tmp_path)
     assert info.value.pool is not None
-    assert len(info.value.pool) > 0
+    assert len(vars(info.value)["pool"]) > 0
     monkeypatch.setattr(vecpool.ReplayPool, "save", original)
     saved = info.value.pool.save(tmp_path / "elsewhere.npz")  # nothing lost
-    assert len(vecpool.ReplayPool.load(saved)) == len(info.value.pool)
+    assert len(vecpool.ReplayPool.load(saved)) == len(vars(info.value)["pool"])
 
 
 def test_collect_with_restart_survives_a_dead_worker_and_records_only_real_steps(
@@ -817,8 +817,8 @@ def test_an_error_of_the_policy_saves_what_was_collected_then_raises(tmp_path):
     path = tmp_path / "pool.npz"
     with pytest.raises(RuntimeError, match="stop here") as info:
         small_run(tmp_path, out=path, policy=policy, steps=2 * 20, seed=5)
-    if sys.version_info >= (3, 11):  # notes: what was saved, and where
-        assert str(path) in info.value.__notes__[-1]
+    assert str(path) in vars(info.value)["__notes__"][-1]  # what was saved, and where
+    assert len(vars(info.value)["pool"]) == len(vecpool.ReplayPool.load(path))
     saved = vecpool.ReplayPool.load(path)
     expected = _in_turn(
         "next_step", _jittery_policy, num_envs=2, vector_steps=9, seed=5
@@ -827,6 +827,65 @@ def test_an_error_of_the_policy_saves_what_was_collected_then_raises(tmp_path):
     got, want = saved.get_pool(), expected.get_pool()
     for name, got_rows, want_rows in zip(want._fields, got, want, strict=True):
         np.testing.assert_array_equal(got_rows, want_rows, err_msg=name)
+
+
+def test_an_error_before_anything_was_recorded_leaves_the_file_as_it_was(tmp_path):
+    path = tmp_path / "pool.npz"
+    small_run(tmp_path, out=path, steps=40)
+    before = path.read_bytes()
+
+    def policy(obs: np.ndarray) -> np.ndarray:
+        msg = "wrong from the start"
+        raise RuntimeError(msg)
+
+    with pytest.raises(RuntimeError, match="wrong from the start") as info:
+        small_run(tmp_path, out=path, policy=policy, steps=40)
+    assert "nothing was written" in vars(info.value)["__notes__"][-1]
+    assert path.read_bytes() == before  # not replaced by an empty pool
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # Gymnasium's error log lines
+def test_a_worker_envs_own_keyboard_interrupt_stops_collect_as_its_error(
+    tmp_path, monkeypatch
+):
+    # it comes back with its type (and a remote traceback): not a second Ctrl-C,
+    # which would end the run quietly as "interrupted"
+    (tmp_path / "kbienv.py").write_text(
+        textwrap.dedent(
+            """
+            import gymnasium as gym
+            from gymnasium.envs.classic_control import CartPoleEnv
+
+            class KbiPole(CartPoleEnv):
+                steps = 0
+
+                def step(self, action):
+                    self.steps += 1
+                    if self.steps == 7:
+                        raise KeyboardInterrupt("the env's own")
+                    return super().step(action)
+
+            if "KbiPole-v0" not in gym.registry:
+                gym.register("KbiPole-v0", entry_point=KbiPole)
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "kbienv", raising=False)
+    path = tmp_path / "pool.npz"
+    with pytest.raises(KeyboardInterrupt) as info:
+        collect(
+            "kbienv:KbiPole-v0",
+            num_envs=2,
+            steps=40,
+            pool_size=40,
+            num_workers=2,
+            out=path,
+            seed=0,
+        )
+    assert str(info.value) == "the env's own"
+    assert isinstance(info.value.__cause__, vecpool.errors.RemoteTraceback)
+    assert len(vecpool.ReplayPool.load(path)) > 0
 
 
 def test_cli_an_env_error_exits_1_with_the_traceback_and_the_file_saved(
@@ -865,6 +924,35 @@ def test_cli_an_env_error_exits_1_with_the_traceback_and_the_file_saved(
     assert "ZeroDivisionError: policy broke" in err
     assert "vecpool collect: stopped by ZeroDivisionError: policy broke" in err
     assert len(vecpool.ReplayPool.load(out)) > 0
+    # an ImportError of the policy while collecting is not a missing dependency
+    (tmp_path / "importing_policy.py").write_text(
+        "import numpy as np\n"
+        "calls = []\n"
+        "def act(obs):\n"
+        "    calls.append(1)\n"
+        "    if len(calls) == 5:\n"
+        "        import vecpool_no_such_module_here\n"
+        "    return np.zeros(len(obs), np.int64)\n"
+    )
+    code, _, err = run_cli(
+        [
+            "collect",
+            "CartPole-v1",
+            "--num-envs",
+            "2",
+            "--steps",
+            "40",
+            "--quiet",
+            "--policy",
+            "importing_policy:act",
+            "--out",
+            str(out),
+            "--num-workers",
+            "1",
+        ]
+    )
+    assert code == 1
+    assert "stopped by ModuleNotFoundError" in err
 
 
 def test_overlap_calls_the_policy_with_batches_of_at_most_half_of_the_envs():

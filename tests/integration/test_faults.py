@@ -157,6 +157,41 @@ def test_an_envs_own_keyboard_interrupt_in_a_worker_comes_back_as_its_error(
     assert_same_data(reference.step(action), env.step(action), "step after error")
 
 
+class _CloseMarkingEnv(CountingEnv):
+    """Writes ``path`` when closed; raises ``KeyboardInterrupt`` first if asked."""
+
+    def __init__(self, path: str, interrupt: bool = False) -> None:
+        super().__init__(**NO_INFOS)
+        self.path, self.interrupt = path, interrupt
+
+    def close(self) -> None:
+        if self.interrupt:
+            msg = "the env's own, in close"
+            raise KeyboardInterrupt(msg)
+        with open(self.path, "w") as marker:
+            marker.write("closed")
+
+
+def test_an_env_whose_close_raises_keyboard_interrupt_lets_the_others_close(
+    tmp_path, make_async, leak_checker
+):
+    # the worker takes it as the env's error, as in its other calls: the env
+    # after it in the same worker is still closed
+    marker = tmp_path / "closed"
+    env = make_async(
+        [
+            functools.partial(_CloseMarkingEnv, str(tmp_path / "unused"), True),
+            functools.partial(_CloseMarkingEnv, str(marker)),
+        ],
+        num_workers=1,
+        parent_envs=0,
+    )
+    env.reset(seed=0)
+    env.close()
+    assert marker.read_text() == "closed"
+    leak_checker.assert_no_leaks()
+
+
 # a class of the user's script: cloudpickle sends it to a spawned worker by value
 MainScriptError: type[Exception] = type(
     "MainScriptError", (Exception,), {"__module__": "__main__"}
@@ -181,6 +216,7 @@ def test_an_exception_class_of_the_main_script_keeps_its_type_under_spawn(
         assert isinstance(exc.__cause__, vecpool.errors.RemoteTraceback)
     finally:
         env.close()
+    leak_checker.assert_no_leaks()
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # Gymnasium's error log lines

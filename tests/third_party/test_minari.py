@@ -142,6 +142,7 @@ def test_collect_exports_an_env_id_given_with_its_module(tmp_path):
     [
         (["--random-routing"], "`random_routing` (--random-routing) mixes"),
         ([], "A Minari dataset with ID cartpole/taken-v0 already exists"),
+        (["--minari", "cartpole"], "'cartpole' is not a Minari dataset id"),
     ],
 )
 def test_collect_refuses_an_export_that_would_fail_before_collecting(

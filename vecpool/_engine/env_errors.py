@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from gymnasium import logger
 
 from vecpool._engine.handle import WorkerHandle
+from vecpool._util.notes import add_note
 from vecpool._wire.messages import Reply
 from vecpool._wire.remote_errors import ErrorRecord, rebuild_exception
 from vecpool.errors import RemoteTraceback
@@ -64,12 +65,8 @@ def raise_env_errors(
     notes = [where]
     if log and handles is not None:
         notes.append(_truth(errors, handles))
-    earlier = exception.__dict__.get("__notes__")
-    if earlier is None:
-        earlier = []
-    elif isinstance(earlier, str) or not isinstance(earlier, (list, tuple)):
-        earlier = [str(earlier)]  # add_note would raise: kept, as one note
-    exception.__dict__["__notes__"] = [*earlier, *notes]
+    for note in notes:
+        add_note(exception, note)
     heading = f"({where})"
     if sys.version_info < (3, 11):  # 3.10 prints no notes: the cause says them
         heading = "\n".join([heading, *notes[1:]])

@@ -39,7 +39,9 @@ def close_all_within(
     def run() -> None:
         for index, (close, _) in enumerate(closes):
             position[0] = index
-            with contextlib.suppress(Exception):  # closing anyway, as workers do
+            # closing anyway, as workers do; a KeyboardInterrupt in this thread
+            # is the env's own (Python delivers Ctrl-C to the main thread alone)
+            with contextlib.suppress(Exception, KeyboardInterrupt):
                 close()
         position[0] = len(closes)
 

@@ -554,7 +554,7 @@ class Host:
 
     def close(self) -> None:
         for env in self.envs:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(*self.caught):  # an env's KeyboardInterrupt too
                 env.close()
         self.envs = []
         self.wide.close()

@@ -236,7 +236,7 @@ def run_worker(
                 bell[ANSWERED] = seen
     finally:
         for env in envs:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(*IN_WORKER):
                 env.close()
         with contextlib.suppress(Exception):
             conn.close()

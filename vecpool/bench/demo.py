@@ -21,6 +21,7 @@ from vecpool._util.arguments import (
     Subparsers,
     num_workers_arg,
     positive_int,
+    seed_arg,
 )
 from vecpool.vector.async_env import AsyncVectorEnv
 
@@ -198,7 +199,7 @@ def add_demo_parser(
     )
     parser.add_argument(
         "--seed",
-        type=int,
+        type=seed_arg,
         default=0,
         help="reset and action seed (default: %(default)s)",
     )

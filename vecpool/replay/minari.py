@@ -45,9 +45,18 @@ def check_new_dataset(dataset_id: str) -> None:
 
     Raises:
         ImportError: Without the minari package (how to install it).
-        ValueError: If a local dataset has that id.
+        ValueError: If ``dataset_id`` is not an id, or a local dataset has it.
     """
     _minari()
+    parse = importlib.import_module("minari.dataset.minari_dataset").parse_dataset_id
+    try:
+        parse(dataset_id)
+    except (TypeError, ValueError) as error:  # Minari's own message says little
+        msg = (
+            f"{dataset_id!r} is not a Minari dataset id: it is "
+            "`(namespace/)(env_name/)dataset_name-vN`, e.g. 'cartpole/random-v0'."
+        )
+        raise ValueError(msg) from error
     path = importlib.import_module("minari.storage").get_dataset_path(dataset_id)
     if os.path.exists(path):
         msg = (

@@ -11,6 +11,7 @@ cleanly on Ctrl-C and writes the pool with :meth:`vecpool.ReplayPool.save`. With
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -33,6 +34,7 @@ from gymnasium.vector import AutoresetMode
 
 from vecpool._util.interrupts import requeue_in_finalizer
 from vecpool._util.loading import load_callable
+from vecpool._util.notes import add_note
 from vecpool._util.placement import RECORD_STEPS, plan
 from vecpool._util.progress import Progress
 from vecpool._util.spaces import copy_tree
@@ -41,6 +43,7 @@ from vecpool._util.validation import check_int, require_matplotlib
 from vecpool.errors import (
     CollectArgumentError,
     CollectSaveError,
+    RemoteTraceback,
     VecPoolPerformanceWarning,
 )
 from vecpool.replay.minari import check_new_dataset, to_minari
@@ -211,11 +214,28 @@ class CollectResult:
         return lines
 
 
-def _note(error: BaseException, text: str) -> None:
-    """Add ``text`` to ``error``'s notes (Python 3.11+; 3.10 has none to add)."""
-    add_note = getattr(error, "add_note", None)
-    if add_note is not None:
-        add_note(text)
+def _stopped(
+    failure: BaseException,
+    pool: ReplayPool,
+    tracker: _EpisodeTracker,
+    num_envs: int,
+    kept: str,
+) -> BaseException:
+    """``failure``, with a note on what the collection it stopped kept.
+
+    Its cause stays its own (an env's remote traceback); the pool is its
+    ``pool`` attribute where the exception takes one (as
+    :class:`CollectSaveError`'s).
+    """
+    add_note(
+        failure,
+        f"vecpool collect: stopped by this after {tracker.vector_steps * num_envs:,} "
+        f"env steps, then closed the envs itself; {tracker.transitions:,} "
+        f"transitions recorded before it (the exception's `pool`): {kept}",
+    )
+    with contextlib.suppress(Exception):  # a frozen exception keeps no attribute
+        failure.pool = pool  # type: ignore[attr-defined]
+    return failure
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -1015,7 +1035,7 @@ def collect(
         tracker = _EpisodeTracker(pool)
         display: _CollectProgress | None = None
         hard_stop = False
-        failure: Exception | None = None  # the env's or the policy's, re-raised
+        failure: BaseException | None = None  # the env's or the policy's, re-raised
         halves = f" overlapped (batches of {num_envs // 2} envs)" if overlap else ""
         share = int(getattr(envs.env, "parent_envs", 0))
         where = f"on {num_workers} worker process{'' if num_workers == 1 else 'es'}"
@@ -1039,8 +1059,11 @@ def collect(
             display = _CollectProgress(stream, planned, num_envs)
             run = _overlap if overlap else _step
             run(envs, planned, seed, policy_fn, tracker, display, stop)
-        except KeyboardInterrupt:  # a second Ctrl-C: the step was cut short
-            hard_stop = True
+        except KeyboardInterrupt as error:
+            if isinstance(error.__cause__, RemoteTraceback):  # a worker env's own
+                failure = error
+            else:  # a second Ctrl-C: the step was cut short
+                hard_stop = True
         except Exception as error:  # noqa: BLE001 - re-raised once what came is saved
             failure = error
         finally:
@@ -1055,7 +1078,8 @@ def collect(
         vector_steps = tracker.vector_steps
         interrupted = hard_stop or (stop.requested and vector_steps < planned)
         file_size: int | None = None
-        if path is not None:
+        # an error before anything was recorded leaves a previous file as it was
+        if path is not None and (failure is None or tracker.transitions):
             try:
                 path = pool.save(path)
             except OSError as error:  # a full disk, a directory gone read-only
@@ -1066,19 +1090,17 @@ def collect(
                 unsaved = CollectSaveError(msg)
                 unsaved.pool = pool
                 if failure is not None:  # what stopped the collection comes first
-                    _note(failure, f"vecpool collect: and then: {msg}")
-                    raise failure from error
+                    # its own cause kept (an env's remote traceback), the save's
+                    # error its context
+                    raise _stopped(failure, pool, tracker, num_envs, msg)  # noqa: B904
                 raise unsaved from error
             file_size = path.stat().st_size
         if failure is not None:  # what was collected is saved: now the error
-            kept = "were saved to " + repr(str(path)) if path else "are in the pool"
-            _note(
-                failure,
-                f"vecpool collect stopped after {tracker.vector_steps * num_envs:,} "
-                f"env steps and closed the envs; the {tracker.transitions:,} "
-                f"transitions recorded before this error {kept}",
-            )
-            raise failure
+            if file_size is None:
+                kept = "nothing was written" if path else "no `out` to save them to"
+            else:
+                kept = f"saved to {str(path)!r}"
+            raise _stopped(failure, pool, tracker, num_envs, kept)
         tracker.settle()  # after the file: a mismatch there is a bug, not lost work
         exported = None
         if minari is not None:  # `PKG:EnvId-v0`: the id alone (the module is in)

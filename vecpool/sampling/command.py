@@ -23,6 +23,7 @@ from vecpool._util.arguments import (
 )
 from vecpool._util.loading import import_modules, resolve_env_id
 from vecpool._util.validation import require_matplotlib
+from vecpool.errors import RemoteTraceback
 from vecpool.sampling import collect
 
 __all__ = ["add_collect_parser"]
@@ -85,26 +86,26 @@ def _collect(args: argparse.Namespace) -> int:
             progress=not args.quiet,
             log=quiet.log,
         )
-    except (
-        collect.CollectArgumentError,
-        collect.CollectSaveError,
-        ImportError,
-    ) as error:
+    except (collect.CollectArgumentError, collect.CollectSaveError) as error:
         quiet.restore()
         print(f"vecpool collect: error: {error}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # Ctrl-C before stepping began: nothing to save
-        _ignore_ctrl_c()
+    except ImportError as error:
+        if quiet.started:  # raised by the env or the policy while collecting
+            return _stopped_by(error, quiet)
+        quiet.restore()  # a missing optional dependency (minari, matplotlib)
+        print(f"vecpool collect: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as error:
+        if isinstance(error.__cause__, RemoteTraceback):  # an env's own, re-raised
+            return _stopped_by(error, quiet)
+        _ignore_ctrl_c()  # Ctrl-C before stepping began: nothing to save
         print("vecpool collect: interrupted before collecting", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # stdout's reader gone, or not: `vecpool.cli` tells
+        raise
     except Exception as error:  # noqa: BLE001 - the env's or the policy's: shown whole
-        quiet.restore()
-        traceback.print_exc()  # its notes say what was saved (Python 3.11+)
-        print(
-            f"vecpool collect: stopped by {type(error).__name__}: {error}",
-            file=sys.stderr,
-        )
-        return 1
+        return _stopped_by(error, quiet)
     if result.interrupted:
         _ignore_ctrl_c()  # saved; what is left is printing and exiting with 130
     else:
@@ -115,6 +116,24 @@ def _collect(args: argparse.Namespace) -> int:
     if args.plot is not None:
         print(f"wrote {args.plot}")
     return 130 if result.interrupted else 0
+
+
+def _stopped_by(error: BaseException, quiet: _QuietOnceStarted) -> int:
+    """Show an error of the env or the policy that stopped ``collect``; exit 1.
+
+    ``collect`` saved what it had and noted so on the error: the traceback shows
+    the note on Python 3.11+, and on 3.10 (whose traceback prints no notes) the
+    notes are printed after it.
+    """
+    quiet.restore()
+    traceback.print_exception(type(error), error, error.__traceback__)
+    if sys.version_info < (3, 11):
+        for note in getattr(error, "__notes__", ()):
+            print(note, file=sys.stderr)
+    print(
+        f"vecpool collect: stopped by {type(error).__name__}: {error}", file=sys.stderr
+    )
+    return 1
 
 
 class _QuietOnceStarted:
