@@ -888,8 +888,17 @@ def test_a_worker_envs_own_keyboard_interrupt_stops_collect_as_its_error(
     assert len(vecpool.ReplayPool.load(path)) > 0
 
 
-def test_cli_an_env_error_exits_1_with_the_traceback_and_the_file_saved(
-    tmp_path, monkeypatch
+@pytest.mark.parametrize(
+    ("raising", "stopped_by"),
+    [
+        ("raise ZeroDivisionError('policy broke')", "ZeroDivisionError: policy broke"),
+        # an ImportError while collecting is not a missing optional dependency
+        ("import vecpool_no_such_module_here", "ModuleNotFoundError: No module"),
+    ],
+    ids=["error", "import-error"],
+)
+def test_cli_a_policy_error_exits_1_with_the_traceback_and_the_file_saved(
+    tmp_path, monkeypatch, raising, stopped_by
 ):
     (tmp_path / "failing_policy.py").write_text(
         "import numpy as np\n"
@@ -897,62 +906,22 @@ def test_cli_an_env_error_exits_1_with_the_traceback_and_the_file_saved(
         "def act(obs):\n"
         "    calls.append(1)\n"
         "    if len(calls) == 5:\n"
-        "        raise ZeroDivisionError('policy broke')\n"
+        f"        {raising}\n"
         "    return np.zeros(len(obs), np.int64)\n"
     )
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "failing_policy", raising=False)
     out = tmp_path / "kept.npz"
     code, _, err = run_cli(
-        [
-            "collect",
-            "CartPole-v1",
-            "--num-envs",
-            "2",
-            "--steps",
-            "40",
-            "--quiet",
-            "--policy",
-            "failing_policy:act",
-            "--out",
-            str(out),
-            "--num-workers",
-            "1",
-        ]
-    )
+        ["collect", "CartPole-v1", "--num-envs", "2", "--steps", "40", "--quiet",
+         "--policy", "failing_policy:act", "--out", str(out), "--num-workers", "1"]
+    )  # fmt: skip
     assert code == 1
-    assert "ZeroDivisionError: policy broke" in err
-    assert "vecpool collect: stopped by ZeroDivisionError: policy broke" in err
+    assert "Traceback (most recent call last)" in err
+    assert f"vecpool collect: stopped by {stopped_by}" in err
+    assert str(out) in err  # what was saved, and where
     assert len(vecpool.ReplayPool.load(out)) > 0
-    # an ImportError of the policy while collecting is not a missing dependency
-    (tmp_path / "importing_policy.py").write_text(
-        "import numpy as np\n"
-        "calls = []\n"
-        "def act(obs):\n"
-        "    calls.append(1)\n"
-        "    if len(calls) == 5:\n"
-        "        import vecpool_no_such_module_here\n"
-        "    return np.zeros(len(obs), np.int64)\n"
-    )
-    code, _, err = run_cli(
-        [
-            "collect",
-            "CartPole-v1",
-            "--num-envs",
-            "2",
-            "--steps",
-            "40",
-            "--quiet",
-            "--policy",
-            "importing_policy:act",
-            "--out",
-            str(out),
-            "--num-workers",
-            "1",
-        ]
-    )
-    assert code == 1
-    assert "stopped by ModuleNotFoundError" in err
 
 
 def test_overlap_calls_the_policy_with_batches_of_at_most_half_of_the_envs():
