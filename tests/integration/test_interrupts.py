@@ -1018,6 +1018,11 @@ def test_a_ctrl_c_while_a_replacement_starts_in_recv_loses_no_batch():
     )
     try:
         envs.reset(seed=0)
+        # stopped first, so that its batch is still in flight when it dies (on one
+        # CPU it could answer between the send and the kill: no restart in recv)
+        pid = envs.processes[1].pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
         envs.send(np.array([1.0, 2.0, 3.0, 4.0]), np.arange(4))
         kill_worker(envs, 1)
         untrace = _forced_at(Restarter.replace.__code__, 'group.wait("restart"')
