@@ -12,11 +12,51 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["STALE_AGE", "remove_stale_temporaries", "write_atomically"]
+__all__ = [
+    "STALE_AGE",
+    "check_output_file",
+    "remove_stale_temporaries",
+    "write_atomically",
+]
 
 STALE_AGE = 60.0
 """Seconds a dead writer's temporary file must have been untouched to be removed."""
 _HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "host"
+
+
+def check_output_file(
+    path: str | os.PathLike[str],
+    name: str,
+    *,
+    error: type[Exception] = ValueError,
+) -> Path:
+    """``path`` as a file a command will write at its end, checked at its start.
+
+    So that a long run does not lose its result to a typo: the file must not be
+    a directory, and its folder must exist and be writable.
+
+    Args:
+        path: The file.
+        name: The argument, as the user wrote it (e.g. ``"--plot"``).
+        error: The exception type to raise.
+
+    Returns:
+        ``Path(path)``.
+
+    Raises:
+        ValueError: (or ``error``) naming the argument and what is wrong.
+    """
+    target = Path(path)
+    folder = target.parent
+    if target.is_dir():
+        msg = f"{name}: {str(target)!r} is a directory; name a file in it."
+    elif not folder.is_dir():
+        msg = f"{name}: the folder {str(folder)!r} does not exist."
+    elif not os.access(folder, os.W_OK):
+        msg = f"{name}: the folder {str(folder)!r} is not writable."
+    else:
+        return target
+    raise error(msg)
 
 
 def write_atomically(target: Path, write: Callable[[IO[bytes]], Any]) -> Path:

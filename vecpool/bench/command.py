@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from pathlib import Path
 
 from vecpool import bench
 from vecpool._util.arguments import (
@@ -19,6 +18,7 @@ from vecpool._util.arguments import (
     positive_seconds,
     seed_arg,
 )
+from vecpool._util.files import check_output_file
 from vecpool.bench import main_job, pool_peers
 from vecpool.bench import pool as pool_bench
 from vecpool.bench.tune import autotune
@@ -175,10 +175,8 @@ def _bench(args: argparse.Namespace) -> int:
         if args.plot is not None:
             bench.require_matplotlib()
         for flag, target in (("--json", args.json), ("--plot", args.plot)):
-            folder = None if target is None else Path(target).parent
-            if folder is not None and not folder.is_dir():  # else lost at the end
-                msg = f"{flag}: the folder {str(folder)!r} does not exist."
-                raise ValueError(msg)
+            if target is not None:  # written at the end: checked before measuring
+                check_output_file(target, flag)
     except (ValueError, ImportError) as error:
         print(f"vecpool bench: error: {error}", file=sys.stderr)
         return 2

@@ -11,7 +11,6 @@ cleanly on Ctrl-C and writes the pool with :meth:`vecpool.ReplayPool.save`. With
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import math
@@ -32,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 from gymnasium.vector import AutoresetMode
 
+from vecpool._util.files import check_output_file
 from vecpool._util.interrupts import requeue_in_finalizer
 from vecpool._util.loading import load_callable
 from vecpool._util.notes import add_note
@@ -233,9 +233,19 @@ def _stopped(
         f"env steps, then closed the envs itself; {tracker.transitions:,} "
         f"transitions recorded before it (the exception's `pool`): {kept}",
     )
-    with contextlib.suppress(Exception):  # a frozen exception keeps no attribute
-        failure.pool = pool  # type: ignore[attr-defined]
+    failure.__dict__["pool"] = pool  # also on one whose __setattr__ refuses
     return failure
+
+
+def stopped_collection(error: BaseException) -> bool:
+    """Whether ``error`` stopped a :func:`collect` that then saved what it had.
+
+    The env's or the policy's error, re-raised with the pool (:func:`_stopped`),
+    as opposed to one before collecting began (an argument, an import).
+    """
+    return isinstance(error.__dict__.get("pool"), ReplayPool) and not isinstance(
+        error, CollectSaveError
+    )
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -402,24 +412,6 @@ def _check_minari(dataset_id: str, random_routing: bool) -> None:
     except ValueError as error:
         msg = f"`minari` (--minari): {error}"
         raise CollectArgumentError(msg) from error
-
-
-def _check_out(out: str | os.PathLike[str] | None) -> Path | None:
-    """Fail before collecting, not after, if ``out`` cannot be written."""
-    if out is None:
-        return None
-    path = Path(out)
-    if path.is_dir():
-        msg = f"The output {str(path)!r} is a directory; name a file, e.g. pool.npz."
-        raise CollectArgumentError(msg)
-    parent = path.parent
-    if not parent.is_dir():
-        msg = f"The output directory {str(parent)!r} does not exist."
-        raise CollectArgumentError(msg)
-    if not os.access(parent, os.W_OK):
-        msg = f"The output directory {str(parent)!r} is not writable."
-        raise CollectArgumentError(msg)
-    return path
 
 
 class _EpisodeTracker:
@@ -963,7 +955,11 @@ def collect(
     if minari is not None:  # what the export at the end would refuse, refused now
         _check_minari(minari, random_routing)
     policy_fn = load_policy(policy) if isinstance(policy, str) else policy
-    path = _check_out(out)
+    path = (
+        None
+        if out is None
+        else check_output_file(out, "`out` (--out)", error=CollectArgumentError)
+    )
     planned = math.ceil(steps / num_envs)
     vector_kwargs: dict[str, Any] = {
         "autoreset_mode": mode,

@@ -10,7 +10,6 @@ import signal
 import sys
 import threading
 import traceback
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -21,9 +20,9 @@ from vecpool._util.arguments import (
     num_workers_arg,
     positive_int,
 )
+from vecpool._util.files import check_output_file
 from vecpool._util.loading import import_modules, resolve_env_id
 from vecpool._util.validation import require_matplotlib
-from vecpool.errors import RemoteTraceback
 from vecpool.sampling import collect
 
 __all__ = ["add_collect_parser"]
@@ -56,10 +55,7 @@ def _collect(args: argparse.Namespace) -> int:
             raise collect.CollectArgumentError(msg)
         if args.plot is not None:
             require_matplotlib()
-            folder = Path(args.plot).parent
-            if not folder.is_dir():  # else the plot, written last, fails
-                msg = f"--plot: the folder {str(folder)!r} does not exist."
-                raise collect.CollectArgumentError(msg)
+            check_output_file(args.plot, "--plot", error=collect.CollectArgumentError)
         import_modules(
             args.imports, option="--import", error=collect.CollectArgumentError
         )
@@ -90,22 +86,20 @@ def _collect(args: argparse.Namespace) -> int:
         quiet.restore()
         print(f"vecpool collect: error: {error}", file=sys.stderr)
         return 2
-    except ImportError as error:
-        if quiet.started:  # raised by the env or the policy while collecting
-            return _stopped_by(error, quiet)
-        quiet.restore()  # a missing optional dependency (minari, matplotlib)
-        print(f"vecpool collect: error: {error}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as error:
-        if isinstance(error.__cause__, RemoteTraceback):  # an env's own, re-raised
-            return _stopped_by(error, quiet)
-        _ignore_ctrl_c()  # Ctrl-C before stepping began: nothing to save
-        print("vecpool collect: interrupted before collecting", file=sys.stderr)
-        return 130
     except BrokenPipeError:  # stdout's reader gone, or not: `vecpool.cli` tells
         raise
-    except Exception as error:  # noqa: BLE001 - the env's or the policy's: shown whole
-        return _stopped_by(error, quiet)
+    except BaseException as error:
+        if collect.stopped_collection(error):  # the env's or the policy's: saved
+            return _stopped_by(error, quiet)
+        if isinstance(error, KeyboardInterrupt):  # before stepping: nothing to save
+            _ignore_ctrl_c()
+            print("vecpool collect: interrupted before collecting", file=sys.stderr)
+            return 130
+        if isinstance(error, ImportError):  # a missing optional dependency
+            quiet.restore()
+            print(f"vecpool collect: error: {error}", file=sys.stderr)
+            return 2
+        raise
     if result.interrupted:
         _ignore_ctrl_c()  # saved; what is left is printing and exiting with 130
     else:
