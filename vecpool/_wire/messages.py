@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import cloudpickle
 from gymnasium.vector import AutoresetMode
 
 from vecpool._wire.remote_errors import ErrorRecord, pack_error
@@ -227,9 +228,7 @@ def encode(reply: Any) -> bytes:
     try:
         return pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # noqa: BLE001 - e.g. a lambda in an info; try harder
-        pass
-    import cloudpickle  # outside the `except`: a failure here has no noisy context
-
+        pass  # (cloudpickle outside the `except`: its failure has no noisy context)
     return bytes(cloudpickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL))
 
 

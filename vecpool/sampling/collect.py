@@ -64,6 +64,7 @@ __all__ = [
     "load_policy",
     "parse_autoreset_mode",
     "plot_collection",
+    "stopped_collection",
 ]
 
 logger = logging.getLogger(__name__)
