@@ -635,3 +635,25 @@ def test_close_returns_when_a_crashed_worker_held_the_concurrency_slot(
     envs.close()
     assert not any(process.is_alive() for process in envs.processes)
     leak_checker.assert_no_leaks()
+
+
+def test_a_share_sent_before_a_later_batch_is_timed_from_its_own_send():
+    # the parent's share (envs 2 and 3) is stepped in the wait, timed as if it had
+    # started at its own send, not at the later send of the workers' batch (it
+    # used to be timed from the last send of any batch, and timed out here)
+    env_fns = [functools.partial(SlowEnv)] * 4
+    env = vecpool.AsyncVectorEnv(env_fns, num_workers=1, parent_envs=2, batch_size=2)
+    try:
+        env.reset(seed=0)
+        env.send(_slow_action(2, 0.3), np.array([2, 3]))
+        time.sleep(1.0)  # the share, started at its send, would have finished
+        env.send(_slow_action(2, 0.0), np.array([0, 1]))
+        seen = []
+        for _ in range(2):
+            obs, rewards, _, _, infos = env.recv(timeout=0.25)
+            seen += infos["env_id"].tolist()
+            np.testing.assert_array_equal(obs[:, 0], [1.0, 1.0])
+        assert sorted(seen) == [0, 1, 2, 3]
+        assert env.get_attr("steps_taken") == (1, 1, 1, 1)
+    finally:
+        env.close()

@@ -140,9 +140,6 @@ class WorkerGroup:
         # whether a bell's answer said more than "the rows are written"
         self.all_rung = False
         self.more = False
-        # when the last command went out: the parent's share, stepped in the wait,
-        # is timed as if it had started then, as a worker's envs do
-        self.sent_at = 0.0
 
     def put(self, handle: WorkerHandle) -> None:
         """Put a replacement's handle in the place of the worker it replaces."""
@@ -280,7 +277,6 @@ class WorkerGroup:
             WorkerCrashedError: If a worker's pipe is broken.
         """
         buffer = message[1]
-        self.sent_at = time.monotonic()
         bells: list[WorkerHandle] = []  # rung: workers that spin on their bells
         here: list[WorkerHandle] = []  # the parent's share, stepped in the wait
         piped: list[WorkerHandle] = []
@@ -333,6 +329,8 @@ class WorkerGroup:
                     numbers.answers.clear()
                 numbers.expected.append(number)
                 handle.direct = buffer  # type: ignore[attr-defined]
+                if handle.pending_since is None:  # type: ignore[attr-defined]
+                    handle.pending_since = time.monotonic()  # type: ignore[attr-defined]
                 handle.last_sent = message  # a restart sends it again
         except BaseException:  # a second Ctrl-C: rings, counts and wakes may differ
             for handle in bells + here:
@@ -509,13 +507,15 @@ class WorkerGroup:
             deadline = time.monotonic() + timeout
         if self.local:  # the parent's own envs step now, while the workers step
             started = time.monotonic()
-            self._run_local(what, any_answer=any_answer)
-            # timed as a worker's envs: from when the command went out, so a share
-            # stepped before the deadline would have passed is in time (Gymnasium's
-            # `timeout=0` after `step_async`: "are the results ready?")
+            sent = self._run_local(what, any_answer=any_answer)
+            # timed as a worker's envs: from when its oldest command went out, so
+            # a share stepped before the deadline would have passed is in time
+            # (Gymnasium's `timeout=0` after `step_async`: "are the results
+            # ready?"); a share with nothing to run takes no time
             if (
                 deadline is not None
-                and self.sent_at + time.monotonic() - started > deadline
+                and sent is not None
+                and sent + time.monotonic() - started > deadline
             ):
                 msg = (
                     f"The call to `{label or what}` has timed out after {timeout} "
@@ -678,17 +678,25 @@ class WorkerGroup:
                     raise_deferred()
         return kept or (None if events else [])
 
-    def _run_local(self, what: str, *, any_answer: bool) -> None:
+    def _run_local(self, what: str, *, any_answer: bool) -> float | None:
         """Step the parent's own envs: run the commands their handles queued.
 
         Their answers are read at once (no system call). With ``any_answer``
         (``recv``) they are left for the loop, and the workers' replies that came
         meanwhile are read first with one ``poll``, so the parent's envs, always
         done first, do not always win.
+
+        Returns:
+            When the oldest command run was sent (``time.monotonic()``), or
+            ``None`` if none was waiting.
         """
+        sent: float | None = None
         with HELD:
             started = time.perf_counter()
             for handle in self.local:
+                since = handle.pending_since  # type: ignore[attr-defined]
+                if since is not None and (sent is None or since < sent):
+                    sent = since
                 handle.run_queued()
                 while not any_answer and handle.channel.has_message():
                     handle.receive()
@@ -700,6 +708,7 @@ class WorkerGroup:
                 events = poller.poll(0)
                 if events:
                     self._read_events(events, poller, watched, what)
+        return sent
 
     def _finish_starts(self, what: str) -> None:
         """Finish the restarts whose replacement's start-up reply has come now.
@@ -818,7 +827,6 @@ class WorkerGroup:
         Raises:
             WorkerCrashedError: If a pipe is broken and no restart is allowed.
         """
-        self.sent_at = time.monotonic()
         while True:
             if not handle.gone:
                 try:

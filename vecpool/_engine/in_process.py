@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -216,6 +217,11 @@ class InProcessHandle(WorkerHandle):
     path: :meth:`WorkerGroup.send_step` sets it instead of queueing a message, and
     :meth:`step_here` runs it), or ``None``."""
 
+    pending_since: float | None = None
+    """When the oldest command not run yet was sent (``time.monotonic()``), or
+    ``None``: the wait times this share from then, as a worker's envs
+    (:meth:`WorkerGroup.wait`)."""
+
     def step_here(self) -> None:
         """Run the plain step sent (:attr:`direct`) and take its answer at once.
 
@@ -249,6 +255,8 @@ class InProcessHandle(WorkerHandle):
 
     def write(self, data: bytes) -> int:
         """Queue a command, after the plain step sent before it (if not run yet)."""
+        if self.pending_since is None:
+            self.pending_since = time.monotonic()
         if self.direct is not None:
             self.local_channel.queued.append(STEP + bytes((self.direct,)))
             self.direct = None
@@ -261,6 +269,7 @@ class InProcessHandle(WorkerHandle):
             BaseException: What stopped a command half-way (not an env's
                 exception: that is answered); the envs are then lost.
         """
+        self.pending_since = None
         if self.direct is not None:
             self.step_here()
         self.local_channel.run_queued()
@@ -268,6 +277,7 @@ class InProcessHandle(WorkerHandle):
     def forget_queued(self) -> None:
         """Drop the commands not run yet (``close(terminate=True)``)."""
         self.direct = None
+        self.pending_since = None
         self.local_channel.queued.clear()
 
     def send_close(self, timeout: float | None = None) -> int:
