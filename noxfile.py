@@ -57,7 +57,7 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs)
 
 
-@nox.session(python=PYTHON)
+@nox.session(python=PYTHON, default=False)
 def forkserver(session: nox.Session) -> None:
     """Run the engine behaviours and the differential tests under ``forkserver``.
 

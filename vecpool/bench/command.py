@@ -238,7 +238,9 @@ def add_bench_parser(
         metavar="WORKLOAD",
         help="cartpole, busy (a 200 us CPU-bound step), bigobs (84x84x4 uint8 "
         "observations), infos (CartPole with ALE's lives and frame numbers in "
-        "every info), biginfo (a 1 MiB array in every info), atari "
+        "every info), biginfo (a 1 MiB array in every info), mission and "
+        "mission-array (a MiniGrid-like Dict with a mission string, or its "
+        "codes), atari "
         "(ALE/Pong-v5 with AtariPreprocessing and 4 stacked frames; needs "
         "vecpool[bench]), halfcheetah (HalfCheetah-v5) and mujoco (Hopper-v5; "
         "both need vecpool[mujoco]) or any registered Gymnasium env id "

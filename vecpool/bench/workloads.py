@@ -433,8 +433,10 @@ def resolve_workload(name: str) -> Workload:
     """Turn a command-line workload name into a :class:`Workload`.
 
     Args:
-        name: ``cartpole``, ``busy``, ``bigobs``, ``atari`` (``ALE/Pong-v5``
-            preprocessed, see :func:`make_atari`; needs ``vecpool[bench]``) or a
+        name: A built-in workload (``cartpole``, ``busy``, ``bigobs``, ``infos``,
+            ``biginfo``, ``mission``, ``mission-array``, ``halfcheetah`` and
+            ``mujoco``, which need ``vecpool[mujoco]``, ``atari``: ``ALE/Pong-v5``
+            preprocessed, see :func:`make_atari`, needs ``vecpool[bench]``) or a
             registered Gymnasium env id (``module:Env-v0`` imports ``module`` first,
             as :func:`gymnasium.make` does).
 
