@@ -157,6 +157,20 @@ def test_bad_updates_name_the_fix(indices: Any, priorities: Any, needle: str) ->
         pool.update_priorities(indices, priorities)
 
 
+def test_priorities_whose_power_overflows_are_refused_and_change_nothing() -> None:
+    # 1e200 is finite, but 1e200 ** 2 is not: refused before any state changes,
+    # so the rows added after it are drawn as before (they were given priority 0,
+    # and from the second add on each add raised OverflowError, keeping its rows)
+    pool = _pool(alpha=2.0)
+    _add(pool, 3)
+    drawn = pool.sample(4)
+    with pytest.raises(ValueError, match=re.escape("`priorities` ** alpha overflows")):
+        pool.update_priorities(drawn.indices, np.full(4, 1e200))
+    _add(pool, 3, first=3)
+    assert len(pool) == 12
+    assert set(pool.sample(2_000).obs[:, 0].tolist()) == set(range(12))
+
+
 def test_uniform_pool_refuses_priorities() -> None:
     pool = _pool()
     _add(pool, 2)

@@ -616,6 +616,16 @@ class ReplayPool:
                 f"1e-6`), got min {values.min()}, max {values.max()}."
             )
             raise ValueError(msg)
+        alpha = self.alpha or 0.0
+        with np.errstate(over="ignore"):
+            top = np.power(values.max(), alpha) if values.size else 0.0
+        if not np.isfinite(top):
+            msg = (
+                f"`priorities` ** alpha overflows: the largest, {values.max()}, to "
+                f"the power alpha={alpha} is not a finite float. Pass smaller "
+                "priorities (e.g. clip them)."
+            )
+            raise ValueError(msg)
         self._hot.show()
         ids = rows.astype(np.int64)
         received = self._ring.received[ids % self.num_envs]

@@ -292,11 +292,11 @@ class PrioritizedSampler:
         serial = ids // ring.num_envs
         offset = serial - (ring.received[env] - ring.length[env])
         held = offset >= 0
-        if priorities.size:
-            self.max_priority = max(self.max_priority, float(priorities.max()))
         kept = priorities[held]
         powered = np.where(kept > 0, kept**self.alpha, 0.0)
         self.tree.set(ring.row_of(env[held], offset[held]), powered)
+        if priorities.size:  # after the set, which refuses what it cannot hold
+            self.max_priority = max(self.max_priority, float(priorities.max()))
 
     def state_dict(self) -> dict[str, npt.NDArray[Any]]:
         """``priority`` (a leaf per row) and ``max_priority``."""
