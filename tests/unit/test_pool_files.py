@@ -226,6 +226,17 @@ def _broken(saved: Path, kind: str) -> Path:
     elif kind == "free-twice":
         members["free"] = np.array([0, 0], np.int64)
         _write_archive(bad, members)
+    elif kind == "action-outside-the-space":  # add() refuses it: so must load()
+        members["action_0"] = members["action_0"].copy()
+        members["action_0"][0] = 99
+        _write_archive(bad, members)
+    elif kind == "recent-negative-length":
+        members["recent"] = np.array([[1.0, -3.0]])
+        members["recent_count"] = np.array([1], np.int64)
+        _write_archive(bad, members)
+    elif kind == "received-overflowing-ids":  # env + num_envs * serial: past int64
+        members["received"] = np.full_like(members["received"], 2**62)
+        _write_archive(bad, members)
     else:
         raise AssertionError(kind)
     return bad
@@ -253,6 +264,9 @@ BROKEN = [
     ("end-past-the-slots", "`end` member is out of range"),
     ("own-next-out-of-range", "`own_next` member is out of range"),
     ("free-twice", "`own_next/free` member is out of range"),
+    ("action-outside-the-space", "`action_0` member is out of range"),
+    ("recent-negative-length", "`recent` member is out of range"),
+    ("received-overflowing-ids", "`received` member is out of range"),
 ]
 
 

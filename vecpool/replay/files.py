@@ -45,7 +45,7 @@ from vecpool.replay.episode_log import CUT
 from vecpool.replay.frames import compact_items
 from vecpool.replay.portable import portable
 from vecpool.replay.settings import RECENT_EPISODES
-from vecpool.replay.storage import storage_leaves
+from vecpool.replay.storage import integer_bounds, storage_leaves
 
 __all__ = [
     "COUNTERS",
@@ -1064,7 +1064,7 @@ def _restore(pool: StoredPool, data: _Archive, file_format: str) -> None:
         loaded["end"] = loaded["length"].copy()
     if old:
         _derived_marks(pool, loaded, compact)
-    _check_counters(pool, loaded, slots)
+    _check_counters(pool, loaded, slots, compact)
     pool.load_state_dict(loaded, compact=compact)
 
 
@@ -1122,9 +1122,13 @@ def _check_frame_store(
 
 
 def _check_counters(
-    pool: StoredPool, data: dict[str, npt.NDArray[Any]], slots: int
+    pool: StoredPool, data: dict[str, npt.NDArray[Any]], slots: int, compact: bool
 ) -> None:
     """Refuse counters that would make the pool read rows it never wrote.
+
+    Also what :meth:`ReplayPool.add` would have refused: actions outside the
+    action space (in a compact file, whose rows are all held), episode lengths
+    below 0, transition counts whose ids would not fit an int64.
 
     ``slots``: the slots of each sub-pool (vecpool/replay/ring.py).
     """
@@ -1139,6 +1143,9 @@ def _check_counters(
         refuse("end", f"between 0 and {slots - 1}")
     if (data["received"] < data["length"]).any():
         refuse("received", "at least the sub-pool's length")
+    most = np.iinfo(np.int64).max // (2 * pool.num_envs)  # ids: env + n * serial
+    if (data["received"] > most).any():
+        refuse("received", f"at most {most:,}, so that every id fits an int64")
     length = data["episode_length"]
     if ((length < 0) & (length >= CUT // 2)).any():  # below: a cut episode's
         refuse("episode_length", f">= 0 (or below {CUT // 2}: an episode cut short)")
@@ -1158,6 +1165,16 @@ def _check_counters(
         )
     if recent.shape[1:] != (2,):
         refuse("recent", "(return, length) pairs")
+    recent_lengths = recent[:, 1]
+    if not (np.isfinite(recent_lengths) & (recent_lengths >= 0)).all():
+        refuse("recent", "(return, length) pairs with a finite length >= 0")
+    if compact:  # every row held (a format-2 file keeps the unused slots too)
+        for index, bounds in enumerate(integer_bounds(pool.action_space)):
+            column = data[f"action_{index}"]
+            if bounds is not None and column.size:
+                low, high = bounds
+                if ((column < low) | (column >= high)).any():
+                    refuse(f"action_{index}", f"in the action space {pool.action_space}")
     if "priority" in data:
         priority, top = data["priority"], data["max_priority"]
         if not (np.isfinite(priority).all() and (priority >= 0).all()):
