@@ -72,6 +72,32 @@ def test_step_from_matches_a_single_env_with_frameskip(make_placed):
     assert data_equivalence(again[1], three[1], exact=True)
 
 
+def _time_limited() -> gym.Env:
+    return gym.wrappers.TimeLimit(FN(), max_episode_steps=6)
+
+
+def test_states_carry_the_time_limits_step_count(make_placed):
+    # gym.make's TimeLimit counts an episode's steps outside `env.unwrapped`: a
+    # state carries the count, so every step_from from one state truncates at the
+    # same step, and a restored state truncates where the saved one would have
+    # (the count went on across calls: the third call here came back truncated)
+    envs = make_placed([_time_limited] * 2)
+    envs.reset(seed=0)
+    still = np.zeros(2, np.int64)
+    envs.step(still)
+    root = envs.get_states()
+    calls = [envs.step_from(root, still, dt=3) for _ in range(3)]
+    for call in calls[1:]:
+        assert data_equivalence(call[1:], calls[0][1:], exact=True)
+    assert not calls[0][4].any()
+    envs.set_states(root)
+    first = _steps(envs, [still] * 6)
+    envs.set_states(root)
+    second = _steps(envs, [still] * 6)
+    assert data_equivalence(first, second, exact=True)
+    assert [step[3].tolist() for step in first].index([True, True]) == 4
+
+
 def test_indices_pick_and_order_envs(make_placed):
     envs = make_placed([FN] * 5)
     envs.reset(seed=2)
@@ -192,3 +218,34 @@ def test_step_from_refuses_a_state_whose_next_step_resets_before_sending(
     # nothing was sent: the envs take their reset step, as planned
     _, rewards, *_ = envs.step(np.zeros(2, dtype=np.int64))
     assert rewards.tolist() == [0.0, 0.0]
+
+
+def test_same_step_step_from_resets_an_ended_episode_as_step_does(make_placed):
+    # SAME_STEP: an episode that ends in step_from is reset at once, as a step of
+    # that mode resets it (the new episode's observation returned, the final one
+    # in the infos); the next step steps the new episode, as Sync's does. (The
+    # ended episode used to be stepped again: a transition past its end.)
+    make = functools.partial(CountingEnv, max_steps=4)
+    mode = AutoresetMode.SAME_STEP
+    envs = make_placed([make] * 2, autoreset_mode=mode)
+    reference = gym.vector.SyncVectorEnv([make] * 2, autoreset_mode=mode)
+    try:
+        envs.reset(seed=3)
+        reference.reset(seed=3)
+        still = np.zeros(2, np.int64)
+        new_states, obs, rewards, terminations, truncations, infos = envs.step_from(
+            envs.get_states(), still, dt=10
+        )
+        total = np.zeros(2)
+        for _ in range(4):
+            expected = reference.step(still)
+            total += expected[1]
+        assert data_equivalence(obs, expected[0], exact=True)
+        np.testing.assert_array_equal(rewards, total)
+        np.testing.assert_array_equal(truncations, expected[3])
+        assert truncations.all()
+        assert data_equivalence(infos["final_obs"], expected[4]["final_obs"])
+        assert not any(state.autoreset_pending for state in new_states)
+        assert data_equivalence(envs.step(still), reference.step(still), exact=True)
+    finally:
+        reference.close()

@@ -97,10 +97,16 @@ class EnvState(NamedTuple):
         autoreset_pending: Whether, under ``NEXT_STEP`` autoreset, the env's next
             step would reset it (its episode had just ended). Restored by
             ``set_states`` so a save/restore round trip is exact.
+        elapsed_steps: The step count of each Gymnasium ``TimeLimit`` wrapper
+            around the env (outermost first; ``gym.make`` adds one for an env
+            registered with ``max_episode_steps``): they count outside
+            ``env.unwrapped``, whose ``get_state()`` does not see them, and are
+            restored with the state, so the episode truncates at the same step.
     """
 
     state: Any
     autoreset_pending: bool
+    elapsed_steps: tuple[int | None, ...] = ()
 
 
 class Reply(NamedTuple):

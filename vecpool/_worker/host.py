@@ -17,8 +17,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from gymnasium import Wrapper
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
+from gymnasium.wrappers import TimeLimit
 
 from vecpool._util.spaces import (
     is_foreign,
@@ -471,13 +473,27 @@ class Host:
             raise AttributeError(msg)
         return env
 
+    def _time_limits(self, local: int) -> list[Any]:
+        """The ``TimeLimit`` wrappers around an env, outermost first."""
+        limits = []
+        env = self.envs[local]
+        while isinstance(env, Wrapper):
+            if isinstance(env, TimeLimit):
+                limits.append(env)
+            env = env.env
+        return limits
+
+    def _state_of(self, local: int, methods: Any) -> EnvState:
+        """The env's :class:`EnvState`, its ``TimeLimit`` counts with it."""
+        counts = tuple(limit._elapsed_steps for limit in self._time_limits(local))
+        return EnvState(methods.get_state(), self.autoreset[local], counts)
+
     def get_states(self, locals_: list[int]) -> bytes:
         results: list[Any] = []
         errors: list[ErrorRecord] = []
         for local in locals_:
             try:
-                state = self._state_methods(local).get_state()
-                results.append(EnvState(state, self.autoreset[local]))
+                results.append(self._state_of(local, self._state_methods(local)))
             except self.caught as exc:  # reported to the parent
                 results.append(None)
                 errors.append(pack_error(self.start + local, exc))
@@ -500,6 +516,10 @@ class Host:
         if isinstance(state, EnvState):
             methods.set_state(state.state)
             self.autoreset[local] = bool(state.autoreset_pending)
+            limits = self._time_limits(local)
+            if len(limits) == len(state.elapsed_steps):  # else: another env's
+                for limit, count in zip(limits, state.elapsed_steps, strict=True):
+                    limit._elapsed_steps = count
         else:
             methods.set_state(state)
             self.autoreset[local] = False
@@ -510,7 +530,11 @@ class Host:
     ) -> bytes:
         """Set each state, apply its action ``dt`` times (stopping at an episode end).
 
-        Rewards are summed over the repeats; no autoreset happens here.
+        Rewards are summed over the repeats. An episode that ends is reset as the
+        mode's step would: under ``NEXT_STEP`` by the env's next step (its state
+        says so), under ``SAME_STEP`` at once (the observation returned is the new
+        episode's, the final one is in the info, as ``step`` returns them), under
+        ``DISABLED`` not at all.
         """
         results: list[Any] = []
         errors: list[ErrorRecord] = []
@@ -525,12 +549,14 @@ class Host:
                     if terminated or truncated:
                         break
                 ended = bool(terminated or truncated)
+                if ended and self.mode is AutoresetMode.SAME_STEP:
+                    reset_obs, reset_info = env.reset()
+                    info = {"final_info": info, "final_obs": obs, **reset_info}
+                    obs = reset_obs
                 self.last_obs[local] = obs  # what a reset that leaves it out returns
                 if self.mode is AutoresetMode.NEXT_STEP:
                     self.autoreset[local] = ended
-                new_state = EnvState(
-                    methods.get_state(), self.mode is AutoresetMode.NEXT_STEP and ended
-                )
+                new_state = self._state_of(local, methods)
                 results.append((new_state, obs, total, terminated, truncated, info))
             except self.caught as exc:  # reported to the parent
                 results.append(None)

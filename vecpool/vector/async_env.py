@@ -906,13 +906,19 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
 
         For planning (tree search, MCTS): each env is set to its state, steps with
         its action ``dt`` times (frameskip), summing the rewards and stopping early
-        at an episode end (no autoreset), and reports its new state. The envs are
-        left at their new states, as after ``set_states(new_states)``, with the
-        observations returned here as their last ones: call :meth:`set_states` to
-        go back (wrappers around this vector env, such as
+        at an episode end, and reports its new state. An episode that ends there
+        is reset as this mode's ``step`` resets it: under ``NEXT_STEP`` by the
+        env's next step (its new state says ``autoreset_pending``), under
+        ``SAME_STEP`` at once (the observation returned is the new episode's, the
+        final one in ``infos["final_obs"]``), under ``DISABLED`` not at all. The
+        envs are left at their new states, as after ``set_states(new_states)``,
+        with the observations returned here as their last ones: call
+        :meth:`set_states` to go back (wrappers around this vector env, such as
         :class:`vecpool.ReplayPoolWrapper`, do not see these moves). A state saved
         right after an episode ended (``autoreset_pending``) is refused: its next
-        step is a reset, and ``step_from`` never resets.
+        step is a reset, which ``step_from`` does not take. States carry the step
+        counts of the env's ``TimeLimit`` wrappers, so an episode truncates at
+        the same step from the same state.
 
         Args:
             states: One state per index (from :meth:`get_states`).
