@@ -922,6 +922,9 @@ def test_cli_checks_a_factory_and_rejects_bad_targets(tmp_path, monkeypatch, cap
 
             def single():
                 return gym.make("CartPole-v1")
+
+            def raises():
+                raise RuntimeError("factory broke")
             """
         )
     )
@@ -938,6 +941,16 @@ def test_cli_checks_a_factory_and_rejects_bad_targets(tmp_path, monkeypatch, cap
     assert main(["check", "my_vector_envs:single"]) == 2  # not a vector env
     assert "must return a gymnasium.vector.VectorEnv" in capsys.readouterr().err
     assert main(["check", "--skip", "nope"]) == 2
+    # a factory that raises built no env to check: an error (2), not a failed
+    # check (1), with its traceback above one line that says so
+    capsys.readouterr()
+    assert main(["check", "my_vector_envs:raises", "--steps", "30"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err
+    assert err.rstrip().endswith(
+        "vecpool check: error: the factory raised RuntimeError: factory broke "
+        "(no vector env to check)"
+    )
 
 
 # long episodes: once "not reached: raise num_steps" at the default num_steps

@@ -15,7 +15,7 @@ import pytest
 from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AutoresetMode
 
-from vecpool.errors import AlreadyPendingCallError, NoAsyncCallError
+from vecpool.errors import AlreadyPendingCallError, NoAsyncCallError, VecPoolWarning
 from vecpool.testing import ActionEchoEnv, CountingEnv, RaisingEnv, SlowEnv
 
 pytestmark = pytest.mark.timeout(60)
@@ -238,3 +238,33 @@ def test_a_batch_never_takes_the_answer_of_an_earlier_plain_call(make_placed):
     obs, *_, infos = envs.recv(timeout=10)
     assert infos["env_id"].tolist() == [2]
     assert obs[0, 0] == 8.0
+
+
+class _OwnEnvId(gym.Wrapper):
+    """An env whose info has its own ``env_id`` key."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, {**info, "env_id": "mine"}
+
+
+def test_an_envs_own_env_id_info_key_is_replaced_with_a_warning(make_placed):
+    # recv reserves infos["env_id"] for the rows' ids: an env's own values under
+    # that key were replaced silently (and its `_env_id` mask left beside the ids)
+    make = functools.partial(_wrapped_counting, _OwnEnvId)
+    envs = make_placed([make] * 4, batch_size=2)
+    envs.reset(seed=0)
+    envs.send(np.zeros(4, np.int64), np.arange(4))
+    with pytest.warns(VecPoolWarning, match="reserves for the ids"):
+        *_, first = envs.recv()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per vector env
+        *_, second = envs.recv()
+    for infos in (first, second):
+        assert infos["env_id"].dtype == np.int64
+        assert "_env_id" not in infos
+    assert sorted(first["env_id"].tolist() + second["env_id"].tolist()) == [0, 1, 2, 3]
+
+
+def _wrapped_counting(wrapper):
+    return wrapper(CountingEnv())

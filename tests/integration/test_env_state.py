@@ -148,6 +148,17 @@ def test_bad_arguments_are_refused_before_sending(make_placed):
         envs.step_from(
             states, np.zeros(3, dtype=np.int64)[:1].repeat(1), indices=[0, 1]
         )
+    # an env given twice: which state would win is not the caller's to guess (the
+    # last one did, and step_from stepped that env twice)
+    repeated = re.escape("`indices` must not repeat an index, got [1, 1]")
+    with pytest.raises(ValueError, match=repeated):
+        envs.set_states(states, indices=[1, 1])
+    with pytest.raises(ValueError, match=repeated):
+        envs.step_from(states, np.zeros(2, dtype=np.int64), indices=[1, 1])
+    with pytest.raises(ValueError, match=re.escape("`indices` is empty")):
+        envs.step_from([], np.zeros(0, dtype=np.int64), indices=[])
+    # nothing was sent: the envs are where they were
+    assert data_equivalence(envs.get_states(), states)
 
 
 def test_gymnasium_envs_without_state_fail_cleanly(make_placed):

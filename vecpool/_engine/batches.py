@@ -11,6 +11,7 @@ Ctrl-C.
 from __future__ import annotations
 
 import time
+import warnings
 from collections import deque
 from typing import Any
 
@@ -23,7 +24,7 @@ from vecpool._engine.group import WorkerGroup
 from vecpool._engine.guards import HELD
 from vecpool._engine.handle import WorkerHandle
 from vecpool._engine.restart import LastObservations
-from vecpool.errors import AlreadyPendingCallError, NoAsyncCallError
+from vecpool.errors import AlreadyPendingCallError, NoAsyncCallError, VecPoolWarning
 
 __all__ = ["Batches"]
 
@@ -61,6 +62,7 @@ class Batches:
         self.owner = owner
         self.last_obs = last_obs
         self.in_flight = np.zeros(num_envs, dtype=np.bool_)
+        self.warned_env_id = False  # an env's own `env_id` info key, replaced
         self.flying = 0  # in_flight.sum(), kept as an int (the loops test it)
         self.ready: deque[int] = deque()
         self.ready_infos: dict[int, dict[str, Any]] = {}
@@ -298,6 +300,17 @@ class Batches:
             else []
         )
         infos = self.buffers.infos.merge(self.group.handles, pickled, listed)
+        if "env_id" in infos:  # the envs' own key: `recv` reserves it
+            infos.pop("_env_id", None)
+            if not self.warned_env_id:
+                self.warned_env_id = True
+                warnings.warn(
+                    "An env's info has the key 'env_id', which `recv` reserves for "
+                    "the ids of the rows it returns (as EnvPool does): the env's "
+                    "values are replaced. Rename that key in the env's info.",
+                    VecPoolWarning,
+                    stacklevel=3,
+                )
         infos["env_id"] = ids
         first = listed[0] if listed else 0
         rows: slice | npt.NDArray[np.int64]

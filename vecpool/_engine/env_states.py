@@ -84,11 +84,18 @@ class EnvStates:
         self.owner = owner
         self.num_envs = buffers.num_envs
 
-    def group_indices(self, indices: Sequence[int] | None) -> tuple[list[int], Groups]:
+    def group_indices(
+        self, indices: Sequence[int] | None, *, distinct: bool = False
+    ) -> tuple[list[int], Groups]:
         """Validate indices; group them by worker.
 
+        Args:
+            indices: Env indices, or ``None`` for all.
+            distinct: Refuse an index given twice (a call that changes the envs:
+                which of the two would win is not the caller's to guess).
+
         Raises:
-            ValueError: If an index is not an int in range.
+            ValueError: If an index is not an int in range, or repeats.
         """
         order: list[Any] = (
             list(range(self.num_envs)) if indices is None else list(indices)
@@ -99,6 +106,12 @@ class EnvStates:
                     f"`indices` must hold ints in [0, {self.num_envs}), got {index!r}."
                 )
                 raise ValueError(msg)
+        if distinct and len({int(index) for index in order}) != len(order):
+            msg = (
+                f"`indices` must not repeat an index, got {[int(i) for i in order]}: "
+                "one state (and action) per env."
+            )
+            raise ValueError(msg)
         groups: Groups = {}
         for position, index in enumerate(order):
             worker = self.group.handle_of[int(index)]
@@ -152,7 +165,7 @@ class EnvStates:
 
     def set_states(self, states: Sequence[Any], indices: Sequence[int] | None) -> None:
         """See :meth:`vecpool.AsyncVectorEnv.set_states`."""
-        order, groups = self.group_indices(indices)
+        order, groups = self.group_indices(indices, distinct=True)
         states = check_count("states", states, len(order))
         self._call(
             "set_states",
@@ -179,7 +192,10 @@ class EnvStates:
     ]:
         """See :meth:`vecpool.AsyncVectorEnv.step_from`."""
         repeats = check_int("dt", dt, 1)
-        order, groups = self.group_indices(indices)
+        order, groups = self.group_indices(indices, distinct=True)
+        if not order:
+            msg = "`indices` is empty: `step_from` needs at least one env to step."
+            raise ValueError(msg)
         states = check_count("states", states, len(order))
         refuse_ended_states(states)
         space = self.buffers.actions.batched_space(len(order))

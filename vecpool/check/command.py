@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -147,6 +148,14 @@ def _run(args: argparse.Namespace) -> int:
         )
     except (TypeError, ValueError) as error:  # an argument, or no vector env built
         print(f"vecpool check: error: {error}", file=sys.stderr)
+        return 2
+    except Exception as error:  # noqa: BLE001 - the factory's own, first call (runner.py)
+        traceback.print_exc()
+        print(
+            f"vecpool check: error: the factory raised {type(error).__name__}: "
+            f"{error} (no vector env to check)",
+            file=sys.stderr,
+        )
         return 2
     print(report.to_json() if args.json else report)
     return 0 if report.ok else 1

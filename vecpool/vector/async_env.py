@@ -986,7 +986,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         """Return the first ``batch_size`` envs to finish the steps :meth:`send` sent.
 
         Results are batched like :meth:`step`'s but hold only those envs;
-        ``infos["env_id"]`` (an int array) names them, in the order of the rows.
+        ``infos["env_id"]`` (an int array) names them, in the order of the rows;
+        the key is reserved (an env's own ``env_id`` info is replaced, with a
+        :class:`~vecpool.errors.VecPoolWarning` the first time).
         When fewer than ``batch_size`` envs are in flight, the rest is returned.
 
         Args:
