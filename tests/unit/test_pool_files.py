@@ -685,3 +685,43 @@ def test_a_file_of_format_5_loads_each_sub_pool_from_its_first_slot(tmp_path):
     assert loaded.state_dict()["end"].tolist() == pool.lengths.tolist()
     assert_same_data(pool.get_pool(), loaded.get_pool(), "format 5")
     assert_same_data(pool.sample(9), loaded.sample(9), "uniform draws")
+
+
+def _state_pool(num_envs: int = 2, pool_size: int = 100, **settings: Any):
+    return vecpool.ReplayPool(
+        SPACES["box-bounds"], SPACES["discrete"], num_envs, pool_size, **settings
+    )
+
+
+@pytest.mark.parametrize(
+    ("target", "needle"),
+    [
+        ({"pool_size": 10}, "`state['reward']` is float64[102], this pool's is"),
+        ({"num_envs": 3}, "`state['reward']` is float64[102], this pool's is"),
+        ({"alpha": 0.6}, "it lacks ['max_priority', 'priority']"),
+        ({"reward": "str"}, "`state['reward']` is <U32[102]"),
+        ({"length": 60}, "its `length` member is out of range"),
+    ],
+    ids=["capacity", "num-envs", "prioritized", "reward-strings", "length"],
+)
+def test_load_state_dict_refuses_a_state_that_does_not_fit(target, needle):
+    # it took them silently (lengths above the capacity, the wrong number of
+    # sub-pools, strings for rewards) or failed after writing part of the pool
+    source = _state_pool()
+    for _ in range(20):
+        source.add(**_rows_of(source))
+    state = dict(source.state_dict())
+    settings = {k: v for k, v in target.items() if k in ("pool_size", "num_envs")}
+    settings |= {k: v for k, v in target.items() if k == "alpha"}
+    if "reward" in target:
+        state["reward"] = state["reward"].astype(str)
+    if "length" in target:
+        state["length"] = np.full_like(state["length"], target["length"])
+    pool = _state_pool(**settings)
+    if pool.num_envs == 2:
+        for _ in range(3):
+            pool.add(**_rows_of(pool))
+    before = pool.get_pool()
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        pool.load_state_dict(state)
+    assert_same_data(before, pool.get_pool(), "nothing changed")

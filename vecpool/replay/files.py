@@ -34,7 +34,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -51,6 +51,7 @@ __all__ = [
     "COUNTERS",
     "FORMAT",
     "StoredPool",
+    "check_state",
     "per_row",
     "read",
     "space_from_dict",
@@ -1037,10 +1038,7 @@ def _restore(pool: StoredPool, data: _Archive, file_format: str) -> None:
     if old:
         for name in ("starts", "fresh", "recent", "recent_count"):
             fresh.pop(name)
-    # the store of kept next observations grows; its free list with it
-    growable = {name for name in fresh if name.startswith("extra_")} | {"free"}
-    growable |= {"wholes", "wholes_free", "loose", "loose_free"}  # frame stores
-    growable.add("recent")  # the ring's entries
+    growable = _growable(fresh)
     rows = int(_array(data, "length").sum()) if compact else 0
     loaded: dict[str, npt.NDArray[Any]] = {}
     for name, like in fresh.items():
@@ -1066,6 +1064,71 @@ def _restore(pool: StoredPool, data: _Archive, file_format: str) -> None:
         _derived_marks(pool, loaded, compact)
     _check_counters(pool, loaded, slots, compact)
     pool.load_state_dict(loaded, compact=compact)
+
+
+def _growable(fresh: Mapping[str, Any]) -> set[str]:
+    """The arrays whose first dimension is not the pool's to fix."""
+    # the store of kept next observations grows; its free list with it
+    growable = {name for name in fresh if name.startswith("extra_")} | {"free"}
+    growable |= {"wholes", "wholes_free", "loose", "loose_free"}  # frame stores
+    growable.add("recent")  # the ring's entries
+    return growable
+
+
+def check_state(pool: StoredPool, state: Mapping[str, Any]) -> None:
+    """Refuse a state (``ReplayPool.state_dict``'s) that does not fit ``pool``.
+
+    The checks of a file (the arrays' names, dtypes and shapes against the pool's
+    own state, then :func:`_check_counters` on the rows held), made before
+    anything is written.
+
+    Raises:
+        ValueError: Naming the array and what differs.
+    """
+    fresh = pool.state_dict()
+    optional = {"resumed", "resuming"}  # state from before format 7 has none
+    missing = sorted(set(fresh) - set(state) - optional)
+    unknown = sorted(set(state) - set(fresh))
+    if missing or unknown:
+        differs = [f"it lacks {missing}"] if missing else []
+        differs += [f"it has {unknown}, which this pool has not"] if unknown else []
+        msg = (
+            f"`state` does not fit this pool: {' and '.join(differs)}. Pass the "
+            "state_dict of a pool made with the same settings and spaces."
+        )
+        raise ValueError(msg)
+    growable = _growable(fresh)
+    arrays = {name: np.asarray(array) for name, array in state.items()}
+    for name, array in arrays.items():
+        like = fresh[name]
+        shaped = (
+            array.ndim == like.ndim and array.shape[1:] == like.shape[1:]
+            if name in growable
+            else array.shape == like.shape
+        )
+        if array.dtype != like.dtype or not shaped:
+            msg = (
+                f"`state['{name}']` is {array.dtype}{list(array.shape)}, this pool's "
+                f"is {like.dtype}{list(like.shape)}: pass the state_dict of a pool "
+                "made with the same settings and spaces."
+            )
+            raise ValueError(msg)
+    slots = fresh["starts"].shape[0] // pool.num_envs
+    try:
+        _check_ring(pool, arrays, slots)
+        # the rows held, oldest first, as a file holds them (the other slots are
+        # stale), of the per-row arrays the checks read (not the observations:
+        # no copy of those): then the checks of a file's
+        held = pool.filled_rows(arrays["length"], arrays["end"])
+        read = ("action_", "own_", "priority")
+        view = {
+            name: a[held] if per_row(name) and name.startswith(read) else a
+            for name, a in arrays.items()
+        }
+        _check_counters(pool, view, slots, compact=True)
+    except _BadFile as error:
+        msg = f"`state` does not fit this pool: {error}."
+        raise ValueError(msg) from None
 
 
 def _derived_marks(
@@ -1101,7 +1164,7 @@ def _derived_marks(
 
 
 def _check_frame_store(
-    data: dict[str, npt.NDArray[Any]], refuse: Callable[[str, str], None]
+    data: Mapping[str, npt.NDArray[Any]], refuse: Callable[[str, str], None]
 ) -> None:
     """Refuse indices into the frame store's stores that are not theirs."""
     for store, owners in (
@@ -1121,22 +1184,16 @@ def _check_frame_store(
             refuse(f"{store}_free", "used once: no slot both owned and free, or twice")
 
 
-def _check_counters(
-    pool: StoredPool, data: dict[str, npt.NDArray[Any]], slots: int, compact: bool
+def _refuse(name: str, rule: str) -> NoReturn:
+    msg = f"its `{name}` member is out of range (each value must be {rule})"
+    raise _BadFile(msg)
+
+
+def _check_ring(
+    pool: StoredPool, data: Mapping[str, npt.NDArray[Any]], slots: int
 ) -> None:
-    """Refuse counters that would make the pool read rows it never wrote.
-
-    Also what :meth:`ReplayPool.add` would have refused: actions outside the
-    action space (in a compact file, whose rows are all held), episode lengths
-    below 0, transition counts whose ids would not fit an int64.
-
-    ``slots``: the slots of each sub-pool (vecpool/replay/ring.py).
-    """
-
-    def refuse(name: str, rule: str) -> None:
-        msg = f"its `{name}` member is out of range (each value must be {rule})"
-        raise _BadFile(msg)
-
+    """Refuse sub-pool lengths, ends and counts out of range."""
+    refuse = _refuse
     if ((data["length"] < 0) | (data["length"] > pool.capacity)).any():
         refuse("length", f"between 0 and the capacity {pool.capacity}")
     if ((data["end"] < 0) | (data["end"] >= slots)).any():
@@ -1146,6 +1203,21 @@ def _check_counters(
     most = np.iinfo(np.int64).max // (2 * pool.num_envs)  # ids: env + n * serial
     if (data["received"] > most).any():
         refuse("received", f"at most {most:,}, so that every id fits an int64")
+
+
+def _check_counters(
+    pool: StoredPool, data: Mapping[str, npt.NDArray[Any]], slots: int, compact: bool
+) -> None:
+    """Refuse counters that would make the pool read rows it never wrote.
+
+    Also what :meth:`ReplayPool.add` would have refused: actions outside the
+    action space (in a compact file, whose rows are all held), episode lengths
+    below 0, transition counts whose ids would not fit an int64.
+
+    ``slots``: the slots of each sub-pool (vecpool/replay/ring.py).
+    """
+    refuse = _refuse
+    _check_ring(pool, data, slots)
     length = data["episode_length"]
     if ((length < 0) & (length >= CUT // 2)).any():  # below: a cut episode's
         refuse("episode_length", f">= 0 (or below {CUT // 2}: an episode cut short)")
@@ -1174,7 +1246,9 @@ def _check_counters(
             if bounds is not None and column.size:
                 low, high = bounds
                 if ((column < low) | (column >= high)).any():
-                    refuse(f"action_{index}", f"in the action space {pool.action_space}")
+                    refuse(
+                        f"action_{index}", f"in the action space {pool.action_space}"
+                    )
     if "priority" in data:
         priority, top = data["priority"], data["max_priority"]
         if not (np.isfinite(priority).all() and (priority >= 0).all()):

@@ -951,10 +951,15 @@ class ReplayPool:
         Args:
             state: The arrays, by name.
             compact: Whether the per-row arrays hold only the filled rows.
+
+        Raises:
+            ValueError: If ``state`` does not fit this pool (an array's name,
+                dtype or shape, or counters out of range; nothing is changed).
         """
         if compact:
             targets = self._ring.filled_rows(state["length"], state["end"])
         else:
+            pool_files.check_state(self, state)
             targets = None
             state = {name: np.array(array) for name, array in state.items()}
         self._stored.columns.load_state_dict(state, targets)
