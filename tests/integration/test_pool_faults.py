@@ -113,6 +113,54 @@ def test_add_refuses_actions_outside_a_discrete_space(action, match):
     assert len(pool) == 0
 
 
+_F = np.zeros(2, bool)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("terminated", np.array(["False", "False"]), "`terminated` must hold bools"),
+        ("truncated", np.array([0.5, 0.0]), "`truncated` must hold bools"),
+        ("terminated", np.array([2, 0]), "`terminated` must hold bools"),
+        ("reward", np.array(["a", "b"]), "`reward` must hold numbers"),
+        ("obs", np.array([[300], [7]]), "`obs` holds values that its dtype uint8"),
+        ("next_obs", np.array([[0.7], [2.0]]), "`next_obs` holds values that"),
+        ("next_obs", np.array([[-1], [2]]), "`next_obs` holds values that"),
+    ],
+    ids=["flag-strings", "flag-half", "flag-two", "reward-strings", "obs-300",
+         "obs-fraction", "obs-negative"],
+)  # fmt: skip
+@pytest.mark.parametrize("routed", [False, True])  # the hot path and the general one
+def test_add_refuses_values_its_stored_dtypes_would_change(field, value, match, routed):
+    # cast as numpy casts them, the string "False" was stored True, 300 as 44 in a
+    # uint8 observation, 0.7 as 0; a string reward failed with numpy's message
+    pool = vecpool.ReplayPool(
+        spaces.Box(0, 255, (1,), np.uint8), spaces.Discrete(3), 2, 20
+    )
+    fields: dict[str, Any] = {
+        "obs": np.zeros((2, 1), np.uint8), "action": np.array([0, 1]),
+        "next_obs": np.ones((2, 1), np.uint8), "reward": np.ones(2),
+        "terminated": _F, "truncated": _F,
+    }  # fmt: skip
+    fields[field] = value
+    ids = {"env_ids": np.array([0, 1])} if routed else {}
+    with pytest.raises(ValueError, match=re.escape(match)):
+        pool.add(**fields, **ids)
+    assert len(pool) == 0
+    # what survives the cast is taken: ints that fit, 0 and 1 for flags
+    fields = {**fields, field: _lossless(field)}
+    pool.add(**fields, **ids)
+    assert len(pool) == 2
+
+
+def _lossless(field: str) -> Any:
+    if field in ("terminated", "truncated"):
+        return np.array([1, 0])
+    if field == "reward":
+        return np.array([1, 2], np.int32)
+    return np.array([[255], [0]], np.int64)
+
+
 def test_lossless_integer_actions_are_accepted():
     pool = vecpool.ReplayPool(
         spaces.Box(-1, 1, (1,)), spaces.Discrete(3), num_envs=2, pool_size=20

@@ -1,8 +1,10 @@
 """Checks of what is added to a replay pool, before anything is written.
 
 Leaves of the wrong shape, ``env_ids`` or ``valid`` masks that are not what they
-must be, actions outside the action space (no silent casts) and strings longer
-than their ``Text`` leaf are refused with a ``ValueError`` that names them.
+must be, actions outside the action space, observations that their stored integer
+dtype would change, flags that are not bools (or 0 and 1), rewards that are not
+numbers (no silent casts) and strings longer than their ``Text`` leaf are refused
+with a ``ValueError`` that names them.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class AddChecks:
         self.action_space = action_space
         obs_leaves = storage_leaves(observation_space)
         self.obs_shapes = [shape for _, shape in obs_leaves]
+        self.obs_dtypes = [dtype for dtype, _ in obs_leaves]
         self.action_shapes = [shape for _, shape in leaves(action_space)]
         # Text leaves: what is added must fit their width (never stored cut short)
         paths = leaf_paths(observation_space)
@@ -90,6 +93,7 @@ class AddChecks:
             and len(obs) == len(action) == len(next_obs) == 1
             and type(obs[0]) is type(next_obs[0]) is type(action[0]) is np.ndarray
             and obs[0].shape == next_obs[0].shape == plain[0]
+            and obs[0].dtype == next_obs[0].dtype == self.obs_dtypes[0]
             and action[0].shape == plain[1]
         ):
             self.check_actions(action)
@@ -101,9 +105,34 @@ class AddChecks:
         ):
             _check_shapes(name, batch, leaf_shapes, count)
         self.check_actions(action)
+        for name, batch in (("obs", obs), ("next_obs", next_obs)):
+            self.check_casts(name, batch)
         for k, path, dtype in self.text_leaves:
             for name, batch in (("obs", obs), ("next_obs", next_obs)):
                 check_strings(np.asarray(batch[k]), dtype, name + path)
+
+    def check_casts(self, name: str, batch: list[npt.NDArray[Any]]) -> None:
+        """Refuse observation leaves that their stored integer dtype would change.
+
+        A leaf of another dtype is cast as numpy casts (300 is 44 in a ``uint8``,
+        0.7 is 0): into an integer or bool leaf only values the cast keeps pass.
+        Float leaves take any number, as they are (a float64 into float32).
+        """
+        for leaf, stored in zip(batch, self.obs_dtypes, strict=True):
+            array = np.asarray(leaf)
+            if array.dtype == stored or stored.kind not in "iub":
+                continue
+            with np.errstate(invalid="ignore", over="ignore"):
+                kept = array.dtype.kind in "biuf" and np.array_equal(
+                    array.astype(stored), array
+                )
+            if not kept:
+                msg = (
+                    f"`{name}` holds values that its dtype {stored} would change "
+                    f"(got dtype {array.dtype}, min {array.min()}, max "
+                    f"{array.max()}): pass values the observation space holds."
+                )
+                raise ValueError(msg)
 
     def check_env_ids(self, env_ids: Any) -> npt.NDArray[np.int64]:
         """``env_ids`` as 1-D int64 in range."""
@@ -172,10 +201,19 @@ class AddChecks:
 def check_scalars(
     reward: Any, terminated: Any, truncated: Any, count: int
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
-    """Rewards and flags as flat arrays of ``count`` values each."""
-    reward_arr = np.asarray(reward, dtype=np.float64).reshape(-1)
-    terminated_arr = np.asarray(terminated, dtype=np.bool_).reshape(-1)
-    truncated_arr = np.asarray(truncated, dtype=np.bool_).reshape(-1)
+    """Rewards and flags as flat arrays of ``count`` values each.
+
+    Raises:
+        ValueError: On rewards that are not numbers, flags that are not bools or
+            0 and 1 (``"False"`` would be stored ``True``), or the wrong counts.
+    """
+    rewards = np.asarray(reward)
+    if rewards.dtype.kind not in "biuf":
+        msg = f"`reward` must hold numbers, got dtype {rewards.dtype}."
+        raise ValueError(msg)
+    reward_arr = rewards.astype(np.float64).reshape(-1)
+    terminated_arr = _flags("terminated", terminated)
+    truncated_arr = _flags("truncated", truncated)
     if not (reward_arr.size == terminated_arr.size == truncated_arr.size == count):
         msg = (
             f"`reward`, `terminated` and `truncated` must hold {count} values each,"
@@ -183,6 +221,20 @@ def check_scalars(
         )
         raise ValueError(msg)
     return reward_arr, terminated_arr, truncated_arr
+
+
+def _flags(name: str, flags: Any) -> npt.NDArray[np.bool_]:
+    """``flags`` as a flat bool array: bools, or numbers that are 0 or 1."""
+    array = np.asarray(flags)
+    if array.dtype.kind != "b" and (
+        array.dtype.kind not in "iuf" or ((array != 0) & (array != 1)).any()
+    ):
+        msg = (
+            f"`{name}` must hold bools (or 0 and 1), got dtype {array.dtype}: pass "
+            "the env's flags as it returned them."
+        )
+        raise ValueError(msg)
+    return array.astype(np.bool_).reshape(-1)
 
 
 def _check_shapes(

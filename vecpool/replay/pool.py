@@ -125,6 +125,10 @@ class ReplayPool:
         TypeError: If both ``clearing_size`` and ``window_size_`` are given.
     """
 
+    _obs_dtype: np.dtype[Any] | None = None
+    """The stored dtype of a plain observation (the hot path takes only that);
+    a class default for a pool pickled before it existed: the checked path."""
+
     def __init__(
         self,
         observation_space: spaces.Space[Any],
@@ -200,6 +204,8 @@ class ReplayPool:
         # read on every add: kept here, one attribute away
         self._plain_shapes = self._checks.plain_shapes
         self._discrete_bounds = self._checks.discrete_bounds
+        dtypes = self._checks.obs_dtypes
+        self._obs_dtype = dtypes[0] if len(dtypes) == 1 else None
         hot = layout.hot and self.clearing_freq is None and not self.random
         self._hot = HotWriter(ring, layout, columns, self._log, self._sampler, hot)
         self._routed = RoutedWriter(
@@ -827,6 +833,8 @@ class ReplayPool:
             and type(obs) is type(action) is type(next_obs) is np.ndarray
             and type(reward) is type(terminated) is type(truncated) is np.ndarray
             and obs.shape == next_obs.shape == shapes[0]
+            and obs.dtype == next_obs.dtype == self._obs_dtype
+            and reward.dtype.kind in "biuf"
             and action.shape == shapes[1]
             and reward.shape == terminated.shape == truncated.shape == shapes[2]
             and terminated.dtype == truncated.dtype == np.bool_
