@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -164,3 +165,13 @@ def test_dict_observations(make_pool):
     assert set(state) == {"position", "count"}
     assert state["position"].shape == (len(reward), 3)
     assert next_state["count"].shape == (len(reward),)
+
+
+@pytest.mark.parametrize("num_steps", [-5, 2.5, "3"])
+def test_store_refuses_a_step_count_that_is_not_a_count(make_pool, num_steps):
+    # -5 stored nothing without a word; 2.5 raised range()'s TypeError
+    pool = make_pool(_env_fns(), 1, pool_size=100, seed=0)
+    with pytest.raises(ValueError, match=re.escape("`num_steps` must be an integer")):
+        pool.store(num_steps, progress=False)
+    pool.store(0, progress=False)
+    assert len(pool.pool) == 0

@@ -244,7 +244,7 @@ def test_same_step_step_from_resets_an_ended_episode_as_step_does(make_placed):
         envs.reset(seed=3)
         reference.reset(seed=3)
         still = np.zeros(2, np.int64)
-        new_states, obs, rewards, terminations, truncations, infos = envs.step_from(
+        new_states, obs, rewards, _, truncations, infos = envs.step_from(
             envs.get_states(), still, dt=10
         )
         total = np.zeros(2)

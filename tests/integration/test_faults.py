@@ -650,7 +650,7 @@ def test_a_share_sent_before_a_later_batch_is_timed_from_its_own_send():
         env.send(_slow_action(2, 0.0), np.array([0, 1]))
         seen = []
         for _ in range(2):
-            obs, rewards, _, _, infos = env.recv(timeout=0.25)
+            obs, _, _, _, infos = env.recv(timeout=0.25)
             seen += infos["env_id"].tolist()
             np.testing.assert_array_equal(obs[:, 0], [1.0, 1.0])
         assert sorted(seen) == [0, 1, 2, 3]

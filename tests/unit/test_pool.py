@@ -827,6 +827,9 @@ INVALID = [
     ({"clearing_freq": -1, "clearing_size": 2}, "clearing_freq"),
     ({"clearing_freq": 2, "clearing_size": 0}, re.escape("clearing_size")),
     ({"clearing_freq": 2, "clearing_size": -2}, re.escape("clearing_size")),
+    # "no" is truthy: it turned random routing on
+    ({"random": "no"}, re.escape("`random` must be True or False, got 'no'")),
+    ({"store_next_obs": 0}, re.escape("`store_next_obs` must be True or False")),
 ]
 
 
@@ -837,6 +840,15 @@ def test_invalid_arguments_raise(kwargs, name):
     pool_size = args.pop("pool_size")
     with pytest.raises(ValueError, match=name):
         vecpool.ReplayPool(obs_space, act_space, 3, pool_size, **args)
+
+
+def test_a_space_that_is_not_a_space_is_refused():
+    # an array was taken as the observation space, and failed later
+    obs_space, act_space = _spaces("box-discrete")
+    with pytest.raises(ValueError, match=re.escape("`observation_space` must be a")):
+        vecpool.ReplayPool(np.zeros(3), act_space, 3, 10)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=re.escape("`action_space` must be a")):
+        vecpool.ReplayPool(obs_space, [0, 1], 3, 10)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

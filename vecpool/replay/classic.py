@@ -116,7 +116,11 @@ class Pool:
             policy: ``policy(observations) -> actions`` for the batch; random
                 actions when ``None``.
             progress: Show a progress bar on standard error.
+
+        Raises:
+            ValueError: If ``num_steps`` is not an integer >= 0.
         """
+        num_steps = check_int("num_steps", num_steps, 0)
         if self._obs is None:
             self._obs, _ = self.envs.reset(seed=self.seed)
             self.envs.action_space.seed(self.seed)

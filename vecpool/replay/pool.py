@@ -1076,10 +1076,18 @@ class ReplayPool:
         return pool
 
 
-def _check_spaces(
-    observation_space: spaces.Space[Any], action_space: spaces.Space[Any]
-) -> None:
+_NOT_A_SPACE = (
+    "`{0}_space` must be a gymnasium space (e.g. the env's `single_{0}_space`), "
+    "got {1}."
+)
+
+
+def _check_spaces(observation_space: object, action_space: object) -> None:
     """Refuse spaces a pool cannot store."""
+    if not isinstance(observation_space, spaces.Space):
+        raise ValueError(_NOT_A_SPACE.format("observation", type(observation_space)))
+    if not isinstance(action_space, spaces.Space):
+        raise ValueError(_NOT_A_SPACE.format("action", type(action_space)))
     if not is_storable(observation_space):
         msg = (
             f"`observation_space` {observation_space} cannot be stored: an "

@@ -130,9 +130,17 @@ class PoolSettings:
             window_size=window_size,
             clearing_freq=clearing_freq,
             clearing_size=clearing_size,
-            random=bool(self.random),
-            store_next_obs=bool(self.store_next_obs),
+            random=_flag("random", self.random),
+            store_next_obs=_flag("store_next_obs", self.store_next_obs),
         )
+
+
+def _flag(name: str, value: object) -> bool:
+    """``value`` as a bool, or a ValueError naming ``name`` (``"no"`` is truthy)."""
+    if not isinstance(value, bool | np.bool_):
+        msg = f"`{name}` must be True or False, got {value!r}."
+        raise ValueError(msg)
+    return bool(value)
 
 
 def renamed_clearing_size(
