@@ -76,6 +76,10 @@ def _time_limited() -> gym.Env:
     return gym.wrappers.TimeLimit(FN(), max_episode_steps=6)
 
 
+def _time_limited_box() -> gym.Env:
+    return gym.wrappers.TimeLimit(CountingEnv(max_steps=15), max_episode_steps=6)
+
+
 def test_states_carry_the_time_limits_step_count(make_placed):
     # gym.make's TimeLimit counts an episode's steps outside `env.unwrapped`: a
     # state carries the count, so every step_from from one state truncates at the
@@ -96,6 +100,31 @@ def test_states_carry_the_time_limits_step_count(make_placed):
     second = _steps(envs, [still] * 6)
     assert data_equivalence(first, second, exact=True)
     assert [step[3].tolist() for step in first].index([True, True]) == 4
+    # a state saved before the first reset has no count: the env's stays
+    fresh = make_placed([_time_limited] * 2)
+    unset = fresh.get_states()
+    assert [state.elapsed_steps for state in unset] == [(None,), (None,)]
+    fresh.reset(seed=0)
+    fresh.set_states(unset)
+    fresh.step(still)  # TimeLimit's None += 1 raised TypeError
+
+
+def test_step_from_may_repeat_an_index_each_row_from_its_own_state(make_placed):
+    # children of one node on one env: each row sets its own state, in order, and
+    # the env is left at the last row's new state
+    envs = make_placed([_time_limited_box] * 2)
+    envs.reset(seed=0)
+    root = envs.get_states()[0]
+    actions = np.array([0, 1, 1])
+    together = envs.step_from([root] * 3, actions, dt=3, indices=[0, 0, 0])
+    apart = [
+        envs.step_from([root], actions[k : k + 1], dt=3, indices=[0]) for k in range(3)
+    ]
+    for k, alone in enumerate(apart):
+        assert data_equivalence(together[0][k], alone[0][0])
+        for field in range(1, 5):
+            assert data_equivalence(together[field][k], alone[field][0], exact=True)
+    assert data_equivalence(envs.get_states(indices=[0])[0], together[0][2])
 
 
 def test_indices_pick_and_order_envs(make_placed):
@@ -148,13 +177,11 @@ def test_bad_arguments_are_refused_before_sending(make_placed):
         envs.step_from(
             states, np.zeros(3, dtype=np.int64)[:1].repeat(1), indices=[0, 1]
         )
-    # an env given twice: which state would win is not the caller's to guess (the
-    # last one did, and step_from stepped that env twice)
+    # an env given twice: which state would win is not the caller's to guess
+    # (the last one did)
     repeated = re.escape("`indices` must not repeat an index, got [1, 1]")
     with pytest.raises(ValueError, match=repeated):
         envs.set_states(states, indices=[1, 1])
-    with pytest.raises(ValueError, match=repeated):
-        envs.step_from(states, np.zeros(2, dtype=np.int64), indices=[1, 1])
     with pytest.raises(ValueError, match=re.escape("`indices` is empty")):
         envs.step_from([], np.zeros(0, dtype=np.int64), indices=[])
     # nothing was sent: the envs are where they were
@@ -220,7 +247,7 @@ def test_step_from_refuses_a_state_whose_next_step_resets_before_sending(
     assert [state.autoreset_pending for state in states] == [True, True]
     msg = (
         "`states[1]` was saved right after its episode ended: its next step resets "
-        "the env (`autoreset_pending=True`), and `step_from` never resets. Call "
+        "the env (`autoreset_pending=True`), a step `step_from` does not take. Call "
         "`set_states(states)` then `step(actions)` to take that reset step, or "
         "leave ended states out of `step_from`."
     )

@@ -657,3 +657,20 @@ def test_a_share_sent_before_a_later_batch_is_timed_from_its_own_send():
         assert env.get_attr("steps_taken") == (1, 1, 1, 1)
     finally:
         env.close()
+
+
+def test_a_slow_share_times_out_after_earlier_plain_steps():
+    # the plain step path (step(), step_wait() with no timeout) runs the share
+    # directly: it must clear the share's send stamp as the queued path does, or
+    # every later wait times the share from that first step, and never times out
+    env_fns = [functools.partial(SlowEnv)] * 2
+    env = vecpool.AsyncVectorEnv(env_fns, num_workers=1, parent_envs=1)
+    try:
+        env.reset(seed=0)
+        env.step(_slow_action(2, 0.0))
+        time.sleep(1.0)
+        env.step_async(_slow_action(2, [0.0, 0.6]))  # env 1 is the parent's
+        with pytest.raises(multiprocessing.TimeoutError):
+            env.step_wait(timeout=0.2)
+    finally:
+        env.close()

@@ -545,3 +545,39 @@ def test_many_cut_episodes_ending_together_are_none_counted(read_between):
             pool.sample(1)
     stats = pool.episode_stats  # the first ends close cut episodes; the next count
     assert (stats.count, stats.mean_length) == (num_envs, 2.0)
+
+
+@pytest.mark.parametrize(
+    ("space", "given"),
+    [
+        (spaces.Box(-1, 1, (1,), np.float32), np.array([[0.25], [-1.0]], np.float64)),
+        (spaces.Box(0, 255, (1,), np.uint8), np.array([[True], [False]])),
+        (spaces.Box(0, 255, (1,), np.uint8), np.array([[255], [0]], np.int64)),
+        (spaces.MultiBinary(1), np.array([[1], [0]], np.int64)),
+    ],
+    ids=["float64-into-float32", "bool-into-uint8", "int64-into-uint8", "multibinary"],
+)
+def test_add_takes_what_its_stored_dtypes_keep(space, given):
+    pool = vecpool.ReplayPool(space, spaces.Discrete(3), 2, 20)
+    pool.add(given, np.array([0, 1]), given, np.ones(2, np.float32), _F, _F)
+    stored = pool.get_pool().obs
+    np.testing.assert_array_equal(stored, given.astype(stored.dtype))
+    np.testing.assert_array_equal(stored.astype(given.dtype), given)
+
+
+def test_float_observations_of_another_width_keep_the_hot_path(monkeypatch):
+    # the cast checks must not send a float64 batch into a float32 pool, the
+    # common user loop, down the checked path (it cost 2-4x per add)
+    pool = vecpool.ReplayPool(
+        spaces.Box(-1, 1, (1,), np.float32), spaces.Discrete(3), 2, 20
+    )
+
+    def checked(*args: Any) -> None:
+        msg = "the checked path"
+        raise AssertionError(msg)
+
+    monkeypatch.setattr(pool, "_add_checked", checked)
+    for dtype in (np.float32, np.float64):
+        obs = np.zeros((2, 1), dtype)
+        pool.add(obs, np.array([0, 1]), obs, np.ones(2), _F, _F)
+    assert len(pool) == 4

@@ -169,6 +169,12 @@ def test_priorities_whose_power_overflows_are_refused_and_change_nothing() -> No
     _add(pool, 3, first=3)
     assert len(pool) == 12
     assert set(pool.sample(2_000).obs[:, 0].tolist()) == set(range(12))
+    # 1e154 ** 2 is finite, but the sum tree's total over the rows is not (every
+    # draw failed, and the rows added after took that priority too)
+    with pytest.raises(ValueError, match=re.escape("`priorities` ** alpha overflows")):
+        pool.update_priorities(drawn.indices, np.full(4, 1e154))
+    _add(pool, 2, first=6)
+    assert pool.sample(8).indices.shape == (8,)
 
 
 def test_uniform_pool_refuses_priorities() -> None:

@@ -309,7 +309,7 @@ class Batches:
                     "the ids of the rows it returns (as EnvPool does): the env's "
                     "values are replaced. Rename that key in the env's info.",
                     VecPoolWarning,
-                    stacklevel=3,
+                    stacklevel=5,  # _choose, recv, AsyncVectorEnv.recv, its guard
                 )
         infos["env_id"] = ids
         first = listed[0] if listed else 0

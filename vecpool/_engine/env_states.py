@@ -52,8 +52,8 @@ def refuse_ended_states(states: Sequence[Any]) -> None:
         if isinstance(state, EnvState) and state.autoreset_pending:
             msg = (
                 f"`states[{position}]` was saved right after its episode ended: "
-                "its next step resets the env (`autoreset_pending=True`), and "
-                "`step_from` never resets. Call `set_states(states)` then "
+                "its next step resets the env (`autoreset_pending=True`), a "
+                "step `step_from` does not take. Call `set_states(states)` then "
                 "`step(actions)` to take that reset step, or leave ended states "
                 "out of `step_from`."
             )
@@ -192,7 +192,9 @@ class EnvStates:
     ]:
         """See :meth:`vecpool.AsyncVectorEnv.step_from`."""
         repeats = check_int("dt", dt, 1)
-        order, groups = self.group_indices(indices, distinct=True)
+        # an index may repeat (children of one node on one env): each row sets
+        # its own state first, in order, and the env is left at the last row's
+        order, groups = self.group_indices(indices)
         if not order:
             msg = "`indices` is empty: `step_from` needs at least one env to step."
             raise ValueError(msg)

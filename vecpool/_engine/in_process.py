@@ -233,7 +233,7 @@ class InProcessHandle(WorkerHandle):
                 exception: that is answered); the envs are then lost.
         """
         try:  # a second Ctrl-C anywhere here stops the share half-way
-            buffer, self.direct = self.direct, None
+            buffer, self.direct, self.pending_since = self.direct, None, None
             host = self.local_channel.host
             try:
                 reply = host.step(None, None, buffer)

@@ -519,7 +519,8 @@ class Host:
             limits = self._time_limits(local)
             if len(limits) == len(state.elapsed_steps):  # else: another env's
                 for limit, count in zip(limits, state.elapsed_steps, strict=True):
-                    limit._elapsed_steps = count
+                    if count is not None:  # None: saved before the first reset
+                        limit._elapsed_steps = count
         else:
             methods.set_state(state)
             self.autoreset[local] = False

@@ -1185,6 +1185,7 @@ def _check_frame_store(
 
 
 def _refuse(name: str, rule: str) -> NoReturn:
+    """Raise a file's error: member ``name`` is out of range (``rule`` says why)."""
     msg = f"its `{name}` member is out of range (each value must be {rule})"
     raise _BadFile(msg)
 

@@ -55,7 +55,7 @@ from vecpool.replay.settings import (
     PoolSettings,
     renamed_clearing_size,
 )
-from vecpool.replay.storage import is_storable
+from vecpool.replay.storage import is_storable, storage_leaves
 from vecpool.replay.writers import HotWriter, RoutedWriter, rounds
 
 __all__ = [
@@ -124,10 +124,6 @@ class ReplayPool:
             cannot be stored.
         TypeError: If both ``clearing_size`` and ``window_size_`` are given.
     """
-
-    _obs_dtype: np.dtype[Any] | None = None
-    """The stored dtype of a plain observation (the hot path takes only that);
-    a class default for a pool pickled before it existed: the checked path."""
 
     def __init__(
         self,
@@ -204,13 +200,21 @@ class ReplayPool:
         # read on every add: kept here, one attribute away
         self._plain_shapes = self._checks.plain_shapes
         self._discrete_bounds = self._checks.discrete_bounds
-        dtypes = self._checks.obs_dtypes
-        self._obs_dtype = dtypes[0] if len(dtypes) == 1 else None
+        self._obs_dtype = _plain_dtype(self._checks)
         hot = layout.hot and self.clearing_freq is None and not self.random
         self._hot = HotWriter(ring, layout, columns, self._log, self._sampler, hot)
         self._routed = RoutedWriter(
             ring, layout, columns, self._sampler, self._rng, self.random
         )
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickle; a pool pickled before the checks of casts gets their dtypes."""
+        self.__dict__.update(state)
+        checks = self._checks
+        if not hasattr(checks, "obs_dtypes"):
+            leaves = storage_leaves(self.observation_space)
+            checks.obs_dtypes = [dtype for dtype, _ in leaves]
+        self._obs_dtype = _plain_dtype(checks)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -622,14 +626,17 @@ class ReplayPool:
                 f"1e-6`), got min {values.min()}, max {values.max()}."
             )
             raise ValueError(msg)
-        alpha = self.alpha or 0.0
+        # every row may come to hold the largest priority ** alpha (new rows get
+        # it): their sum, the sum tree's total, must stay a finite float
+        alpha, size = self.alpha or 0.0, self._ring.rows
         with np.errstate(over="ignore"):
             top = np.power(values.max(), alpha) if values.size else 0.0
-        if not np.isfinite(top):
+            total = top * size
+        if not np.isfinite(total):
             msg = (
                 f"`priorities` ** alpha overflows: the largest, {values.max()}, to "
-                f"the power alpha={alpha} is not a finite float. Pass smaller "
-                "priorities (e.g. clip them)."
+                f"the power alpha={alpha}, over the pool's {size:,} rows, is not a "
+                "finite float. Pass smaller priorities (e.g. clip them)."
             )
             raise ValueError(msg)
         self._hot.show()
@@ -833,7 +840,10 @@ class ReplayPool:
             and type(obs) is type(action) is type(next_obs) is np.ndarray
             and type(reward) is type(terminated) is type(truncated) is np.ndarray
             and obs.shape == next_obs.shape == shapes[0]
-            and obs.dtype == next_obs.dtype == self._obs_dtype
+            and (
+                obs.dtype == next_obs.dtype == self._obs_dtype
+                or self._checks.takes_as_is(obs.dtype, next_obs.dtype)
+            )
             and reward.dtype.kind in "biuf"
             and action.shape == shapes[1]
             and reward.shape == terminated.shape == truncated.shape == shapes[2]
@@ -948,10 +958,12 @@ class ReplayPool:
     ) -> None:
         """Take every array of :meth:`state_dict` (another pool's, or a file's).
 
-        The arrays must have the shapes and dtypes of this pool's own state (the
-        file reader checks them). They are copied: the pool they came from (whose
-        :meth:`state_dict` holds its live arrays) goes on without changing this
-        one. ``compact`` state (read from a pool file, taken as it is) holds each
+        The arrays must have the names, shapes and dtypes of this pool's own
+        state, and counters in range: checked first, nothing taken otherwise.
+        They are copied: the pool they came from (whose :meth:`state_dict` holds
+        its live arrays) goes on without changing this one. ``compact`` state
+        (read from a pool file, which the file reader checked, taken as it is;
+        not checked again here) holds each
         sub-pool's filled rows, oldest first: they go back to the slots that
         ``end`` says they held (the reader gives ``end = length`` for a file that
         has none: slots ``0..length-1``).
@@ -1074,6 +1086,12 @@ class ReplayPool:
         """
         pool: ReplayPool = pool_files.read(cls, path, trusted)
         return pool
+
+
+def _plain_dtype(checks: AddChecks) -> np.dtype[Any] | None:
+    """The stored dtype of a one-leaf observation (the hot path's), else ``None``."""
+    dtypes = checks.obs_dtypes
+    return dtypes[0] if len(dtypes) == 1 else None
 
 
 _NOT_A_SPACE = (

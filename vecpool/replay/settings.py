@@ -72,6 +72,8 @@ class PoolSettings:
         Raises:
             ValueError: On an invalid setting, named in the message.
         """
+        random = _flag("random", self.random)  # first: the checks below read it
+        store_next_obs = _flag("store_next_obs", self.store_next_obs)
         pool_size = check_int("pool_size", self.pool_size, 1)
         capacity = math.ceil(pool_size / num_envs)
         window_size = (
@@ -130,8 +132,8 @@ class PoolSettings:
             window_size=window_size,
             clearing_freq=clearing_freq,
             clearing_size=clearing_size,
-            random=_flag("random", self.random),
-            store_next_obs=_flag("store_next_obs", self.store_next_obs),
+            random=random,
+            store_next_obs=store_next_obs,
         )
 
 

@@ -836,8 +836,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
         The envs must implement ``get_state()`` and ``set_state(state)`` (looked up
         on ``env.unwrapped``); states must be picklable. Each state comes wrapped in
         a :class:`vecpool.EnvState` that also records whether a ``NEXT_STEP``
-        autoreset was pending, so :meth:`set_states` restores exactly; its
-        ``.state`` is the env's own state.
+        autoreset was pending and the step counts of the env's ``TimeLimit``
+        wrappers, so :meth:`set_states` restores exactly; its ``.state`` is the
+        env's own state. Other wrappers' own state is not in it.
 
         Example:
             >>> import vecpool
@@ -871,18 +872,20 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
     ) -> None:
         """Restore sub-environments to states from :meth:`get_states`.
 
-        An :class:`vecpool.EnvState` restores the pending-autoreset flag too; a bare
-        env state (e.g. built by hand) is taken as mid-episode. A state carries no
-        observation: a later reset that leaves these envs out (``reset_mask``)
-        returns the observation each last returned.
+        An :class:`vecpool.EnvState` restores the pending-autoreset flag and the
+        ``TimeLimit`` step counts too; a bare env state (e.g. built by hand) is
+        taken as mid-episode. A state carries no observation: a later reset that
+        leaves these envs out (``reset_mask``) returns the observation each last
+        returned.
 
         Args:
             states: One state per index.
-            indices: Which sub-environments (default: all).
+            indices: Which sub-environments (default: all); none twice.
 
         Raises:
             AttributeError: If an env lacks ``get_state``/``set_state``.
-            ValueError: If the number of states does not match the indices.
+            ValueError: If the number of states does not match the indices, or an
+                index repeats; nothing is sent then.
         """
         self._assert_state_calls("set_states")
         self._env_states.set_states(states, indices)
@@ -924,7 +927,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
             states: One state per index (from :meth:`get_states`).
             actions: One action per index (a batch of that many actions).
             dt: Repeats of each action (>= 1).
-            indices: Which sub-environments (default: all).
+            indices: Which sub-environments (default: all). An index may
+                repeat (children of one node): each row starts from its own
+                state, in order, and the env is left at the last row's.
 
         Returns:
             ``(new_states, observations, rewards, terminations, truncations,
@@ -932,8 +937,9 @@ class AsyncVectorEnv(VectorEnv[Any, Any, npt.NDArray[Any]]):
 
         Raises:
             AttributeError: If an env lacks ``get_state``/``set_state``.
-            ValueError: If counts do not match, ``dt < 1``, or a state's next
-                step would reset its env; nothing is sent then.
+            ValueError: If counts do not match, ``dt < 1``, ``indices`` is
+                empty, or a state's next step would reset its env; nothing is
+                sent then.
         """
         self._assert_state_calls("step_from")
         indices = None if indices is None else list(indices)  # read twice below
