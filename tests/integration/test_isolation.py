@@ -149,9 +149,9 @@ def test_mismatched_action_dtype_warns_once_and_stays_exact(make_placed, make_sy
             assert data_equivalence(ours.step(batch), reference.step(batch), exact=True)
 
 
-@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.int16, np.bool_])
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.int16])
 def test_lossless_integer_actions_take_the_fast_path(make_placed, make_sync, dtype):
-    """JAX's int32 (or uint8, bool) actions for a Discrete space: no pipe, no warning.
+    """JAX's int32 (or uint8) actions for a Discrete space: no pipe, no warning.
 
     The values reach each env unchanged; Gymnasium hands the env the array's own
     scalar type, vecpool the action space's (np.int64): equal as actions.
@@ -174,6 +174,22 @@ def test_lossless_integer_actions_take_the_fast_path(make_placed, make_sync, dty
         assert batched.recv()[4]["env_id"].size == 3
     # the hot path itself takes them (the pipe path would have warned above)
     assert ours._buffers.actions.place(np.zeros(3, dtype)) is None
+
+
+def test_bool_actions_reach_the_env_as_bools_as_in_gymnasium(make_placed, make_sync):
+    # Gymnasium's Discrete refuses np.True_ (CartPole asserts it); written into the
+    # int64 actions they passed as ints, and the env stepped where Sync raises
+    fns = [functools.partial(gym.make, "CartPole-v1")] * 2
+    ours, reference = make_placed(fns), make_sync(fns)
+    ours.reset(seed=4)
+    reference.reset(seed=4)
+    actions = np.array([True, True])  # each env's error reads the same
+    with pytest.raises(AssertionError, match="invalid") as expected:
+        reference.step(actions)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the pickled path's, Gymnasium's log lines
+        with pytest.raises(AssertionError, match=re.escape(str(expected.value))):
+            ours.step(actions)
 
 
 def test_lossy_integer_actions_still_travel_as_given(make_placed, make_sync):

@@ -30,10 +30,11 @@ def _lossless(source: np.dtype[Any], target: np.dtype[Any]) -> bool:
 
     Such actions take the shared-memory path: each env receives the same value (as
     the action space's own integer type). Floats never do: float64 -> float32
-    rounds, so those travel as given.
+    rounds, so those travel as given. Nor do bools: Gymnasium's ``Discrete``
+    refuses ``np.True_`` (CartPole asserts it), which an ``int64`` would pass.
     """
     return (
-        source.kind in "iub"
+        source.kind in "iu"
         and target.kind in "iu"
         and np.can_cast(source, target, "safe")
     )
