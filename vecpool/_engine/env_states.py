@@ -109,7 +109,7 @@ class EnvStates:
         if distinct and len({int(index) for index in order}) != len(order):
             msg = (
                 f"`indices` must not repeat an index, got {[int(i) for i in order]}: "
-                "one state (and action) per env."
+                "one state per env."
             )
             raise ValueError(msg)
         groups: Groups = {}
