@@ -14,6 +14,7 @@ import shutil as shutil_module
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -768,20 +769,29 @@ def test_collect_holds_what_stepping_and_recording_in_turn_holds(
     assert result.pool.episode_stats == expected.episode_stats
 
 
+def _raising_at_step_10(
+    error: type[BaseException], policy: Callable[[np.ndarray], np.ndarray]
+) -> Callable[[np.ndarray], np.ndarray]:
+    """``policy``, raising ``error("stop here")`` on its 10th call (9 steps taken)."""
+    calls = []
+
+    def raising(obs: np.ndarray) -> np.ndarray:
+        calls.append(len(obs))
+        if len(calls) == 10:
+            msg = "stop here"
+            raise error(msg)
+        return policy(obs)
+
+    return raising
+
+
 @pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
 def test_a_step_taken_is_recorded_when_the_next_ones_policy_raises(tmp_path, error):
     # the policy runs after a step is taken and before it is recorded (collect
     # sends the next step first): a second Ctrl-C there, or any error, must not
     # lose the step taken
-    calls = []
     recorded = []
-
-    def policy(obs: np.ndarray) -> np.ndarray:
-        calls.append(len(obs))
-        if len(calls) == 10:  # before step 10: steps 1-9 were taken
-            msg = "stop here"
-            raise error(msg)
-        return np.zeros(len(obs), np.int64)
+    policy = _raising_at_step_10(error, lambda obs: np.zeros(len(obs), np.int64))
 
     original = vecpool.ReplayPoolWrapper.record_step
 
@@ -805,14 +815,7 @@ def test_a_step_taken_is_recorded_when_the_next_ones_policy_raises(tmp_path, err
 def test_an_error_of_the_policy_saves_what_was_collected_then_raises(tmp_path):
     # as after Ctrl-C, the steps taken before an env's or the policy's error are
     # saved (they were lost: nothing was written); the error itself comes back
-    calls = []
-
-    def policy(obs: np.ndarray) -> np.ndarray:
-        calls.append(len(obs))
-        if len(calls) == 10:  # before step 10: steps 1-9 were taken
-            msg = "stop here"
-            raise RuntimeError(msg)
-        return _jittery_policy(obs)
+    policy = _raising_at_step_10(RuntimeError, _jittery_policy)
 
     path = tmp_path / "pool.npz"
     with pytest.raises(RuntimeError, match="stop here") as info:

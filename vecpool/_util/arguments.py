@@ -29,13 +29,7 @@ def num_workers_arg(text: str) -> int:
     Raises:
         argparse.ArgumentTypeError: If ``text`` is not an integer >= 0.
     """
-    if text.strip() == "0":
-        return 0
-    try:
-        return positive_int(text)
-    except argparse.ArgumentTypeError:
-        msg = f"expected an integer >= 0 (0: envs in this process), got {text!r}"
-        raise argparse.ArgumentTypeError(msg) from None
+    return _int_at_least(text, 0, "an integer >= 0 (0: envs in this process)")
 
 
 def agent_ms(text: str) -> float:
@@ -60,14 +54,7 @@ def positive_int(text: str) -> int:
     Raises:
         argparse.ArgumentTypeError: If ``text`` is not an integer >= 1.
     """
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        msg = f"expected an integer >= 1, got {text!r}"
-        raise argparse.ArgumentTypeError(msg)
-    return value
+    return _int_at_least(text, 1, "an integer >= 1")
 
 
 def positive_seconds(text: str) -> float:
@@ -92,12 +79,17 @@ def seed_arg(text: str) -> int:
     Raises:
         argparse.ArgumentTypeError: Otherwise.
     """
+    return _int_at_least(text, 0, "an integer >= 0")
+
+
+def _int_at_least(text: str, low: int, expected: str) -> int:
+    """``text`` as an integer >= ``low``, or argparse's error saying ``expected``."""
     try:
         value = int(text)
     except ValueError:
-        value = -1
-    if value < 0:
-        msg = f"expected an integer >= 0, got {text!r}"
+        value = low - 1
+    if value < low:
+        msg = f"expected {expected}, got {text!r}"
         raise argparse.ArgumentTypeError(msg)
     return value
 

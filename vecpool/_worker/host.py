@@ -223,9 +223,7 @@ class Host:
                             else actions[position]
                         )
                         if same_step and (terminated or truncated):
-                            reset_obs, reset_info = envs[local].reset()
-                            info = {"final_info": info, "final_obs": obs, **reset_info}
-                            obs = reset_obs
+                            obs, info = _reset_same_step(envs[local], obs, info)
                     if next_step:
                         autoreset[local] = bool(terminated or truncated)
                     if (
@@ -551,9 +549,7 @@ class Host:
                         break
                 ended = bool(terminated or truncated)
                 if ended and self.mode is AutoresetMode.SAME_STEP:
-                    reset_obs, reset_info = env.reset()
-                    info = {"final_info": info, "final_obs": obs, **reset_info}
-                    obs = reset_obs
+                    obs, info = _reset_same_step(env, obs, info)
                 self.last_obs[local] = obs  # what a reset that leaves it out returns
                 if self.mode is AutoresetMode.NEXT_STEP:
                     self.autoreset[local] = ended
@@ -585,6 +581,17 @@ class Host:
                 env.close()
         self.envs = []
         self.wide.close()
+
+
+def _reset_same_step(env: Any, obs: Any, info: dict[str, Any]) -> tuple[Any, Any]:
+    """``SAME_STEP``'s autoreset of an env whose episode just ended.
+
+    Returns:
+        The new episode's observation, and the info Gymnasium returns then: the
+        reset's, with the ended step's as ``final_info`` and ``final_obs``.
+    """
+    reset_obs, reset_info = env.reset()
+    return reset_obs, {"final_info": info, "final_obs": obs, **reset_info}
 
 
 def _run_command(host: Host, data: bytes | memoryview) -> tuple[bytes, bool]:
